@@ -1,0 +1,147 @@
+"""Validated settings of one fit.
+
+A :class:`TrainConfig` is frozen and keyword-only; it checks every value when it is
+built, so a wrong setting fails on the driver before any Spark job starts.
+
+Example:
+    >>> from sparkdl.config import TrainConfig
+    >>> TrainConfig(epochs=5, num_workers=2, frequency=4).frequency
+    4
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from sparkdl.errors import ConfigError
+
+__all__ = ["FREQUENCIES", "MERGES", "MODES", "TrainConfig"]
+
+#: How updates are scheduled.
+MODES: tuple[str, ...] = ("synchronous",)
+#: How the service combines pushed weights.
+MERGES: tuple[str, ...] = ("average",)
+#: Named sync frequencies; an int N means "every N batches".
+FREQUENCIES: tuple[str, ...] = ("epoch", "batch")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """Everything a fit needs besides the model and the data.
+
+    Args:
+        mode: How updates are scheduled. ``"synchronous"``: barrier rounds; every worker
+            pushes, the service merges, every worker continues from the result.
+        merge: How the service combines updates. ``"average"``: weights averaged,
+            weighted by the samples each worker trained on since the last round.
+        frequency: When workers sync: ``"epoch"``, ``"batch"`` or an int N (every N
+            batches). Every epoch also ends with a sync.
+        num_workers: Number of Spark tasks that train; ``None`` uses every task slot.
+        epochs: Passes over the data.
+        batch_size: Samples per gradient step on each worker.
+        seed: Seed for weight shuffling and each worker's sample order.
+        verbose: 0 prints nothing; 1 shows progress on the driver.
+        shuffle: Shuffle each worker's samples every epoch.
+        service_host: Address the parameter service binds to and workers call.
+            ``None``: 127.0.0.1 for local masters, else ``spark.driver.host``.
+        port: Port of the parameter service; 0 picks a free one.
+        request_timeout: Seconds a worker waits for one service call (connect and read).
+        round_timeout: Seconds a synchronous round may wait for all workers.
+        request_retries: Retries of a failed service call (connection errors, 5xx).
+        threads_per_worker: TensorFlow intra-op threads per worker; ``None`` uses
+            ``spark.task.cpus``.
+        slot_wait_timeout: Seconds to wait for executors to register before failing
+            for lack of task slots (non-local masters only).
+        validate: Scan the data once for nulls, NaNs and ragged rows before training.
+
+    Raises:
+        ConfigError: A value is out of range or unknown.
+
+    Example:
+        >>> TrainConfig(mode="synchronous", frequency="epoch", epochs=3).epochs
+        3
+    """
+
+    mode: str = "synchronous"
+    merge: str | None = None
+    frequency: str | int = "epoch"
+    num_workers: int | None = None
+    epochs: int = 1
+    batch_size: int = 32
+    seed: int | None = None
+    verbose: int = 0
+    shuffle: bool = True
+    service_host: str | None = None
+    port: int = 0
+    request_timeout: float = 60.0
+    round_timeout: float = 3600.0
+    request_retries: int = 5
+    threads_per_worker: int | None = None
+    slot_wait_timeout: float = 60.0
+    validate: bool = True
+
+    def __post_init__(self) -> None:
+        _one_of("mode", self.mode, MODES)
+        if self.merge is None:
+            object.__setattr__(self, "merge", "average")
+        _one_of("merge", self.merge, MERGES)
+        freq = self.frequency
+        if isinstance(freq, bool) or not (
+            (isinstance(freq, int) and freq >= 1) or freq in FREQUENCIES
+        ):
+            raise ConfigError(
+                f"Expected frequency to be one of {FREQUENCIES} or an int >= 1 (sync every "
+                f"N batches). Received: frequency={freq!r}"
+            )
+        _positive_int("epochs", self.epochs)
+        _positive_int("batch_size", self.batch_size)
+        if self.num_workers is not None:
+            _positive_int("num_workers", self.num_workers)
+        if self.threads_per_worker is not None:
+            _positive_int("threads_per_worker", self.threads_per_worker)
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise ConfigError(f"Expected seed to be an int or None. Received: seed={self.seed!r}")
+        if self.verbose not in (0, 1, 2):
+            raise ConfigError(f"Expected verbose to be 0, 1 or 2. Received: verbose={self.verbose!r}")
+        if isinstance(self.port, bool) or not isinstance(self.port, int) or not 0 <= self.port < 65536:
+            raise ConfigError(f"Expected port to be an int in [0, 65535]. Received: port={self.port!r}")
+        for name in ("request_timeout", "round_timeout", "slot_wait_timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigError(f"Expected {name} to be a number > 0. Received: {name}={value!r}")
+        if isinstance(self.request_retries, bool) or not isinstance(self.request_retries, int) or (
+            self.request_retries < 0
+        ):
+            raise ConfigError(
+                f"Expected request_retries to be an int >= 0. Received: {self.request_retries!r}"
+            )
+
+    @property
+    def sync_every(self) -> int | None:
+        """Batches between syncs, or ``None`` when syncing only at epoch ends."""
+        if self.frequency == "epoch":
+            return None
+        if self.frequency == "batch":
+            return 1
+        assert isinstance(self.frequency, int)
+        return self.frequency
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        """Returns a copy with ``changes`` applied (and validated)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Returns the settings as a plain dict (JSON-serialisable)."""
+        return dataclasses.asdict(self)
+
+
+def _one_of(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"Expected {name} to be one of {allowed}. Received: {name}={value!r}")
+
+
+def _positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"Expected {name} to be an int >= 1. Received: {name}={value!r}")

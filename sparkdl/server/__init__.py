@@ -1,0 +1,1 @@
+"""The parameter service: wire codec, merge rules, weight store, Flask app, client."""

@@ -1,0 +1,132 @@
+"""The parameter service: the Flask app served by cheroot in a driver thread.
+
+Example:
+    >>> import numpy as np
+    >>> from sparkdl.server.rules import AverageRule
+    >>> from sparkdl.server.store import WeightStore
+    >>> store = WeightStore([np.zeros(1, np.float32)], num_workers=1, rule=AverageRule())
+    >>> with ParameterService(store, host="127.0.0.1") as service:
+    ...     service.url.startswith("http://127.0.0.1:")
+    True
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import socket
+import threading
+from types import TracebackType
+
+from cheroot import wsgi
+
+from sparkdl.errors import ServiceError
+from sparkdl.server.app import create_app, max_body_bytes
+from sparkdl.server.store import WeightStore
+
+__all__ = ["ParameterService"]
+
+_log = logging.getLogger(__name__)
+
+
+class ParameterService:
+    """Serves a :class:`WeightStore` over HTTP until :meth:`stop`.
+
+    Args:
+        store: The training state.
+        host: Address to bind to; workers call this address.
+        port: Port to bind to; 0 picks a free one.
+        token: Per-fit secret; a random one is made when ``None``.
+        threads: Server threads. Synchronous pushes wait in a thread, so this must
+            exceed the number of workers; the default leaves room for status calls.
+    """
+
+    def __init__(
+        self,
+        store: WeightStore,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = None,
+        threads: int | None = None,
+    ) -> None:
+        self.store = store
+        self.token = token or secrets.token_urlsafe(32)
+        self._host = host
+        self._port = port
+        self._threads = threads or max(8, 2 * store.num_workers + 4)
+        self._server: wsgi.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """Base URL workers use, e.g. ``http://127.0.0.1:41234``."""
+        if self._server is None:
+            raise ServiceError("The parameter service is not running; call start() first.")
+        host, port = self._server.bind_addr[:2]
+        host = f"[{host}]" if ":" in str(host) else host
+        return f"http://{host}:{port}"
+
+    @property
+    def port(self) -> int:
+        """The bound port."""
+        if self._server is None:
+            raise ServiceError("The parameter service is not running; call start() first.")
+        return int(self._server.bind_addr[1])
+
+    def start(self) -> ParameterService:
+        """Binds the socket and serves in a daemon thread.
+
+        Raises:
+            ServiceError: The address cannot be bound (port in use, unknown host).
+        """
+        app = create_app(self.store, self.token)
+        server = wsgi.Server(
+            (self._host, self._port),
+            app,
+            numthreads=self._threads,
+            server_name="sparkdl-parameter-service",
+            request_queue_size=64,
+            timeout=30,
+            shutdown_timeout=2,
+        )
+        server.max_request_body_size = max_body_bytes(self.store)
+        try:
+            server.prepare()
+        except OSError as exc:
+            raise ServiceError(
+                f"Could not bind the parameter service to {self._host}:{self._port}: {exc}. "
+                "Pass another port= (0 picks a free one) or service_host=."
+            ) from exc
+        sock = server.socket
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve, name="sparkdl-parameter-service", daemon=True
+        )
+        self._thread.start()
+        _log.info("parameter service listening on %s", self.url)
+        return self
+
+    def stop(self) -> None:
+        """Stops serving, releases the port, and wakes any waiting request."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        self.store.abort("the fit ended")
+        server.stop()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def __enter__(self) -> ParameterService:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,334 @@
+"""The service's training state: versioned center weights, rounds, progress, failures.
+
+All methods are thread-safe; the Flask routes call them from the WSGI server's
+threads. Nothing here knows about HTTP: errors are raised as :class:`StoreError` with
+the HTTP status the route should answer.
+
+Example:
+    >>> import numpy as np
+    >>> from sparkdl.server.rules import AverageRule
+    >>> store = WeightStore([np.zeros(2, np.float32)], num_workers=1, rule=AverageRule())
+    >>> out = store.push_sync(0, seq=1, round_no=0, arrays=[np.ones(2, np.float32)],
+    ...                       samples=4, meta={}, wait=1.0)
+    >>> out[1], out[0][0].tolist()
+    (1, [1.0, 1.0])
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from sparkdl.server.rules import MergeRule, Update
+
+__all__ = ["StoreError", "WeightStore", "WorkerInfo"]
+
+MAX_WORKERS = 100_000
+
+
+class StoreError(Exception):
+    """A request the store refuses; ``status`` is the HTTP status to answer."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass
+class WorkerInfo:
+    """What the service knows about one worker."""
+
+    last_contact: float = 0.0
+    last_loss: float | None = None
+    samples: int = 0
+    pushes: int = 0
+    seq: int = 0
+    epoch: int = 0
+    comm_seconds: float = 0.0
+
+
+@dataclass
+class _Epoch:
+    reports: dict[int, tuple[int, dict[str, float]]] = field(default_factory=dict)
+
+
+class WeightStore:
+    """Center weights plus the bookkeeping of one fit.
+
+    Args:
+        weights: Initial center weights (the model's weights on the driver).
+        num_workers: Workers that take part in every synchronous round.
+        rule: The merge rule.
+        round_timeout: Seconds a synchronous round may stay open before it is aborted.
+    """
+
+    def __init__(
+        self,
+        weights: Sequence[np.ndarray],
+        *,
+        num_workers: int,
+        rule: MergeRule,
+        round_timeout: float = 3600.0,
+    ) -> None:
+        self._cond = threading.Condition()
+        self._weights = [np.array(w, copy=True) for w in weights]
+        self._specs = [(w.dtype, w.shape) for w in self._weights]
+        self.num_workers = num_workers
+        self.rule = rule
+        self.round_timeout = round_timeout
+        self._version = 0
+        self._round: dict[int, Update] = {}
+        self._round_started: float | None = None
+        self._workers: dict[int, WorkerInfo] = {}
+        self._epochs: dict[int, _Epoch] = {}
+        self._history: dict[str, list[float]] = {}
+        self._samples_seen = 0
+        self._failures: dict[int, str] = {}
+        self._aborted: str | None = None
+        self._stop_requested = False
+        self.started = time.time()
+
+    # ------------------------------------------------------------------ reads
+    @property
+    def version(self) -> int:
+        """Number of completed rounds (synchronous) or applied updates."""
+        return self._version
+
+    def pull(self, min_version: int = 0, wait: float = 0.0) -> tuple[list[np.ndarray], int] | None:
+        """Returns ``(weights, version)`` once ``version >= min_version``.
+
+        Waits up to ``wait`` seconds; returns ``None`` if the version is still older.
+
+        Raises:
+            StoreError: 409 when training was aborted.
+        """
+        deadline = time.monotonic() + wait
+        with self._cond:
+            while True:
+                self._check_aborted()
+                if self._version >= min_version:
+                    return self._weights, self._version
+                self._check_round_timeout()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self._cond.wait(min(left, 1.0))
+
+    def weights(self) -> list[np.ndarray]:
+        """Returns the current center weights (do not modify them)."""
+        with self._cond:
+            return self._weights
+
+    def history(self) -> dict[str, list[float]]:
+        """Per-epoch logs averaged over workers, weighted by samples."""
+        with self._cond:
+            return {k: list(v) for k, v in self._history.items()}
+
+    def failures(self) -> dict[int, str]:
+        """``{worker: traceback}`` of every failure a worker reported."""
+        with self._cond:
+            return dict(self._failures)
+
+    def status(self) -> dict[str, Any]:
+        """A JSON-serialisable snapshot: version, round, samples, workers, history."""
+        with self._cond:
+            now = time.time()
+            return {
+                "merge": self.rule.name,
+                "version": self._version,
+                "round": self._version,
+                "round_pushed": sorted(self._round),
+                "num_workers": self.num_workers,
+                "samples_seen": self._samples_seen,
+                "epochs_done": len(next(iter(self._history.values()), [])),
+                "elapsed": now - self.started,
+                "workers": {
+                    str(w): {
+                        "last_contact": info.last_contact,
+                        "seconds_since_contact": now - info.last_contact,
+                        "last_loss": info.last_loss,
+                        "samples": info.samples,
+                        "pushes": info.pushes,
+                        "epoch": info.epoch,
+                    }
+                    for w, info in sorted(self._workers.items())
+                },
+                "history": {k: list(v) for k, v in self._history.items()},
+                "failures": {str(k): v for k, v in self._failures.items()},
+                "aborted": self._aborted,
+                "stop_requested": self._stop_requested,
+            }
+
+    # ----------------------------------------------------------------- writes
+    def push_sync(
+        self,
+        worker: int,
+        *,
+        seq: int,
+        round_no: int,
+        arrays: Sequence[np.ndarray],
+        samples: int,
+        meta: dict[str, Any],
+        wait: float,
+    ) -> tuple[list[np.ndarray], int] | None:
+        """Adds a worker's push to synchronous round ``round_no``.
+
+        When the last worker of the round pushes, the rule merges the round and the
+        version becomes ``round_no + 1``. A push repeated with the same sequence number
+        (a retry after a timeout) is counted once.
+
+        Returns:
+            ``(weights, version)`` once the round is merged, or ``None`` if it is still
+            open after ``wait`` seconds (poll with :meth:`pull`).
+
+        Raises:
+            StoreError: 400 for a bad worker id, shapes or values; 409 for a round that
+                is not the open one or when training was aborted.
+        """
+        self._check_worker(worker)
+        self._check_arrays(arrays)
+        with self._cond:
+            self._check_aborted()
+            info = self._workers.setdefault(worker, WorkerInfo())
+            info.last_contact = time.time()
+            duplicate = seq <= info.seq
+            if round_no == self._version - 1 and duplicate:
+                return self._weights, self._version  # retry of a merged round
+            if round_no != self._version:
+                raise StoreError(
+                    409,
+                    f"Worker {worker} pushed for round {round_no}, but the open round is "
+                    f"{self._version}.",
+                )
+            if not duplicate and worker not in self._round:
+                info.seq = seq
+                self._record(worker, info, samples, meta)
+                self._round[worker] = Update(
+                    worker=worker, arrays=list(arrays), samples=samples, meta=meta
+                )
+                if self._round_started is None:
+                    self._round_started = time.monotonic()
+                if len(self._round) >= self.num_workers:
+                    self._merge_round()
+        return self.pull(round_no + 1, wait)
+
+    def report_failure(self, worker: int, trace: str) -> None:
+        """Records a worker's traceback and aborts open rounds so others stop waiting."""
+        self._check_worker(worker)
+        with self._cond:
+            self._failures[worker] = trace[-20_000:]
+            self._aborted = f"worker {worker} failed"
+            self._cond.notify_all()
+
+    def abort(self, reason: str) -> None:
+        """Aborts training: every waiting and later push gets a 409 with ``reason``."""
+        with self._cond:
+            self._aborted = reason
+            self._cond.notify_all()
+
+    def request_stop(self) -> None:
+        """Asks workers to stop at their next sync (``stop_training``)."""
+        with self._cond:
+            self._stop_requested = True
+
+    @property
+    def stop_requested(self) -> bool:
+        """Whether workers were asked to stop at their next sync."""
+        return self._stop_requested
+
+    # ---------------------------------------------------------------- helpers
+    def _merge_round(self) -> None:
+        updates = [self._round[w] for w in sorted(self._round)]
+        self._weights = self.rule.combine(self._weights, updates)
+        self._version += 1
+        self._round = {}
+        self._round_started = None
+        self._cond.notify_all()
+
+    def _record(self, worker: int, info: WorkerInfo, samples: int, meta: dict[str, Any]) -> None:
+        info.pushes += 1
+        info.samples += samples
+        self._samples_seen += samples
+        loss = meta.get("loss")
+        if isinstance(loss, (int, float)):
+            info.last_loss = float(loss)
+        comm = meta.get("comm_seconds")
+        if isinstance(comm, (int, float)):
+            info.comm_seconds = float(comm)
+        logs = meta.get("epoch_logs")
+        epoch = meta.get("epoch")
+        if isinstance(logs, dict) and isinstance(epoch, int) and 0 <= epoch < 1_000_000:
+            info.epoch = epoch + 1
+            clean = {
+                str(k): float(v)
+                for k, v in list(logs.items())[:256]
+                if isinstance(v, (int, float)) and not isinstance(v, bool)
+            }
+            n = meta.get("epoch_samples", 0)
+            report = self._epochs.setdefault(epoch, _Epoch())
+            report.reports[worker] = (int(n) if isinstance(n, int) else 0, clean)
+            self._close_epochs()
+
+    def _close_epochs(self) -> None:
+        done = len(next(iter(self._history.values()), []))
+        while done in self._epochs and len(self._epochs[done].reports) >= self.num_workers:
+            reports = list(self._epochs.pop(done).reports.values())
+            keys = sorted({k for _, logs in reports for k in logs})
+            for key in keys:
+                pairs = [(n, logs[key]) for n, logs in reports if key in logs]
+                weight = sum(n for n, _ in pairs)
+                value = (
+                    sum(n * v for n, v in pairs) / weight
+                    if weight > 0
+                    else sum(v for _, v in pairs) / len(pairs)
+                )
+                self._history.setdefault(key, [float("nan")] * done).append(float(value))
+            done += 1
+
+    def _check_worker(self, worker: int) -> None:
+        if not 0 <= worker < max(self.num_workers, 1) or worker >= MAX_WORKERS:
+            raise StoreError(
+                400, f"Unknown worker id {worker}: expected 0 <= worker < {self.num_workers}."
+            )
+
+    def _check_arrays(self, arrays: Sequence[np.ndarray]) -> None:
+        if len(arrays) != len(self._specs):
+            raise StoreError(
+                400,
+                f"Expected {len(self._specs)} weight arrays (the model's weights). "
+                f"Received: {len(arrays)}",
+            )
+        for i, (array, (dtype, shape)) in enumerate(zip(arrays, self._specs, strict=True)):
+            if array.dtype != dtype or array.shape != shape:
+                raise StoreError(
+                    400,
+                    f"Weight {i}: expected dtype {dtype} and shape {shape}. "
+                    f"Received: dtype {array.dtype}, shape {array.shape}",
+                )
+            if np.issubdtype(dtype, np.floating) and not np.isfinite(array).all():
+                raise StoreError(
+                    400,
+                    f"Weight {i} holds NaN or infinite values; the update was refused. "
+                    "Training diverged: lower the learning rate or clip gradients.",
+                )
+
+    def _check_aborted(self) -> None:
+        if self._aborted is not None:
+            raise StoreError(409, f"Training was aborted: {self._aborted}.")
+
+    def _check_round_timeout(self) -> None:
+        started = self._round_started
+        if started is not None and time.monotonic() - started > self.round_timeout:
+            missing = sorted(set(range(self.num_workers)) - set(self._round))
+            self._aborted = (
+                f"round {self._version} waited more than round_timeout={self.round_timeout}s "
+                f"for workers {missing}; raise round_timeout if their epochs are that slow"
+            )
+            self._cond.notify_all()
+            self._check_aborted()
