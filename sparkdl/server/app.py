@@ -10,6 +10,8 @@ Routes:
         least V (long poll up to S seconds; 202 while not yet).
     ``POST /push``: a worker's weights for the open round; answers with the merged
         weights (or 202 while the round is still open).
+    ``POST /join?wait=S``: JSON ``{"worker": id, "rows": n}``; answers every worker's
+        row count once all joined (202 while not yet).
     ``POST /fail``: JSON ``{"worker": id, "traceback": text}``; aborts open rounds.
 
 Example:
@@ -115,16 +117,22 @@ def create_app(store: WeightStore, token: str) -> Flask:
             return _json(202, {"pending": True, "version": store.version})
         return cache.response(*result)
 
+    @app.post("/join")
+    def _join() -> Response:
+        report = _json_body()
+        rows = store.join(
+            _meta_int(report, "worker"),
+            _meta_int(report, "rows"),
+            min(_float_arg("wait", 0.0), MAX_WAIT_SECONDS),
+        )
+        if rows is None:
+            return _json(202, {"pending": True})
+        return _json(200, {"rows": rows})
+
     @app.post("/fail")
     def _fail() -> Response:
-        body = request.get_data(cache=False)
-        if len(body) > _MAX_JSON_BYTES:
-            return _json_error(413, f"Failure report exceeds {_MAX_JSON_BYTES} bytes.")
-        try:
-            report = json.loads(body)
-        except ValueError:
-            return _json_error(400, "Expected a JSON body {'worker': int, 'traceback': str}.")
-        if not isinstance(report, dict) or not isinstance(report.get("traceback"), str):
+        report = _json_body()
+        if not isinstance(report.get("traceback"), str):
             return _json_error(400, "Expected a JSON body {'worker': int, 'traceback': str}.")
         store.report_failure(_meta_int(report, "worker"), report["traceback"])
         return _json(200, {"ok": True})
@@ -178,6 +186,19 @@ def _json(status: int, payload: dict[str, Any]) -> Response:
 
 def _json_error(status: int, message: str) -> Response:
     return _json(status, {"error": message, "status": status})
+
+
+def _json_body() -> dict[str, Any]:
+    body = request.get_data(cache=False)
+    if len(body) > _MAX_JSON_BYTES:
+        raise StoreError(413, f"JSON body exceeds {_MAX_JSON_BYTES} bytes.")
+    try:
+        value = json.loads(body)
+    except ValueError:
+        raise _BadArg("Expected a JSON object body.") from None
+    if not isinstance(value, dict):
+        raise _BadArg("Expected a JSON object body.")
+    return value
 
 
 def _meta_int(meta: dict[str, Any], key: str) -> int:

@@ -126,6 +126,21 @@ class ServiceClient:
             status, data = self._request("GET", f"/weights?min_version={min_version}&wait={_LONG_POLL}")
         return self._arrays(status, data)
 
+    def join(self, rows: int) -> list[int]:
+        """Registers this worker's row count; returns every worker's once all joined."""
+        body = json.dumps({"worker": self.worker, "rows": rows}).encode()
+        headers = {"Content-Type": "application/json"}
+        while True:
+            status, data = self._request(
+                "POST", f"/join?wait={_LONG_POLL}", body=body, headers=headers
+            )
+            if status == 200:
+                result: list[int] = json.loads(data)["rows"]
+                return result
+            if status != 202:
+                message = _error_text(self.url, status, data)
+                raise TrainingError(message) if status == 409 else ServiceError(message)
+
     def status(self) -> dict[str, Any]:
         """The service's JSON status."""
         status, data = self._request("GET", "/status")

@@ -92,6 +92,7 @@ class WeightStore:
         self._failures: dict[int, str] = {}
         self._aborted: str | None = None
         self._stop_requested = False
+        self._rows: dict[int, int] = {}
         self.started = time.time()
 
     # ------------------------------------------------------------------ reads
@@ -217,6 +218,30 @@ class WeightStore:
                 if len(self._round) >= self.num_workers:
                     self._merge_round()
         return self.pull(round_no + 1, wait)
+
+    def join(self, worker: int, rows: int, wait: float) -> list[int] | None:
+        """Registers a worker's row count; returns every worker's once all joined.
+
+        Workers use the counts to agree on the number of rounds per epoch. Returns
+        ``None`` if not every worker joined within ``wait`` seconds (ask again).
+
+        Raises:
+            StoreError: 400 for a bad worker id; 409 when training was aborted.
+        """
+        self._check_worker(worker)
+        deadline = time.monotonic() + wait
+        with self._cond:
+            self._check_aborted()
+            self._rows[worker] = rows
+            self._workers.setdefault(worker, WorkerInfo()).last_contact = time.time()
+            self._cond.notify_all()
+            while len(self._rows) < self.num_workers:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self._cond.wait(min(left, 1.0))
+                self._check_aborted()
+            return [self._rows[w] for w in range(self.num_workers)]
 
     def report_failure(self, worker: int, trace: str) -> None:
         """Records a worker's traceback and aborts open rounds so others stop waiting."""

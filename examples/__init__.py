@@ -1,0 +1,1 @@
+"""Runnable examples of sparkdl (also used by the benchmarks and tests)."""

@@ -1,0 +1,66 @@
+"""scikit-learn's digits (ships inside its wheel, no download) as Spark DataFrames.
+
+Example:
+    >>> x_train, x_test, y_train, y_test = digits_arrays(seed=0)
+    >>> x_train.shape, x_test.shape
+    ((1437, 64), (360, 64))
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def digits_arrays(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Digits scaled to [0, 1], split 80/20 with a fixed, stratified shuffle."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    x, y = load_digits(return_X_y=True)
+    x = (x / 16.0).astype(np.float32)
+    y = y.astype(np.int64)
+    x_train, x_test, y_train, y_test = train_test_split(
+        x, y, test_size=0.2, random_state=seed, stratify=y
+    )
+    return x_train, x_test, y_train, y_test
+
+
+def digits_frames(spark: Any, seed: int = 0, partitions: int = 2) -> tuple[Any, Any]:
+    """Returns ``(train_df, test_df)`` with ``features`` (array<float>) and ``label`` (long)."""
+    x_train, x_test, y_train, y_test = digits_arrays(seed)
+
+    def frame(x: np.ndarray, y: np.ndarray) -> Any:
+        rows = [(x[i].tolist(), int(y[i])) for i in range(len(x))]
+        return spark.createDataFrame(rows, "features array<float>, label long").repartition(
+            partitions
+        )
+
+    return frame(x_train, y_train), frame(x_test, y_test)
+
+
+def digits_model(seed: int = 0, learning_rate: float = 0.003) -> Any:
+    """A small compiled MLP for digits (64 -> 64 -> 10)."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential(
+        [
+            keras.Input((64,)),
+            keras.layers.Dense(64, activation="relu"),
+            keras.layers.Dense(10, activation="softmax"),
+        ]
+    )
+    model.compile(
+        optimizer=keras.optimizers.Adam(learning_rate),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+    )
+    return model
+
+
+def accuracy(model: Any, x: np.ndarray, y: np.ndarray) -> float:
+    """Share of rows whose arg-max prediction equals the label."""
+    pred = np.asarray(model.predict(x, verbose=0)).argmax(axis=1)
+    return float((pred == y).mean())

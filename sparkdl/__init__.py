@@ -1,0 +1,36 @@
+"""sparkdl: train Keras 3 models on Apache Spark DataFrames.
+
+Example:
+    >>> import sparkdl
+    >>> sorted(sparkdl.__all__)[:2]
+    ['ClusterError', 'ConfigError']
+"""
+
+from sparkdl.config import TrainConfig
+from sparkdl.errors import (
+    ClusterError,
+    ConfigError,
+    ModelError,
+    SchemaError,
+    ServiceError,
+    SparkDLError,
+    TrainingError,
+    WorkerError,
+)
+from sparkdl.estimator import KerasEstimator
+from sparkdl.model import KerasModel
+
+__all__ = [
+    "ClusterError",
+    "ConfigError",
+    "KerasEstimator",
+    "KerasModel",
+    "ModelError",
+    "SchemaError",
+    "ServiceError",
+    "SparkDLError",
+    "TrainConfig",
+    "TrainingError",
+    "WorkerError",
+]
+__version__ = "0.1.0"

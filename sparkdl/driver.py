@@ -1,0 +1,297 @@
+"""One fit on the driver: check, start the service, run the barrier job, collect.
+
+Example:
+    >>> parse_local_master("local[4]"), parse_local_master("yarn")
+    (True, False)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import re
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import cloudpickle
+import numpy as np
+from pyspark.sql import DataFrame, SparkSession
+
+from sparkdl import data, keras_io
+from sparkdl.config import TrainConfig
+from sparkdl.errors import ClusterError, SparkDLError, WorkerError
+from sparkdl.server.rules import make_rule
+from sparkdl.server.service import ParameterService
+from sparkdl.server.store import WeightStore
+from sparkdl.worker import RESULT_SCHEMA, WorkerPayload, make_train_function
+
+if TYPE_CHECKING:
+    import keras
+    from pyspark import SparkContext
+
+__all__ = ["FitResult", "parse_local_master", "prepare", "run_fit", "task_slots"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class FitResult:
+    """What one fit produced.
+
+    Attributes:
+        weights: Final center weights.
+        model_bytes: The trained model as a ``.keras`` archive.
+        history: Per-epoch logs averaged over workers.
+        reports: One dict per worker (rows, seconds, communication time...).
+        rows: Rows trained on per epoch.
+        seconds: Wall seconds of the fit on the driver.
+        input_shape: Per-sample input shape the model was fed.
+        status: The service's final status.
+    """
+
+    weights: list[np.ndarray]
+    model_bytes: bytes
+    history: dict[str, list[float]]
+    reports: list[dict[str, Any]]
+    rows: int
+    seconds: float
+    input_shape: tuple[int, ...]
+    status: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def communication_share(self) -> float:
+        """Fraction of worker training time spent in calls to the service."""
+        train = sum(r["train_seconds"] for r in self.reports)
+        comm = sum(r["comm_seconds"] for r in self.reports)
+        return comm / train if train > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The validated input of a fit."""
+
+    frame: DataFrame
+    summary: data.DataSummary
+    label_kind: str
+    input_shape: tuple[int, ...]
+
+
+def prepare(
+    df: DataFrame, model: keras.Model, features_col: Any, label_col: str
+) -> Prepared:
+    """Checks the model and the data and selects the two prepared columns.
+
+    Runs one Spark job (an aggregate) to count rows and find nulls, NaNs and ragged rows.
+
+    Raises:
+        SchemaError: A column is missing or has a wrong type, or the data is bad.
+        ModelError: The model is not compiled, or its input does not fit the features.
+    """
+    keras_io.check_compiled(model)
+    if not isinstance(df, DataFrame):
+        raise data.ColumnTypeError(
+            f"Expected a pyspark.sql.DataFrame. Received: {type(df).__name__}"
+        )
+    features = data.feature_column(df, features_col)
+    label, kind = data.label_column(df, label_col)
+    frame = df.select(features.alias(data.FEATURES), label.alias(data.LABEL))
+    summary = data.summarize(frame, kind)
+    input_shape = keras_io.resolve_input_shape(model, summary.width)
+    keras_io.check_labels(model, kind, summary.label_width, summary.label_min, summary.label_max)
+    return Prepared(frame, summary, kind, input_shape)
+
+
+def run_fit(
+    prepared: Prepared,
+    model: keras.Model,
+    config: TrainConfig,
+    *,
+    custom_objects: dict[str, Any] | None = None,
+) -> FitResult:
+    """Trains ``model`` on ``prepared`` data as ``config`` says.
+
+    Raises:
+        ClusterError: The cluster has fewer task slots than ``num_workers``.
+        WorkerError: A worker failed; carries each failed worker's traceback.
+    """
+    started = time.perf_counter()
+    spark = prepared.frame.sparkSession
+    sc = spark.sparkContext
+    num_workers = _num_workers(sc, config)
+    model_bytes = keras_io.model_to_bytes(model)
+    store = WeightStore(
+        model.get_weights(),
+        num_workers=num_workers,
+        rule=make_rule(str(config.merge)),
+        round_timeout=config.round_timeout,
+    )
+    service = ParameterService(store, host=_service_host(spark, config), port=config.port)
+    broadcast = sc.broadcast(model_bytes)
+    payload = WorkerPayload(
+        model_bytes=broadcast,
+        custom_objects=cloudpickle.dumps(custom_objects) if custom_objects else None,
+        url="",
+        token=service.token,
+        input_shape=prepared.input_shape,
+        label_kind=prepared.label_kind,
+        epochs=config.epochs,
+        batch_size=config.batch_size,
+        sync_every=config.sync_every,
+        shuffle=config.shuffle,
+        seed=config.seed,
+        threads=config.threads_per_worker or _task_cpus(sc),
+        request_timeout=config.request_timeout,
+        request_retries=config.request_retries,
+    )
+    frame = prepared.frame
+    if frame.rdd.getNumPartitions() != num_workers:
+        frame = frame.repartition(num_workers)
+    progress = _Progress(store, config, prepared.summary.rows) if config.verbose else None
+    service.start()
+    try:
+        payload = _with_url(payload, service.url)
+        sc.setJobDescription(
+            f"sparkdl fit: {config.mode}/{config.merge}, {num_workers} workers, "
+            f"{config.epochs} epochs"
+        )
+        if progress:
+            progress.start()
+        job = frame.mapInArrow(make_train_function(payload), RESULT_SCHEMA, barrier=True)
+        try:
+            rows = job.collect()
+        except Exception as exc:
+            raise _worker_error(exc, store.failures()) from None
+        reports = sorted((json.loads(r["report"]) for r in rows), key=lambda r: r["worker"])
+        weights = store.weights()
+        history = store.history()
+        status = store.status()
+    finally:
+        if progress:
+            progress.stop()
+        service.stop()
+        sc.setJobDescription(None)  # type: ignore[arg-type]
+        broadcast.unpersist(blocking=False)
+    trained = keras_io.model_from_bytes(model_bytes, custom_objects)
+    trained.set_weights(weights)
+    return FitResult(
+        weights=weights,
+        model_bytes=keras_io.model_to_bytes(trained),
+        history=history,
+        reports=reports,
+        rows=prepared.summary.rows,
+        seconds=time.perf_counter() - started,
+        input_shape=prepared.input_shape,
+        status=status,
+    )
+
+
+def parse_local_master(master: str) -> bool:
+    """Whether executors run on the driver's machine (``local``, ``local-cluster``)."""
+    return master.startswith("local")
+
+
+def task_slots(sc: SparkContext) -> int:
+    """Number of tasks the cluster can run at once with the default resource profile."""
+    try:
+        jsc = sc._jsc.sc()  # type: ignore[union-attr]
+        profile = jsc.resourceProfileManager().defaultResourceProfile()
+        return int(jsc.maxNumConcurrentTasks(profile))
+    except Exception:  # noqa: BLE001 - fall back on the public figure
+        return int(sc.defaultParallelism)
+
+
+def _num_workers(sc: SparkContext, config: TrainConfig) -> int:
+    """Checks the slots a barrier stage needs; waits for executors on real clusters."""
+    master = sc.master
+    wait_until = time.monotonic() + (0 if re.fullmatch(r"local(\[.*\])?", master) else config.slot_wait_timeout)
+    while True:
+        slots = task_slots(sc)
+        wanted = config.num_workers or slots
+        if slots >= wanted > 0:
+            return wanted
+        if time.monotonic() >= wait_until:
+            raise ClusterError(
+                f"Synchronous mode runs num_workers={wanted} tasks at once as a barrier stage, "
+                f"but the cluster has {slots} task slot(s) (master {master!r}). Lower "
+                "num_workers, add executors or cores, or raise slot_wait_timeout= if "
+                "executors are still starting."
+            )
+        time.sleep(0.5)
+
+
+def _service_host(spark: SparkSession, config: TrainConfig) -> str:
+    if config.service_host:
+        return config.service_host
+    if parse_local_master(spark.sparkContext.master):
+        return "127.0.0.1"
+    return spark.conf.get("spark.driver.host", "127.0.0.1") or "127.0.0.1"
+
+
+def _task_cpus(sc: SparkContext) -> int:
+    try:
+        return max(1, int(sc.getConf().get("spark.task.cpus", "1") or 1))
+    except ValueError:
+        return 1
+
+
+def _with_url(payload: WorkerPayload, url: str) -> WorkerPayload:
+    return dataclasses.replace(payload, url=url)
+
+
+def _worker_error(exc: Exception, failures: dict[int, str]) -> SparkDLError:
+    if failures:
+        first = next(iter(failures.values())).strip().splitlines()[-1]
+        return WorkerError(
+            f"{len(failures)} worker(s) failed during training: {first}", failures
+        )
+    text = str(exc)
+    match = re.search(r"Traceback \(most recent call last\):.*?(?=\n\tat |\n\s*at org\.|\Z)", text, re.S)
+    trace = match.group(0) if match else "".join(traceback.format_exception_only(type(exc), exc))
+    last = trace.strip().splitlines()[-1] if trace.strip() else type(exc).__name__
+    return WorkerError(f"The training job failed: {last}", {-1: trace})
+
+
+class _Progress:
+    """Prints one line per finished epoch from the service's state (verbose=1)."""
+
+    def __init__(self, store: WeightStore, config: TrainConfig, rows: int) -> None:
+        self._store = store
+        self._config = config
+        self._rows = rows
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="sparkdl-progress", daemon=True)
+        self._printed = 0
+        self._started = time.perf_counter()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._print_new()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.25):
+            self._print_new()
+
+    def _print_new(self) -> None:
+        history = self._store.history()
+        done = len(next(iter(history.values()), []))
+        while self._printed < done:
+            i = self._printed
+            elapsed = time.perf_counter() - self._started
+            rate = self._rows * (i + 1) / elapsed if elapsed > 0 else math.nan
+            metrics = " - ".join(f"{k}: {v[i]:.4f}" for k, v in history.items() if i < len(v))
+            print(
+                f"Epoch {i + 1}/{self._config.epochs} - {self._rows} samples - {metrics} - "
+                f"{rate:,.0f} samples/s",
+                flush=True,
+            )
+            self._printed += 1
+

@@ -1,0 +1,77 @@
+"""Executor GPU assignment from Spark's resource scheduling.
+
+Call :func:`assign_gpus` in a task before TensorFlow is imported: it sets
+``CUDA_VISIBLE_DEVICES`` to the GPU addresses Spark gave the task, so each task sees
+only its own GPU. :func:`configure_tensorflow` then turns memory growth on, or logs that
+the task runs on the CPU.
+
+Example:
+    >>> assign_gpus(None) is None
+    True
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+__all__ = ["assign_gpus", "configure_tensorflow"]
+
+_log = logging.getLogger(__name__)
+
+
+def assign_gpus(task_context: Any) -> list[str] | None:
+    """Restricts this process to the GPUs Spark assigned to the task.
+
+    Args:
+        task_context: A ``pyspark.TaskContext`` (or ``None`` outside a task).
+
+    Returns:
+        The GPU addresses, or ``None`` when the task has no GPU resource.
+    """
+    if task_context is None:
+        return None
+    try:
+        resource = task_context.resources().get("gpu")
+    except Exception:  # noqa: BLE001 - old Spark or no resources
+        resource = None
+    addresses = list(resource.addresses) if resource is not None else []
+    if not addresses:
+        return None
+    visible = ",".join(addresses)
+    if "tensorflow" in sys.modules and os.environ.get("CUDA_VISIBLE_DEVICES") != visible:
+        _log.warning(
+            "TensorFlow was already imported in this Python worker with "
+            "CUDA_VISIBLE_DEVICES=%s; task GPUs %s take effect in a fresh worker.",
+            os.environ.get("CUDA_VISIBLE_DEVICES"),
+            visible,
+        )
+    os.environ["CUDA_VISIBLE_DEVICES"] = visible
+    return addresses
+
+
+def configure_tensorflow(threads: int | None = None) -> list[Any]:
+    """Sets thread counts and GPU memory growth; returns the visible GPUs.
+
+    Settings that TensorFlow refuses after its runtime started (a reused Python worker)
+    are left as they are.
+    """
+    import tensorflow as tf
+
+    if threads:
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(threads)
+            tf.config.threading.set_inter_op_parallelism_threads(max(2, threads))
+        except RuntimeError:
+            pass
+    gpus = tf.config.list_physical_devices("GPU")
+    for gpu in gpus:
+        try:
+            tf.config.experimental.set_memory_growth(gpu, True)
+        except RuntimeError:
+            pass
+    if not gpus:
+        _log.info("sparkdl worker: no GPU visible, training on the CPU")
+    return gpus

@@ -1,0 +1,168 @@
+"""Keras model checks and transport: compiled?, input shape, labels, bytes round trip.
+
+Models travel to executors as the bytes of a native ``.keras`` archive (architecture,
+weights, compile settings), through Spark's own channels, never over the parameter
+service.
+
+Example:
+    >>> import keras
+    >>> net = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    >>> net.compile(optimizer="sgd", loss="mse")
+    >>> model_from_bytes(model_to_bytes(net)).count_params()
+    10
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import tempfile
+import warnings
+import zipfile
+from typing import TYPE_CHECKING, Any
+
+from sparkdl.errors import ModelError, SchemaError
+
+if TYPE_CHECKING:
+    import keras
+
+__all__ = [
+    "check_compiled",
+    "check_labels",
+    "model_from_bytes",
+    "model_to_bytes",
+    "resolve_input_shape",
+]
+
+_SPARSE_LOSSES = ("sparse_categorical_crossentropy", "SparseCategoricalCrossentropy")
+
+
+def check_compiled(model: Any) -> None:
+    """Raises :class:`ModelError` unless ``model`` is a compiled Keras model.
+
+    Example:
+        >>> import keras
+        >>> check_compiled(keras.Sequential([keras.layers.Dense(1)]))
+        Traceback (most recent call last):
+        ...
+        sparkdl.errors.ModelError: The Keras model is not compiled. ...
+    """
+    import keras
+
+    if not isinstance(model, keras.Model):
+        raise ModelError(f"Expected model to be a keras.Model. Received: {type(model).__name__}")
+    if not getattr(model, "compiled", False) or getattr(model, "optimizer", None) is None:
+        raise ModelError(
+            "The Keras model is not compiled. Call model.compile(optimizer=..., loss=..., "
+            "metrics=[...]) before passing it to KerasEstimator."
+        )
+
+
+def resolve_input_shape(model: keras.Model, width: int) -> tuple[int, ...]:
+    """Returns the per-sample input shape that ``width`` feature values fill.
+
+    A flat row is reshaped to the model's input shape when the sizes agree (64 values
+    feed an ``(8, 8)`` input). An unbuilt model is built for ``(width,)``.
+
+    Raises:
+        ModelError: The model has several inputs.
+        SchemaError: ``width`` does not fit the model's input shape.
+    """
+    if not model.built or not getattr(model, "inputs", None):
+        try:
+            model.build((None, width))
+        except Exception as exc:
+            raise ModelError(
+                f"Could not build the model for inputs of shape (None, {width}): {exc}. "
+                "Give it a keras.Input(shape=...) layer."
+            ) from exc
+    inputs = getattr(model, "inputs", None) or []
+    if len(inputs) > 1:
+        raise ModelError(
+            f"Expected a model with one input. Received {len(inputs)} inputs; pass one "
+            "features column per model."
+        )
+    if not inputs:
+        return (width,)
+    shape = tuple(inputs[0].shape[1:])
+    known = [d for d in shape if d is not None]
+    unknown = len(shape) - len(known)
+    size = math.prod(known) if known else 1
+    if unknown == 0 and size == width:
+        return tuple(int(d) for d in shape)
+    if unknown == 1 and size and width % size == 0:
+        return tuple(width // size if d is None else int(d) for d in shape)
+    raise SchemaError(
+        f"Expected {size if unknown == 0 else 'a multiple of ' + str(size)} feature values "
+        f"per row to fit the model's input shape {(None, *shape)}. Received rows of {width} "
+        "values. Check features_col, or change the model's keras.Input(shape=...)."
+    )
+
+
+def check_labels(
+    model: keras.Model, kind: str, label_width: int, label_min: float | None, label_max: float | None
+) -> None:
+    """Checks labels against the model's output before any job runs.
+
+    Raises:
+        SchemaError: Array labels of the wrong width, or class ids out of range for a
+            sparse categorical loss.
+    """
+    outputs = getattr(model, "outputs", None) or []
+    if len(outputs) != 1:
+        return
+    units = outputs[0].shape[-1]
+    if kind == "array" and units is not None and len(outputs[0].shape) == 2 and label_width != units:
+        raise SchemaError(
+            f"Expected label arrays of {units} values to match the model's output shape "
+            f"{tuple(outputs[0].shape)}. Received label arrays of {label_width} values."
+        )
+    loss = model.loss
+    name = loss if isinstance(loss, str) else type(loss).__name__
+    if kind != "array" and name in _SPARSE_LOSSES and units is not None and label_max is not None:
+        if label_min is not None and label_min < 0 or label_max > units - 1:
+            raise SchemaError(
+                f"Expected class ids in [0, {units - 1}] for a sparse categorical loss over "
+                f"{units} outputs. Received labels from {label_min:g} to {label_max:g}. "
+                "Re-index the labels (StringIndexer) or widen the output layer."
+            )
+
+
+def model_to_bytes(model: keras.Model) -> bytes:
+    """Returns ``model`` as the bytes of a ``.keras`` archive."""
+    with tempfile.TemporaryDirectory(prefix="sparkdl-") as tmp:
+        path = os.path.join(tmp, "model.keras")
+        model.save(path)
+        with open(path, "rb") as f:
+            return f.read()
+
+
+def model_from_bytes(
+    data: bytes,
+    custom_objects: dict[str, Any] | None = None,
+    *,
+    compile: bool = True,
+    safe_mode: bool = False,
+) -> keras.Model:
+    """Loads a model saved by :func:`model_to_bytes`.
+
+    ``safe_mode`` is off by default because these bytes come from the user's own
+    driver through Spark (so ``Lambda`` layers work); they never come from the network.
+    """
+    import keras
+
+    if not zipfile.is_zipfile(io.BytesIO(data)):
+        raise ModelError("Model bytes are not a .keras archive.")
+    with tempfile.TemporaryDirectory(prefix="sparkdl-") as tmp:
+        path = os.path.join(tmp, "model.keras")
+        with open(path, "wb") as f:
+            f.write(data)
+        with warnings.catch_warnings():
+            # A compiled but never-trained model saves an unbuilt optimizer; Keras warns
+            # that it skips those (empty) optimizer variables on load. Nothing is lost.
+            warnings.filterwarnings("ignore", message="Skipping variable loading for optimizer")
+            model: keras.Model = keras.saving.load_model(
+                path, custom_objects=custom_objects, compile=compile, safe_mode=safe_mode
+            )
+        return model

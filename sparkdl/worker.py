@@ -1,0 +1,293 @@
+"""The executor side of a fit: one barrier task per worker.
+
+A task reads its partition once into numpy, learns every worker's row count through
+the service's ``/join`` (so all workers agree on the number of rounds per epoch),
+rebuilds the model from the ``.keras`` bytes, pulls the service's current weights, and
+runs one ``model.fit`` over every epoch with a callback that syncs every ``frequency``.
+
+The closure carries only plain data (:class:`WorkerPayload`): never the SparkSession,
+the estimator or the service.
+
+Example:
+    >>> rounds_per_epoch([23, 22], every=4)
+    6
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+__all__ = ["RESULT_SCHEMA", "WorkerPayload", "make_train_function", "rounds_per_epoch"]
+
+#: Schema of the one row each worker returns.
+RESULT_SCHEMA = "worker int, report string"
+
+
+@dataclass(frozen=True)
+class WorkerPayload:
+    """Everything a worker needs, as plain values.
+
+    Attributes:
+        model_bytes: A Spark broadcast of the ``.keras`` archive bytes.
+        custom_objects: cloudpickled ``custom_objects`` dict, or ``None``.
+        url: The parameter service's URL.
+        token: The fit's secret.
+        input_shape: Per-sample input shape.
+        label_kind: ``"int"``, ``"float"`` or ``"array"``.
+        epochs: Passes over the data.
+        batch_size: Samples per step.
+        sync_every: Batches between syncs, or ``None`` for epoch ends only.
+        shuffle: Shuffle each epoch.
+        seed: Base seed, or ``None``.
+        threads: TensorFlow intra-op threads, or ``None``.
+        request_timeout: Seconds per service call.
+        request_retries: Retries per service call.
+    """
+
+    model_bytes: Any
+    custom_objects: bytes | None
+    url: str
+    token: str
+    input_shape: tuple[int, ...]
+    label_kind: str
+    epochs: int
+    batch_size: int
+    sync_every: int | None
+    shuffle: bool
+    seed: int | None
+    threads: int | None
+    request_timeout: float
+    request_retries: int
+
+
+def make_train_function(
+    payload: WorkerPayload,
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Returns the function ``mapInArrow(..., barrier=True)`` runs on each partition."""
+
+    def train_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        report = _run(payload, batches)
+        yield pa.RecordBatch.from_pydict(
+            {"worker": [report["worker"]], "report": [json.dumps(report)]},
+            schema=pa.schema([("worker", pa.int32()), ("report", pa.string())]),
+        )
+
+    return train_partition
+
+
+def rounds_per_epoch(steps: list[int], every: int | None) -> int:
+    """Synchronous rounds per epoch when workers take ``steps`` batches each.
+
+    Every worker takes part in every round; one whose epoch is shorter pushes with zero
+    samples, so partitions of different sizes never deadlock a round.
+    """
+    longest = max(steps) if steps else 0
+    if every is None:
+        return 1
+    return max(1, math.ceil(longest / every))
+
+
+def _run(payload: WorkerPayload, batches: Iterator[pa.RecordBatch]) -> dict[str, Any]:
+    from pyspark import BarrierTaskContext
+
+    from sparkdl import gpu
+
+    started = time.perf_counter()
+    ctx = BarrierTaskContext.get()
+    worker = ctx.partitionId()
+    gpu.assign_gpus(ctx)
+    # Import TensorFlow while the partition is read: the import dominates a cold worker.
+    importer = threading.Thread(target=_import_tensorflow, name="sparkdl-import", daemon=True)
+    importer.start()
+
+    from sparkdl.data import to_numpy
+    from sparkdl.server.client import ServiceClient
+
+    x, y = to_numpy(list(batches), payload.input_shape, payload.label_kind)
+    client = ServiceClient(
+        payload.url,
+        payload.token,
+        worker=worker,
+        timeout=payload.request_timeout,
+        retries=payload.request_retries,
+    )
+    try:
+        rows = client.join(len(x))
+        importer.join()
+        import_seconds = time.perf_counter() - started
+        return _train(payload, client, worker, x, y, rows, started, import_seconds)
+    except BaseException as exc:
+        client.report_failure(exc)
+        raise
+    finally:
+        client.close()
+
+
+def _import_tensorflow() -> None:
+    import keras  # noqa: F401
+    import tensorflow  # noqa: F401
+
+
+def _train(
+    payload: WorkerPayload,
+    client: Any,
+    worker: int,
+    x: Any,
+    y: Any,
+    rows: list[int],
+    started: float,
+    import_seconds: float,
+) -> dict[str, Any]:
+    import cloudpickle
+    import keras
+
+    from sparkdl import gpu
+    from sparkdl.keras_io import model_from_bytes
+
+    gpus = gpu.configure_tensorflow(payload.threads)
+    if payload.seed is not None:
+        keras.utils.set_random_seed(payload.seed + 7919 * worker)
+    custom = cloudpickle.loads(payload.custom_objects) if payload.custom_objects else None
+    model = model_from_bytes(payload.model_bytes.value, custom)
+    weights, version = client.pull(0)
+    model.set_weights(weights)
+
+    steps = [math.ceil(n / payload.batch_size) for n in rows]
+    sync = _SyncCallback(
+        client,
+        rows=len(x),
+        batch_size=payload.batch_size,
+        steps=steps[worker],
+        rounds=rounds_per_epoch(steps, payload.sync_every),
+        every=payload.sync_every,
+        round_no=version,
+    )
+    sync.keras_callback.set_model(model)
+    train_start = time.perf_counter()
+    if len(x):
+        model.fit(
+            x,
+            y,
+            batch_size=payload.batch_size,
+            epochs=payload.epochs,
+            shuffle=payload.shuffle,
+            verbose=0,
+            callbacks=[sync.keras_callback],
+        )
+    else:  # an empty partition still takes part in every round
+        for epoch in range(payload.epochs):
+            sync.on_epoch_begin(epoch)
+            sync.on_epoch_end(epoch, {})
+    train_seconds = time.perf_counter() - train_start
+    return {
+        "worker": worker,
+        "rows": len(x),
+        "gpus": len(gpus),
+        "import_seconds": import_seconds,
+        "train_seconds": train_seconds,
+        "task_seconds": time.perf_counter() - started,
+        "comm_seconds": client.comm_seconds,
+        "calls": client.calls,
+        "syncs": sync.syncs,
+    }
+
+
+class _SyncCallback:
+    """Keras callback that pushes weights every ``every`` batches and at epoch ends."""
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        rows: int,
+        batch_size: int,
+        steps: int,
+        rounds: int,
+        every: int | None,
+        round_no: int,
+    ) -> None:
+        import keras
+
+        # Subclassing keras.callbacks.Callback at import time would import Keras too
+        # early; wrap a real Callback instead.
+        outer = self
+
+        class _Bridge(keras.callbacks.Callback):
+            def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+                outer.on_epoch_begin(epoch)
+
+            def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+                outer.on_batch_end(batch, logs or {})
+
+            def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+                outer.on_epoch_end(epoch, logs or {})
+
+        self.keras_callback = _Bridge()
+        self.client = client
+        self.rows = rows
+        self.batch_size = batch_size
+        self.steps = steps
+        self.rounds = rounds
+        self.every = every
+        self.mid_rounds = (steps - 1) // every if every and steps else 0
+        self.round_no = round_no
+        self.syncs = 0
+        self._done = 0
+        self._sent = 0
+        self._epoch = 0
+
+    @property
+    def model(self) -> Any:
+        return self.keras_callback.model
+
+    def on_epoch_begin(self, epoch: int) -> None:
+        self._epoch = epoch
+        self._done = 0
+        self._sent = 0
+
+    def on_batch_end(self, batch: int, logs: dict[str, Any]) -> None:
+        if not self.every:
+            return
+        step = batch + 1
+        target = min(step // self.every, self.mid_rounds)
+        while self._done < target:
+            self._sync(min(step * self.batch_size, self.rows), logs, None)
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any]) -> None:
+        while self._done < self.mid_rounds:
+            self._sync(self.rows, logs, None)
+        self._sync(self.rows, logs, logs)
+        while self._done < self.rounds:
+            self._sync(self.rows, {}, None)
+
+    def _sync(self, seen: int, logs: dict[str, Any], epoch_logs: dict[str, Any] | None) -> None:
+        from sparkdl.errors import TrainingError
+
+        loss = logs.get("loss")
+        loss = float(loss) if loss is not None else None
+        if loss is not None and not math.isfinite(loss):
+            raise TrainingError(
+                f"The loss became {loss} in epoch {self._epoch + 1}: training diverged. "
+                "Lower the learning rate, clip gradients (clipnorm=...), or scale the features."
+            )
+        meta: dict[str, Any] = {"loss": loss, "epoch": self._epoch}
+        if epoch_logs is not None:
+            meta["epoch_logs"] = {k: float(v) for k, v in epoch_logs.items()}
+            meta["epoch_samples"] = self.rows
+        model = self.model
+        weights, version = self.client.push_sync(
+            model.get_weights(), round_no=self.round_no, samples=seen - self._sent, meta=meta
+        )
+        model.set_weights(weights)
+        self.round_no = version
+        self._sent = seen
+        self._done += 1
+        self.syncs += 1
