@@ -110,9 +110,9 @@ def encode(arrays: Sequence[np.ndarray], meta: dict[str, Any] | None = None) -> 
         name = _dtype_name(array.dtype)
         if array.dtype.byteorder == ">":
             array = array.astype(array.dtype.newbyteorder("<"))
-        array = np.ascontiguousarray(array)
+        array = np.require(array, requirements="C")  # keeps 0-d arrays 0-d
         specs.append({"dtype": name, "shape": list(array.shape)})
-        buffers.append(memoryview(array.reshape(-1)).cast("B") if array.size else b"")
+        buffers.append(memoryview(array.reshape(-1).view(np.uint8)) if array.size else b"")
     header = json.dumps({"arrays": specs, "meta": meta or {}}, separators=(",", ":")).encode()
     head = _PREFIX.pack(MAGIC, VERSION, len(header)) + header
     chunks: list[Any] = [head + b"\0" * _pad(len(head))]

@@ -1,0 +1,102 @@
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from sparkdl.server.rules import AverageRule
+from sparkdl.server.store import StoreError, WeightStore
+
+
+def make_store(workers: int = 2) -> WeightStore:
+    return WeightStore([np.zeros(3, np.float32)], num_workers=workers, rule=AverageRule())
+
+
+def push(store: WeightStore, worker: int, value: float, *, seq: int, round_no: int, samples: int = 1, wait: float = 5.0):
+    return store.push_sync(
+        worker, seq=seq, round_no=round_no, arrays=[np.full(3, value, np.float32)],
+        samples=samples, meta={}, wait=wait,
+    )
+
+
+def test_round_waits_for_every_worker_then_merges() -> None:
+    store = make_store()
+    assert push(store, 0, 1.0, seq=1, round_no=0, wait=0.05) is None  # round still open
+    result = {}
+    t = threading.Thread(target=lambda: result.setdefault("r", store.pull(1, 5.0)))
+    t.start()
+    weights, version = push(store, 1, 3.0, seq=1, round_no=0, samples=3)
+    t.join()
+    assert version == 1
+    np.testing.assert_allclose(weights[0], 2.5)
+    assert result["r"][1] == 1
+
+
+def test_retried_push_is_counted_once() -> None:
+    store = make_store()
+    push(store, 0, 1.0, seq=1, round_no=0, wait=0.0)
+    push(store, 0, 1.0, seq=1, round_no=0, wait=0.0)  # retry while the round is open
+    assert store.status()["round_pushed"] == [0]
+    push(store, 1, 1.0, seq=1, round_no=0)
+    weights, version = push(store, 1, 1.0, seq=1, round_no=0)  # retry after the merge
+    assert version == 1
+    assert store.status()["samples_seen"] == 2
+
+
+def test_wrong_round_shape_worker_and_nan_are_refused_and_weights_kept() -> None:
+    store = make_store()
+    with pytest.raises(StoreError) as err:
+        push(store, 0, 1.0, seq=1, round_no=3)
+    assert err.value.status == 409
+    with pytest.raises(StoreError, match="shape"):
+        store.push_sync(0, seq=1, round_no=0, arrays=[np.zeros(4, np.float32)], samples=1, meta={}, wait=0)
+    with pytest.raises(StoreError, match="Unknown worker"):
+        push(store, 7, 1.0, seq=1, round_no=0)
+    with pytest.raises(StoreError, match="NaN"):
+        push(store, 0, float("nan"), seq=1, round_no=0)
+    np.testing.assert_array_equal(store.weights()[0], np.zeros(3))
+    assert store.version == 0
+
+
+def test_failure_aborts_waiting_pushes() -> None:
+    store = make_store()
+    errors = []
+
+    def waiting() -> None:
+        try:
+            push(store, 0, 1.0, seq=1, round_no=0, wait=10.0)
+        except StoreError as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=waiting)
+    t.start()
+    store.report_failure(1, "Traceback\nValueError: boom")
+    t.join(timeout=5)
+    assert errors and errors[0].status == 409
+    assert store.failures() == {1: "Traceback\nValueError: boom"}
+
+
+def test_epoch_logs_are_averaged_by_samples() -> None:
+    store = make_store()
+    for worker, (n, loss) in enumerate([(100, 1.0), (300, 2.0)]):
+        store.push_sync(
+            worker, seq=1, round_no=0, arrays=[np.zeros(3, np.float32)], samples=n,
+            meta={"epoch": 0, "epoch_logs": {"loss": loss, "accuracy": 0.5}, "epoch_samples": n},
+            wait=0,
+        )
+    assert store.history() == {"accuracy": [0.5], "loss": [1.75]}
+
+
+def test_join_returns_all_row_counts() -> None:
+    store = make_store()
+    assert store.join(0, 10, wait=0.0) is None
+    assert store.join(1, 12, wait=1.0) == [10, 12]
+    assert store.join(0, 10, wait=0.0) == [10, 12]
+
+
+def test_round_timeout_aborts() -> None:
+    store = WeightStore([np.zeros(1, np.float32)], num_workers=2, rule=AverageRule(), round_timeout=0.2)
+    store.push_sync(0, seq=1, round_no=0, arrays=[np.ones(1, np.float32)], samples=1, meta={}, wait=0)
+    with pytest.raises(StoreError, match="round_timeout"):
+        store.pull(1, wait=3.0)
