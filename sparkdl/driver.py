@@ -14,7 +14,6 @@ import math
 import re
 import threading
 import time
-import traceback
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -161,9 +160,8 @@ def run_fit(
         )
         if progress:
             progress.start()
-        job = frame.mapInArrow(make_train_function(payload), RESULT_SCHEMA, barrier=True)
         try:
-            rows = job.collect()
+            rows = _run_barrier_job(frame, payload, num_workers)
         except Exception as exc:
             raise _worker_error(exc, store.failures()) from None
         reports = sorted((json.loads(r["report"]) for r in rows), key=lambda r: r["worker"])
@@ -188,6 +186,24 @@ def run_fit(
         input_shape=prepared.input_shape,
         status=status,
     )
+
+
+def _run_barrier_job(frame: DataFrame, payload: WorkerPayload, num_workers: int) -> list[Any]:
+    """Runs the barrier stage; inserts a shuffle when Spark refuses the RDD chain.
+
+    Spark refuses a barrier stage over a chain whose ancestors have another partition
+    count (``union``, ``coalesce``...). That check fails at submission, before any
+    task runs, so retrying over ``repartition(num_workers)`` loses nothing.
+    """
+    train = make_train_function(payload)
+    try:
+        return frame.mapInArrow(train, RESULT_SCHEMA, barrier=True).collect()
+    except Exception as exc:
+        if "BarrierJobUnsupportedRDDChain" not in str(exc):
+            raise
+    _log.info("barrier stage needs a shuffle for this DataFrame; repartitioning")
+    frame = frame.repartition(num_workers)
+    return frame.mapInArrow(train, RESULT_SCHEMA, barrier=True).collect()
 
 
 def parse_local_master(master: str) -> bool:
@@ -251,8 +267,14 @@ def _worker_error(exc: Exception, failures: dict[int, str]) -> SparkDLError:
         )
     text = str(exc)
     match = re.search(r"Traceback \(most recent call last\):.*?(?=\n\tat |\n\s*at org\.|\Z)", text, re.S)
-    trace = match.group(0) if match else "".join(traceback.format_exception_only(type(exc), exc))
-    last = trace.strip().splitlines()[-1] if trace.strip() else type(exc).__name__
+    if match:
+        trace = match.group(0)
+        last = trace.strip().splitlines()[-1]
+    else:
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("\tat ")]
+        trace = "\n".join(lines[:6]) or type(exc).__name__
+        causes = [ln for ln in lines if re.match(r"^:?\s*[\w.$]+(Exception|Error)\b", ln)]
+        last = (causes[0] if causes else lines[0] if lines else type(exc).__name__).lstrip(": ")
     return WorkerError(f"The training job failed: {last}", {-1: trace})
 
 

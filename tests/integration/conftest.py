@@ -1,0 +1,40 @@
+"""One local[2] SparkSession for the integration tests, bound to 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+
+def spark_builder(master: str):  # type: ignore[no-untyped-def]
+    from pyspark.sql import SparkSession
+
+    return (
+        SparkSession.builder.master(master)
+        .appName("sparkdl-tests")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.executorEnv.TF_CPP_MIN_LOG_LEVEL", "2")
+    )
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    session = spark_builder("local[2]").getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def digits(spark):  # type: ignore[no-untyped-def]
+    from examples.digits import digits_arrays, digits_frames
+
+    train_df, test_df = digits_frames(spark, partitions=2)
+    return train_df.cache(), test_df.cache(), digits_arrays()

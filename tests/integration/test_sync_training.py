@@ -1,0 +1,85 @@
+"""Synchronous training end to end: real Spark local[2], real TensorFlow, real HTTP."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from examples.digits import accuracy, digits_model
+from sparkdl import KerasEstimator, KerasModel
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+@pytest.mark.parametrize("frequency", ["epoch", 4])
+def test_digits_synchronous_reaches_accuracy(digits, frequency) -> None:
+    train_df, test_df, (_, x_test, _, y_test) = digits
+    est = KerasEstimator(
+        model=digits_model(), features_col="features", label_col="label",
+        mode="synchronous", frequency=frequency, num_workers=2,
+        epochs=20, batch_size=32, seed=0, verbose=0,
+    )
+    fitted = est.fit(train_df)
+    assert isinstance(fitted, KerasModel)
+    assert len(fitted.history["loss"]) == 20
+    assert fitted.history["loss"][-1] < fitted.history["loss"][0]
+    assert set(fitted.history) == {"loss", "accuracy"}
+    acc = accuracy(fitted.get_model(), x_test, y_test)
+    assert acc >= 0.95, acc
+    report = fitted.fit_report
+    assert report["rows"] == 1437 and len(report["workers"]) == 2
+    syncs = {w["syncs"] for w in report["workers"]}
+    expected = 20 if frequency == "epoch" else 20 * 6  # ceil(23 batches / 4) rounds per epoch
+    assert syncs == {expected}
+
+    scored = fitted.transform(test_df)
+    assert scored.columns == ["features", "label", "prediction"]
+    rows = scored.collect()
+    x = np.array([r.features for r in rows], np.float32)
+    preds = np.array([r.prediction for r in rows], np.float32)
+    np.testing.assert_allclose(preds, fitted.get_model().predict(x, verbose=0), atol=1e-5)
+
+
+def test_verbose_prints_one_line_per_epoch(digits, capsys) -> None:
+    train_df, _, _ = digits
+    KerasEstimator(model=digits_model(), num_workers=2, epochs=2, seed=0, verbose=1).fit(train_df)
+    out = capsys.readouterr().out
+    assert "Epoch 1/2" in out and "Epoch 2/2" in out and "samples/s" in out
+
+
+@pytest.mark.parametrize("small", [5, 0])
+def test_uneven_partitions_do_not_deadlock(spark, small) -> None:
+    """Partitions of `small` and the rest: the short worker joins every round with 0 samples."""
+    import keras
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((205, 4)).astype(np.float32)
+    y = (x.sum(axis=1) > 0).astype(int)
+    keyed = [(int(i >= small), (x[i].tolist(), int(y[i]))) for i in range(205)]
+    rdd = spark.sparkContext.parallelize(keyed, 2).partitionBy(2, lambda k: k).values()
+    df = spark.createDataFrame(rdd, "features array<float>, label long")
+    sizes = sorted(df.rdd.mapPartitions(lambda it: [sum(1 for _ in it)]).collect())
+    assert sizes == [small, 205 - small]
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, activation="softmax")])
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    fitted = KerasEstimator(model=model, num_workers=2, frequency=2, epochs=3, batch_size=8, seed=0).fit(df)
+    assert len(fitted.history["loss"]) == 3
+    rounds = -(-(-(-(205 - small) // 8)) // 2)  # ceil(ceil(rows / 8) / 2)
+    assert {w["syncs"] for w in fitted.fit_report["workers"]} == {3 * rounds}
+    assert sorted(w["rows"] for w in fitted.fit_report["workers"]) == [small, 205 - small]
+
+
+def test_union_dataframe_gets_a_shuffle_before_the_barrier_stage(spark) -> None:
+    """Spark refuses a barrier stage over union(); fit repartitions and goes on."""
+    import keras
+
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((60, 3)).astype(np.float32)
+    rows = [(x[i].tolist(), float(x[i].sum())) for i in range(60)]
+    sc = spark.sparkContext
+    schema = "features array<float>, label double"
+    df = spark.createDataFrame(sc.parallelize(rows[:20], 1).union(sc.parallelize(rows[20:], 1)), schema)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    fitted = KerasEstimator(model=model, num_workers=2, epochs=2, seed=0).fit(df)
+    assert len(fitted.history["loss"]) == 2
