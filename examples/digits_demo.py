@@ -11,10 +11,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql import SparkSession
 
-from examples.digits import accuracy, digits_arrays, digits_frames, digits_model  # noqa: E402
-from sparkdl import KerasEstimator  # noqa: E402
+from examples.digits import accuracy, digits_arrays, digits_frames, digits_model
+from sparkdl import KerasEstimator
 
 
 def main() -> None:
@@ -49,7 +49,9 @@ def main() -> None:
     print(f"fit seconds:     {seconds:.2f}")
     print(f"samples/second:  {rows * 20 / seconds:,.0f}")
     print(f"communication:   {fitted.fit_report['communication_share']:.1%} of worker time")
-    print("first predictions:", [int(max(range(10), key=lambda i: r.prediction[i])) for r in scored])
+    print(
+        "first predictions:", [int(max(range(10), key=lambda i: r.prediction[i])) for r in scored]
+    )
     spark.stop()
 
 

@@ -101,18 +101,30 @@ class TrainConfig:
             _positive_int("num_workers", self.num_workers)
         if self.threads_per_worker is not None:
             _positive_int("threads_per_worker", self.threads_per_worker)
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+        if self.seed is not None and (
+            isinstance(self.seed, bool) or not isinstance(self.seed, int)
+        ):
             raise ConfigError(f"Expected seed to be an int or None. Received: seed={self.seed!r}")
         if self.verbose not in (0, 1, 2):
-            raise ConfigError(f"Expected verbose to be 0, 1 or 2. Received: verbose={self.verbose!r}")
-        if isinstance(self.port, bool) or not isinstance(self.port, int) or not 0 <= self.port < 65536:
-            raise ConfigError(f"Expected port to be an int in [0, 65535]. Received: port={self.port!r}")
+            raise ConfigError(
+                f"Expected verbose to be 0, 1 or 2. Received: verbose={self.verbose!r}"
+            )
+        if (
+            isinstance(self.port, bool)
+            or not isinstance(self.port, int)
+            or not 0 <= self.port < 65536
+        ):
+            raise ConfigError(
+                f"Expected port to be an int in [0, 65535]. Received: port={self.port!r}"
+            )
         for name in ("request_timeout", "round_timeout", "slot_wait_timeout"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigError(f"Expected {name} to be a number > 0. Received: {name}={value!r}")
-        if isinstance(self.request_retries, bool) or not isinstance(self.request_retries, int) or (
-            self.request_retries < 0
+        if (
+            isinstance(self.request_retries, bool)
+            or not isinstance(self.request_retries, int)
+            or (self.request_retries < 0)
         ):
             raise ConfigError(
                 f"Expected request_retries to be an int >= 0. Received: {self.request_retries!r}"

@@ -80,9 +80,7 @@ class Prepared:
     input_shape: tuple[int, ...]
 
 
-def prepare(
-    df: DataFrame, model: keras.Model, features_col: Any, label_col: str
-) -> Prepared:
+def prepare(df: DataFrame, model: keras.Model, features_col: Any, label_col: str) -> Prepared:
     """Checks the model and the data and selects the two prepared columns.
 
     Runs one Spark job (an aggregate) to count rows and find nulls, NaNs and ragged rows.
@@ -214,17 +212,19 @@ def parse_local_master(master: str) -> bool:
 def task_slots(sc: SparkContext) -> int:
     """Number of tasks the cluster can run at once with the default resource profile."""
     try:
-        jsc = sc._jsc.sc()  # type: ignore[union-attr]
+        jsc = sc._jsc.sc()
         profile = jsc.resourceProfileManager().defaultResourceProfile()
         return int(jsc.maxNumConcurrentTasks(profile))
-    except Exception:  # noqa: BLE001 - fall back on the public figure
+    except Exception:
         return int(sc.defaultParallelism)
 
 
 def _num_workers(sc: SparkContext, config: TrainConfig) -> int:
     """Checks the slots a barrier stage needs; waits for executors on real clusters."""
-    master = sc.master
-    wait_until = time.monotonic() + (0 if re.fullmatch(r"local(\[.*\])?", master) else config.slot_wait_timeout)
+    master = str(sc.master)
+    wait_until = time.monotonic() + (
+        0 if re.fullmatch(r"local(\[.*\])?", master) else config.slot_wait_timeout
+    )
     while True:
         slots = task_slots(sc)
         wanted = config.num_workers or slots
@@ -243,7 +243,7 @@ def _num_workers(sc: SparkContext, config: TrainConfig) -> int:
 def _service_host(spark: SparkSession, config: TrainConfig) -> str:
     if config.service_host:
         return config.service_host
-    if parse_local_master(spark.sparkContext.master):
+    if parse_local_master(str(spark.sparkContext.master)):
         return "127.0.0.1"
     return spark.conf.get("spark.driver.host", "127.0.0.1") or "127.0.0.1"
 
@@ -262,16 +262,18 @@ def _with_url(payload: WorkerPayload, url: str) -> WorkerPayload:
 def _worker_error(exc: Exception, failures: dict[int, str]) -> SparkDLError:
     if failures:
         first = next(iter(failures.values())).strip().splitlines()[-1]
-        return WorkerError(
-            f"{len(failures)} worker(s) failed during training: {first}", failures
-        )
+        return WorkerError(f"{len(failures)} worker(s) failed during training: {first}", failures)
     text = str(exc)
-    match = re.search(r"Traceback \(most recent call last\):.*?(?=\n\tat |\n\s*at org\.|\Z)", text, re.S)
+    match = re.search(
+        r"Traceback \(most recent call last\):.*?(?=\n\tat |\n\s*at org\.|\Z)", text, re.S
+    )
     if match:
         trace = match.group(0)
         last = trace.strip().splitlines()[-1]
     else:
-        lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("\tat ")]
+        lines = [
+            ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("\tat ")
+        ]
         trace = "\n".join(lines[:6]) or type(exc).__name__
         causes = [ln for ln in lines if re.match(r"^:?\s*[\w.$]+(Exception|Error)\b", ln)]
         last = (causes[0] if causes else lines[0] if lines else type(exc).__name__).lstrip(": ")
@@ -316,4 +318,3 @@ class _Progress:
                 flush=True,
             )
             self._printed += 1
-

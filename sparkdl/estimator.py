@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["KerasEstimator"]
 
 
-class KerasEstimator(Estimator):  # type: ignore[misc]
+class KerasEstimator(Estimator):
     """Spark ML Estimator that trains a compiled Keras model on Spark executors.
 
     ``fit(df)`` validates the columns, the model and the settings on the driver, starts
@@ -106,4 +106,3 @@ class KerasEstimator(Estimator):  # type: ignore[misc]
                 "workers": result.reports,
             },
         )
-

@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -35,7 +36,7 @@ def assign_gpus(task_context: Any) -> list[str] | None:
         return None
     try:
         resource = task_context.resources().get("gpu")
-    except Exception:  # noqa: BLE001 - old Spark or no resources
+    except Exception:
         resource = None
     addresses = list(resource.addresses) if resource is not None else []
     if not addresses:
@@ -61,17 +62,13 @@ def configure_tensorflow(threads: int | None = None) -> list[Any]:
     import tensorflow as tf
 
     if threads:
-        try:
+        with contextlib.suppress(RuntimeError):  # runtime already started
             tf.config.threading.set_intra_op_parallelism_threads(threads)
             tf.config.threading.set_inter_op_parallelism_threads(max(2, threads))
-        except RuntimeError:
-            pass
     gpus = tf.config.list_physical_devices("GPU")
     for gpu in gpus:
-        try:
+        with contextlib.suppress(RuntimeError):
             tf.config.experimental.set_memory_growth(gpu, True)
-        except RuntimeError:
-            pass
     if not gpus:
         _log.info("sparkdl worker: no GPU visible, training on the CPU")
     return gpus

@@ -101,7 +101,11 @@ def resolve_input_shape(model: keras.Model, width: int) -> tuple[int, ...]:
 
 
 def check_labels(
-    model: keras.Model, kind: str, label_width: int, label_min: float | None, label_max: float | None
+    model: keras.Model,
+    kind: str,
+    label_width: int,
+    label_min: float | None,
+    label_max: float | None,
 ) -> None:
     """Checks labels against the model's output before any job runs.
 
@@ -113,20 +117,26 @@ def check_labels(
     if len(outputs) != 1:
         return
     units = outputs[0].shape[-1]
-    if kind == "array" and units is not None and len(outputs[0].shape) == 2 and label_width != units:
+    if (
+        kind == "array"
+        and units is not None
+        and len(outputs[0].shape) == 2
+        and label_width != units
+    ):
         raise SchemaError(
             f"Expected label arrays of {units} values to match the model's output shape "
             f"{tuple(outputs[0].shape)}. Received label arrays of {label_width} values."
         )
     loss = model.loss
     name = loss if isinstance(loss, str) else type(loss).__name__
-    if kind != "array" and name in _SPARSE_LOSSES and units is not None and label_max is not None:
-        if label_min is not None and label_min < 0 or label_max > units - 1:
-            raise SchemaError(
-                f"Expected class ids in [0, {units - 1}] for a sparse categorical loss over "
-                f"{units} outputs. Received labels from {label_min:g} to {label_max:g}. "
-                "Re-index the labels (StringIndexer) or widen the output layer."
-            )
+    sparse = kind != "array" and name in _SPARSE_LOSSES and units is not None
+    low, high = label_min, label_max
+    if sparse and low is not None and high is not None and (low < 0 or high > units - 1):
+        raise SchemaError(
+            f"Expected class ids in [0, {units - 1}] for a sparse categorical loss over "
+            f"{units} outputs. Received labels from {label_min:g} to {label_max:g}. "
+            "Re-index the labels (StringIndexer) or widen the output layer."
+        )
 
 
 def model_to_bytes(model: keras.Model) -> bytes:

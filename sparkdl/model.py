@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["KerasModel"]
 
 
-class KerasModel(Model):  # type: ignore[misc]
+class KerasModel(Model):
     """A trained Keras model as a Spark ML Transformer.
 
     ``transform(df)`` adds ``prediction_col`` with the model's output for every row

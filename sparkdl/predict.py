@@ -84,7 +84,7 @@ def predict_udf(
                         out[r] = v
             yield pd.Series(out, dtype="float64" if scalar_output else "object")
 
-    return pandas_udf(predict, return_type)  # type: ignore[call-overload,no-any-return]
+    return pandas_udf(predict, return_type)  # type: ignore[call-overload]
 
 
 def _load(broadcast: Any, digest: str, custom_objects: bytes | None) -> Any:

@@ -19,7 +19,7 @@ import json
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,10 +70,10 @@ class WorkerPayload:
 
 def make_train_function(
     payload: WorkerPayload,
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+) -> Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch]]:
     """Returns the function ``mapInArrow(..., barrier=True)`` runs on each partition."""
 
-    def train_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def train_partition(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
         report = _run(payload, batches)
         yield pa.RecordBatch.from_pydict(
             {"worker": [report["worker"]], "report": [json.dumps(report)]},
@@ -95,7 +95,7 @@ def rounds_per_epoch(steps: list[int], every: int | None) -> int:
     return max(1, math.ceil(longest / every))
 
 
-def _run(payload: WorkerPayload, batches: Iterator[pa.RecordBatch]) -> dict[str, Any]:
+def _run(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> dict[str, Any]:
     from pyspark import BarrierTaskContext
 
     from sparkdl import gpu

@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import traceback
@@ -116,14 +117,18 @@ class ServiceClient:
             headers={"Content-Type": wire.CONTENT_TYPE},
         )
         while status == 202:
-            status, data = self._request("GET", f"/weights?min_version={round_no + 1}&wait={_LONG_POLL}")
+            status, data = self._request(
+                "GET", f"/weights?min_version={round_no + 1}&wait={_LONG_POLL}"
+            )
         return self._arrays(status, data)
 
     def pull(self, min_version: int = 0) -> tuple[list[np.ndarray], int]:
         """Returns the center weights once their version is at least ``min_version``."""
         status, data = self._request("GET", f"/weights?min_version={min_version}&wait={_LONG_POLL}")
         while status == 202:
-            status, data = self._request("GET", f"/weights?min_version={min_version}&wait={_LONG_POLL}")
+            status, data = self._request(
+                "GET", f"/weights?min_version={min_version}&wait={_LONG_POLL}"
+            )
         return self._arrays(status, data)
 
     def join(self, rows: int) -> list[int]:
@@ -153,12 +158,10 @@ class ServiceClient:
         """Sends this worker's traceback to the service (best effort, never raises)."""
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         body = json.dumps({"worker": self.worker, "traceback": text[-20_000:]}).encode()
-        try:
+        with contextlib.suppress(Exception):  # the original failure matters more
             self._request(
                 "POST", "/fail", body=body, headers={"Content-Type": "application/json"}, retries=1
             )
-        except Exception:  # noqa: BLE001 - the original failure matters more
-            pass
 
     def close(self) -> None:
         """Closes pooled connections."""

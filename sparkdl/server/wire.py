@@ -112,7 +112,7 @@ def encode(arrays: Sequence[np.ndarray], meta: dict[str, Any] | None = None) -> 
             array = array.astype(array.dtype.newbyteorder("<"))
         array = np.require(array, requirements="C")  # keeps 0-d arrays 0-d
         specs.append({"dtype": name, "shape": list(array.shape)})
-        buffers.append(memoryview(array.reshape(-1).view(np.uint8)) if array.size else b"")
+        buffers.append(array.reshape(-1).view(np.uint8).data if array.size else b"")
     header = json.dumps({"arrays": specs, "meta": meta or {}}, separators=(",", ":")).encode()
     head = _PREFIX.pack(MAGIC, VERSION, len(header)) + header
     chunks: list[Any] = [head + b"\0" * _pad(len(head))]
@@ -168,12 +168,15 @@ def decode(body: bytes | bytearray | memoryview) -> tuple[list[np.ndarray], dict
     """
     view = memoryview(body).cast("B")
     if len(view) < _PREFIX.size:
-        raise WireError(f"Message of {len(view)} bytes is shorter than the {_PREFIX.size}-byte prefix.")
+        raise WireError(
+            f"Message of {len(view)} bytes is shorter than the {_PREFIX.size}-byte prefix."
+        )
     magic, version, header_len = _PREFIX.unpack_from(view, 0)
     if magic != MAGIC:
         raise WireError(
             f"Expected the message to start with {MAGIC!r} (sparkdl wire format). Received: "
-            f"{bytes(magic)!r}. Send arrays with sparkdl.server.wire.encode; pickle is never accepted."
+            f"{bytes(magic)!r}. Send arrays with sparkdl.server.wire.encode; "
+            "pickle is never accepted."
         )
     if version != VERSION:
         raise WireError(f"Expected wire format version {VERSION}. Received: {version}")
@@ -242,7 +245,9 @@ def _parse_spec(index: int, spec: Any) -> tuple[np.dtype[Any], tuple[int, ...]]:
         or len(shape) > 32
         or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**40 for d in shape)
     ):
-        raise WireError(f"Array {index}: expected shape to be a list of non-negative ints. Received: {shape!r}")
+        raise WireError(
+            f"Array {index}: expected shape to be a list of non-negative ints. Received: {shape!r}"
+        )
     return dtype, tuple(shape)
 
 

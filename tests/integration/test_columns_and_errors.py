@@ -40,13 +40,19 @@ def frame(spark, features, label=None, schema=None):  # type: ignore[no-untyped-
 )
 def test_feature_column_types_train_and_transform(spark, kind) -> None:
     if kind == "array_float":
-        df = frame(spark, [r.tolist() for r in X], schema="features array<float>, label long, id string")
+        df = frame(
+            spark, [r.tolist() for r in X], schema="features array<float>, label long, id string"
+        )
     elif kind == "array_double":
-        df = frame(spark, [r.tolist() for r in X], schema="features array<double>, label long, id string")
+        df = frame(
+            spark, [r.tolist() for r in X], schema="features array<double>, label long, id string"
+        )
     elif kind == "dense_vector":
         df = frame(spark, [Vectors.dense(r) for r in X])
     elif kind == "sparse_vector":
-        df = frame(spark, [Vectors.sparse(3, {i: float(v) for i, v in enumerate(r) if i != 1}) for r in X])
+        df = frame(
+            spark, [Vectors.sparse(3, {i: float(v) for i, v in enumerate(r) if i != 1}) for r in X]
+        )
     else:
         rows = [(float(a), float(b), float(c), int(y)) for (a, b, c), y in zip(X, Y, strict=True)]
         df = spark.createDataFrame(rows, ["a", "b", "c", "label"])
@@ -77,7 +83,9 @@ def test_array_label_with_categorical_loss_and_scalar_regression(spark) -> None:
     out = fitted2.transform(df2)
     assert dict(out.dtypes)["prediction"] == "double"
     got = np.array([r.prediction for r in out.collect()])
-    np.testing.assert_allclose(got, fitted2.get_model().predict(X.astype(np.float32), verbose=0)[:, 0], atol=1e-5)
+    np.testing.assert_allclose(
+        got, fitted2.get_model().predict(X.astype(np.float32), verbose=0)[:, 0], atol=1e-5
+    )
 
 
 def test_flat_features_fill_a_2d_input(spark) -> None:
@@ -93,11 +101,15 @@ def test_flat_features_fill_a_2d_input(spark) -> None:
 # ---------------------------------------------------------------- bad input
 @pytest.fixture(scope="module")
 def good(spark):  # type: ignore[no-untyped-def]
-    return frame(spark, [r.tolist() for r in X], schema="features array<float>, label long, id string")
+    return frame(
+        spark, [r.tolist() for r in X], schema="features array<float>, label long, id string"
+    )
 
 
 def test_missing_column_names_available_ones(good) -> None:
-    with pytest.raises(SchemaError, match=r"'feats'.*Available columns: \['features', 'id', 'label'\]"):
+    with pytest.raises(
+        SchemaError, match=r"'feats'.*Available columns: \['features', 'id', 'label'\]"
+    ):
         fit(good, features_col="feats")
     with pytest.raises(SchemaError, match="'y'"):
         fit(good, label_col="y")
@@ -121,7 +133,10 @@ def test_nulls_and_nans_are_counted(spark) -> None:
     labels = [int(v) for v in Y]
     labels[2] = None
     df = frame(spark, feats, label=labels, schema="features array<double>, label long, id string")
-    with pytest.raises(SchemaError, match=r"1 row\(s\) with null features, 1 row\(s\) with NaN.*1 row\(s\) with a null label"):
+    with pytest.raises(
+        SchemaError,
+        match=r"1 row\(s\) with null features, 1 row\(s\) with NaN.*1 row\(s\) with a null label",
+    ):
         fit(df)
 
 
@@ -139,7 +154,9 @@ def test_non_numeric_features(spark) -> None:
 
 
 def test_ragged_rows(spark) -> None:
-    df = spark.createDataFrame([([1.0, 2.0, 3.0], 0), ([1.0], 1)], "features array<double>, label long")
+    df = spark.createDataFrame(
+        [([1.0, 2.0, 3.0], 0), ([1.0], 1)], "features array<double>, label long"
+    )
     with pytest.raises(SchemaError, match="same number of features"):
         fit(df)
 
@@ -181,6 +198,8 @@ def test_nan_loss_is_a_clear_error(spark) -> None:
     big = [[1e30, 1e30, 1e30]] * 40
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
     model.compile(optimizer=keras.optimizers.SGD(1e10), loss="mse")
-    df = frame(spark, big, label=[1e30] * 40, schema="features array<double>, label double, id string")
-    with pytest.raises(WorkerError, match="training diverged|NaN or infinite"):
+    df = frame(
+        spark, big, label=[1e30] * 40, schema="features array<double>, label double, id string"
+    )
+    with pytest.raises(WorkerError, match=r"training diverged|NaN or infinite"):
         fit(df, model=model)

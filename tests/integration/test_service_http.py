@@ -24,7 +24,9 @@ SHAPES = [(8, 4), (4,)]
 
 @pytest.fixture
 def service():
-    store = WeightStore([np.zeros(s, np.float32) for s in SHAPES], num_workers=1, rule=AverageRule())
+    store = WeightStore(
+        [np.zeros(s, np.float32) for s in SHAPES], num_workers=1, rule=AverageRule()
+    )
     with ParameterService(store, host="127.0.0.1") as svc:
         yield svc
 
@@ -52,7 +54,9 @@ def push(http, service, body: bytes, headers: dict | None = None):
 
 def test_client_push_pull_status(service: ParameterService) -> None:
     client = ServiceClient(service.url, service.token, worker=0)
-    weights, version = client.push_sync([np.full(s, 2.0, np.float32) for s in SHAPES], round_no=0, samples=3)
+    weights, version = client.push_sync(
+        [np.full(s, 2.0, np.float32) for s in SHAPES], round_no=0, samples=3
+    )
     assert version == 1 and float(weights[0][0, 0]) == 2.0
     status = client.status()
     assert status["version"] == 1 and status["samples_seen"] == 3
@@ -63,8 +67,16 @@ def test_client_push_pull_status(service: ParameterService) -> None:
 @pytest.mark.parametrize("header", [None, "Bearer wrong", "Basic abc", "Bearer "])
 def test_every_route_needs_the_token(service, http, header) -> None:
     headers = {} if header is None else {"Authorization": header}
-    for method, path in [("GET", "/status"), ("GET", "/weights"), ("POST", "/push"), ("POST", "/fail"), ("POST", "/join")]:
-        response = http.urlopen(method, path, headers=headers, body=b"" if method == "POST" else None)
+    for method, path in [
+        ("GET", "/status"),
+        ("GET", "/weights"),
+        ("POST", "/push"),
+        ("POST", "/fail"),
+        ("POST", "/join"),
+    ]:
+        response = http.urlopen(
+            method, path, headers=headers, body=b"" if method == "POST" else None
+        )
         assert response.status == 401, (method, path)
         assert "token" in json.loads(response.data)["error"]
     assert service.store.version == 0
@@ -84,9 +96,13 @@ def test_pickle_oversize_and_malformed_bodies_get_4xx(service, http) -> None:
         assert "error" in json.loads(response.data)
     big = b"\0" * (service.store.weights()[0].nbytes * 64 + (2 << 20))
     assert push(http, service, big).status == 413
-    assert push(http, service, good_body(), {"Content-Type": "application/octet-stream"}).status == 415
-    wrong = wire.encode_bytes([np.zeros((3, 3), np.float32), np.zeros(4, np.float32)],
-                              {"worker": 0, "seq": 1, "round": 0, "samples": 1})
+    assert (
+        push(http, service, good_body(), {"Content-Type": "application/octet-stream"}).status == 415
+    )
+    wrong = wire.encode_bytes(
+        [np.zeros((3, 3), np.float32), np.zeros(4, np.float32)],
+        {"worker": 0, "seq": 1, "round": 0, "samples": 1},
+    )
     assert push(http, service, wrong).status == 400
     bad_meta = wire.encode_bytes([np.zeros(s, np.float32) for s in SHAPES], {"worker": "x"})
     assert push(http, service, bad_meta).status == 400
@@ -96,7 +112,9 @@ def test_pickle_oversize_and_malformed_bodies_get_4xx(service, http) -> None:
     assert push(http, service, good_body()).status == 200  # still serving
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(body=st.binary(max_size=2048), prefix=st.booleans())
 def test_random_bodies_never_cause_5xx(service, http, body: bytes, prefix: bool) -> None:
     if prefix:
@@ -110,7 +128,9 @@ def test_client_error_names_url_and_setting() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    client = ServiceClient(f"http://127.0.0.1:{port}", "t", worker=0, timeout=1, retries=1, backoff=0.01)
+    client = ServiceClient(
+        f"http://127.0.0.1:{port}", "t", worker=0, timeout=1, retries=1, backoff=0.01
+    )
     with pytest.raises(ServiceError, match=rf"127\.0\.0\.1:{port}.*request_retries"):
         client.status()
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -15,9 +17,16 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 def test_digits_synchronous_reaches_accuracy(digits, frequency) -> None:
     train_df, test_df, (_, x_test, _, y_test) = digits
     est = KerasEstimator(
-        model=digits_model(), features_col="features", label_col="label",
-        mode="synchronous", frequency=frequency, num_workers=2,
-        epochs=20, batch_size=32, seed=0, verbose=0,
+        model=digits_model(),
+        features_col="features",
+        label_col="label",
+        mode="synchronous",
+        frequency=frequency,
+        num_workers=2,
+        epochs=20,
+        batch_size=32,
+        seed=0,
+        verbose=0,
     )
     fitted = est.fit(train_df)
     assert isinstance(fitted, KerasModel)
@@ -62,9 +71,11 @@ def test_uneven_partitions_do_not_deadlock(spark, small) -> None:
     assert sizes == [small, 205 - small]
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, activation="softmax")])
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-    fitted = KerasEstimator(model=model, num_workers=2, frequency=2, epochs=3, batch_size=8, seed=0).fit(df)
+    fitted = KerasEstimator(
+        model=model, num_workers=2, frequency=2, epochs=3, batch_size=8, seed=0
+    ).fit(df)
     assert len(fitted.history["loss"]) == 3
-    rounds = -(-(-(-(205 - small) // 8)) // 2)  # ceil(ceil(rows / 8) / 2)
+    rounds = math.ceil(math.ceil((205 - small) / 8) / 2)
     assert {w["syncs"] for w in fitted.fit_report["workers"]} == {3 * rounds}
     assert sorted(w["rows"] for w in fitted.fit_report["workers"]) == [small, 205 - small]
 
@@ -78,7 +89,9 @@ def test_union_dataframe_gets_a_shuffle_before_the_barrier_stage(spark) -> None:
     rows = [(x[i].tolist(), float(x[i].sum())) for i in range(60)]
     sc = spark.sparkContext
     schema = "features array<float>, label double"
-    df = spark.createDataFrame(sc.parallelize(rows[:20], 1).union(sc.parallelize(rows[20:], 1)), schema)
+    df = spark.createDataFrame(
+        sc.parallelize(rows[:20], 1).union(sc.parallelize(rows[20:], 1)), schema
+    )
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
     fitted = KerasEstimator(model=model, num_workers=2, epochs=2, seed=0).fit(df)

@@ -10,8 +10,16 @@ from sparkdl.server.rules import AverageRule, Update, make_rule
 def test_average_is_weighted_by_samples() -> None:
     center = [np.zeros((2, 2), np.float32), np.zeros(3, np.float32)]
     ups = [
-        Update(worker=0, arrays=[np.full((2, 2), 1.0, np.float32), np.array([1, 2, 3], np.float32)], samples=10),
-        Update(worker=1, arrays=[np.full((2, 2), 4.0, np.float32), np.array([4, 5, 6], np.float32)], samples=30),
+        Update(
+            worker=0,
+            arrays=[np.full((2, 2), 1.0, np.float32), np.array([1, 2, 3], np.float32)],
+            samples=10,
+        ),
+        Update(
+            worker=1,
+            arrays=[np.full((2, 2), 4.0, np.float32), np.array([4, 5, 6], np.float32)],
+            samples=30,
+        ),
     ]
     out = AverageRule().combine(center, ups)
     np.testing.assert_allclose(out[0], np.full((2, 2), 3.25))

@@ -13,10 +13,24 @@ def make_store(workers: int = 2) -> WeightStore:
     return WeightStore([np.zeros(3, np.float32)], num_workers=workers, rule=AverageRule())
 
 
-def push(store: WeightStore, worker: int, value: float, *, seq: int, round_no: int, samples: int = 1, wait: float = 5.0):
+def push(
+    store: WeightStore,
+    worker: int,
+    value: float,
+    *,
+    seq: int,
+    round_no: int,
+    samples: int = 1,
+    wait: float = 5.0,
+):
     return store.push_sync(
-        worker, seq=seq, round_no=round_no, arrays=[np.full(3, value, np.float32)],
-        samples=samples, meta={}, wait=wait,
+        worker,
+        seq=seq,
+        round_no=round_no,
+        arrays=[np.full(3, value, np.float32)],
+        samples=samples,
+        meta={},
+        wait=wait,
     )
 
 
@@ -39,7 +53,7 @@ def test_retried_push_is_counted_once() -> None:
     push(store, 0, 1.0, seq=1, round_no=0, wait=0.0)  # retry while the round is open
     assert store.status()["round_pushed"] == [0]
     push(store, 1, 1.0, seq=1, round_no=0)
-    weights, version = push(store, 1, 1.0, seq=1, round_no=0)  # retry after the merge
+    _, version = push(store, 1, 1.0, seq=1, round_no=0)  # retry after the merge
     assert version == 1
     assert store.status()["samples_seen"] == 2
 
@@ -50,7 +64,9 @@ def test_wrong_round_shape_worker_and_nan_are_refused_and_weights_kept() -> None
         push(store, 0, 1.0, seq=1, round_no=3)
     assert err.value.status == 409
     with pytest.raises(StoreError, match="shape"):
-        store.push_sync(0, seq=1, round_no=0, arrays=[np.zeros(4, np.float32)], samples=1, meta={}, wait=0)
+        store.push_sync(
+            0, seq=1, round_no=0, arrays=[np.zeros(4, np.float32)], samples=1, meta={}, wait=0
+        )
     with pytest.raises(StoreError, match="Unknown worker"):
         push(store, 7, 1.0, seq=1, round_no=0)
     with pytest.raises(StoreError, match="NaN"):
@@ -81,7 +97,11 @@ def test_epoch_logs_are_averaged_by_samples() -> None:
     store = make_store()
     for worker, (n, loss) in enumerate([(100, 1.0), (300, 2.0)]):
         store.push_sync(
-            worker, seq=1, round_no=0, arrays=[np.zeros(3, np.float32)], samples=n,
+            worker,
+            seq=1,
+            round_no=0,
+            arrays=[np.zeros(3, np.float32)],
+            samples=n,
             meta={"epoch": 0, "epoch_logs": {"loss": loss, "accuracy": 0.5}, "epoch_samples": n},
             wait=0,
         )
@@ -96,7 +116,11 @@ def test_join_returns_all_row_counts() -> None:
 
 
 def test_round_timeout_aborts() -> None:
-    store = WeightStore([np.zeros(1, np.float32)], num_workers=2, rule=AverageRule(), round_timeout=0.2)
-    store.push_sync(0, seq=1, round_no=0, arrays=[np.ones(1, np.float32)], samples=1, meta={}, wait=0)
+    store = WeightStore(
+        [np.zeros(1, np.float32)], num_workers=2, rule=AverageRule(), round_timeout=0.2
+    )
+    store.push_sync(
+        0, seq=1, round_no=0, arrays=[np.ones(1, np.float32)], samples=1, meta={}, wait=0
+    )
     with pytest.raises(StoreError, match="round_timeout"):
         store.pull(1, wait=3.0)

@@ -105,4 +105,6 @@ def test_payload_size_matches_encoding() -> None:
     arrays = [np.zeros((3, 3), np.float32), np.zeros(5, np.float16)]
     header_part = len(wire.encode(arrays)[0])
     total = len(wire.encode_bytes(arrays))
-    assert total - header_part == wire.payload_size([a.shape for a in arrays], [a.dtype for a in arrays])
+    assert total - header_part == wire.payload_size(
+        [a.shape for a in arrays], [a.dtype for a in arrays]
+    )

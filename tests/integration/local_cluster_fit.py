@@ -1,0 +1,34 @@
+"""Fit digits on local-cluster[2,1,1024] (separate executor JVMs and Python workers).
+
+Run by tests/integration/test_local_cluster.py in its own process, since a process has
+one SparkContext. Prints "ACCURACY <value>" and the executor process ids seen.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from examples.digits import accuracy, digits_arrays, digits_frames, digits_model
+from sparkdl import KerasEstimator
+from tests.integration.conftest import spark_builder
+
+
+def main() -> None:
+    spark = spark_builder("local-cluster[2,1,1024]").getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    train_df, _ = digits_frames(spark, partitions=2)
+    _, x_test, _, y_test = digits_arrays()
+    fitted = KerasEstimator(
+        model=digits_model(), num_workers=2, epochs=20, batch_size=32, seed=0
+    ).fit(train_df)
+    pids = spark.sparkContext.parallelize(range(4), 2).map(lambda _: os.getpid()).distinct().count()
+    print(f"ACCURACY {accuracy(fitted.get_model(), x_test, y_test):.4f}")
+    print(f"EXECUTOR_PIDS {pids}")
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
