@@ -116,19 +116,16 @@ class ServiceClient:
             body=body,
             headers={"Content-Type": wire.CONTENT_TYPE},
         )
-        while status == 202:
-            status, data = self._request(
-                "GET", f"/weights?min_version={round_no + 1}&wait={_LONG_POLL}"
-            )
+        if status == 202:  # the round is still open: long-poll for its result
+            return self.pull(round_no + 1)
         return self._arrays(status, data)
 
     def pull(self, min_version: int = 0) -> tuple[list[np.ndarray], int]:
         """Returns the center weights once their version is at least ``min_version``."""
-        status, data = self._request("GET", f"/weights?min_version={min_version}&wait={_LONG_POLL}")
+        path = f"/weights?min_version={min_version}&wait={_LONG_POLL}"
+        status, data = self._request("GET", path)
         while status == 202:
-            status, data = self._request(
-                "GET", f"/weights?min_version={min_version}&wait={_LONG_POLL}"
-            )
+            status, data = self._request("GET", path)
         return self._arrays(status, data)
 
     def join(self, rows: int) -> list[int]:
