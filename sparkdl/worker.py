@@ -118,6 +118,7 @@ def _run(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> dict[str,
         worker=worker,
         timeout=payload.request_timeout,
         retries=payload.request_retries,
+        attempt=_attempt(ctx),
     )
     try:
         rows = client.join(len(x))
@@ -129,6 +130,14 @@ def _run(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> dict[str,
         raise
     finally:
         client.close()
+
+
+def _attempt(ctx: Any) -> int:
+    """A number that grows with each new attempt of this task, stage retries included.
+
+    Spark numbers task attempts uniquely and in launch order within a SparkContext.
+    """
+    return int(ctx.taskAttemptId())
 
 
 def _import_tensorflow() -> None:

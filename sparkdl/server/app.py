@@ -2,16 +2,20 @@
 
 Every route needs ``Authorization: Bearer <token>`` (checked in constant time). Weights
 travel in the binary format of :mod:`sparkdl.server.wire`; everything else is JSON.
-Errors are JSON ``{"error": ...}`` with a 4xx status; nothing is ever unpickled.
+Errors are JSON ``{"error": ...}`` with a 4xx status; nothing is ever unpickled. Bodies
+must come with a ``Content-Length`` no larger than the model's weights plus 1 MiB.
 
 Routes:
     ``GET /status``: JSON snapshot of the training state.
     ``GET /weights?min_version=V&wait=S``: the center weights once their version is at
         least V (long poll up to S seconds; 202 while not yet).
-    ``POST /push``: a worker's weights for the open round; answers with the merged
-        weights (or 202 while the round is still open).
-    ``POST /join?wait=S``: JSON ``{"worker": id, "rows": n}``; answers every worker's
-        row count once all joined (202 while not yet).
+    ``POST /push?wait=S``: a worker's push. Synchronous mode: its weights for the open
+        round; answers with the merged weights (202 while the round is still open).
+        Asynchronous mode: its delta, applied at once; answers with the current weights,
+        so one round trip both pushes and pulls.
+    ``POST /join?wait=S``: JSON ``{"worker": id, "rows": n, "attempt": a}``; answers
+        ``{"rows": [...], "seq": s, "version": v}`` (synchronous mode: once every worker
+        joined; 202 while not yet).
     ``POST /fail``: JSON ``{"worker": id, "traceback": text}``; aborts open rounds.
 
 Example:
@@ -29,7 +33,6 @@ from __future__ import annotations
 import hmac
 import json
 import math
-import threading
 from typing import Any
 
 from flask import Flask, Response, request
@@ -67,7 +70,6 @@ def create_app(store: WeightStore, token: str) -> Flask:
     app.config["DEBUG"] = False
     app.config["PROPAGATE_EXCEPTIONS"] = False
     expected = f"Bearer {token}".encode()
-    cache = _EncodedCache()
 
     @app.before_request
     def _authenticate() -> Response | None:
@@ -92,42 +94,60 @@ def create_app(store: WeightStore, token: str) -> Flask:
     @app.get("/weights")
     def _weights() -> Response:
         min_version = _int_arg("min_version", 0)
-        wait = _float_arg("wait", 0.0)
-        result = store.pull(min_version, min(wait, MAX_WAIT_SECONDS))
+        result = store.encoded(min_version, _wait_arg())
         if result is None:
             return _json(202, {"pending": True, "version": store.version})
-        return cache.response(*result)
+        return _weights_response(result[0])
 
     @app.post("/push")
     def _push() -> Response:
         if request.mimetype != wire.CONTENT_TYPE:
             return _json_error(415, f"Expected Content-Type {wire.CONTENT_TYPE}.")
-        arrays, meta = wire.decode(request.get_data(cache=False))
+        arrays, meta = wire.decode(_read_body())
         worker = _meta_int(meta, "worker")
-        result = store.push_sync(
-            worker,
-            seq=_meta_int(meta, "seq"),
-            round_no=_meta_int(meta, "round"),
-            arrays=arrays,
-            samples=_meta_int(meta, "samples"),
-            meta=meta,
-            wait=min(_float_arg("wait", 0.0), MAX_WAIT_SECONDS),
-        )
+        seq = _meta_int(meta, "seq")
+        samples = _meta_int(meta, "samples")
+        attempt = _meta_int(meta, "attempt", 0)
+        if store.mode == "asynchronous":
+            version = store.push_async(
+                worker,
+                seq=seq,
+                attempt=attempt,
+                base_version=_meta_int(meta, "base_version"),
+                arrays=arrays,
+                samples=samples,
+                meta=meta,
+            )
+            result = store.encoded(version)
+        else:
+            round_no = _meta_int(meta, "round")
+            store.push_sync(
+                worker,
+                seq=seq,
+                attempt=attempt,
+                round_no=round_no,
+                arrays=arrays,
+                samples=samples,
+                meta=meta,
+                wait=0.0,
+            )
+            result = store.encoded(round_no + 1, _wait_arg())
         if result is None:
             return _json(202, {"pending": True, "version": store.version})
-        return cache.response(*result)
+        return _weights_response(result[0])
 
     @app.post("/join")
     def _join() -> Response:
         report = _json_body()
-        rows = store.join(
+        joined = store.join(
             _meta_int(report, "worker"),
             _meta_int(report, "rows"),
-            min(_float_arg("wait", 0.0), MAX_WAIT_SECONDS),
+            _wait_arg(),
+            attempt=_meta_int(report, "attempt", 0),
         )
-        if rows is None:
+        if joined is None:
             return _json(202, {"pending": True})
-        return _json(200, {"rows": rows})
+        return _json(200, joined)
 
     @app.post("/fail")
     def _fail() -> Response:
@@ -162,24 +182,6 @@ class _BadArg(StoreError):
         super().__init__(400, message)
 
 
-class _EncodedCache:
-    """The encoded body of the newest version, built once and served to every worker."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._key: tuple[int, int] | None = None
-        self._body = b""
-
-    def response(self, arrays: list[Any], version: int) -> Response:
-        key = (id(arrays), version)
-        with self._lock:
-            if key != self._key:
-                self._body = wire.encode_bytes(arrays, {"version": version})
-                self._key = key
-            body = self._body
-        return Response(body, status=200, mimetype=wire.CONTENT_TYPE)
-
-
 def _json(status: int, payload: dict[str, Any]) -> Response:
     return Response(json.dumps(payload), status=status, mimetype="application/json")
 
@@ -188,12 +190,35 @@ def _json_error(status: int, message: str) -> Response:
     return _json(status, {"error": message, "status": status})
 
 
+def _weights_response(chunks: list[Any]) -> Response:
+    response = Response(chunks, status=200, mimetype=wire.CONTENT_TYPE)
+    response.content_length = sum(memoryview(c).nbytes for c in chunks)
+    return response
+
+
+def _read_body(limit: int | None = None) -> Any:
+    """Reads the whole request body (its Content-Length, at most ``limit`` bytes)."""
+    length = request.content_length
+    if length is None:
+        raise StoreError(
+            411, "Send the body with a Content-Length header; chunked bodies are not accepted."
+        )
+    if limit is not None and length > limit:
+        raise StoreError(413, f"Request body of {length} bytes exceeds the {limit}-byte bound.")
+    body = request.environ["wsgi.input"].read(length) if length else b""
+    if len(body) != length:
+        raise StoreError(
+            400,
+            f"Body truncated: received {len(body)} of the {length} bytes its Content-Length "
+            "announced.",
+        )
+    return body
+
+
 def _json_body() -> dict[str, Any]:
-    body = request.get_data(cache=False)
-    if len(body) > _MAX_JSON_BYTES:
-        raise StoreError(413, f"JSON body exceeds {_MAX_JSON_BYTES} bytes.")
+    body = _read_body(_MAX_JSON_BYTES)
     try:
-        value = json.loads(body)
+        value = json.loads(bytes(body))
     except ValueError:
         raise _BadArg("Expected a JSON object body.") from None
     if not isinstance(value, dict):
@@ -201,8 +226,8 @@ def _json_body() -> dict[str, Any]:
     return value
 
 
-def _meta_int(meta: dict[str, Any], key: str) -> int:
-    value = meta.get(key)
+def _meta_int(meta: dict[str, Any], key: str, default: int | None = None) -> int:
+    value = meta.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**62:
         raise _BadArg(f"Expected '{key}' to be a non-negative int. Received: {value!r}")
     return value
@@ -219,6 +244,10 @@ def _int_arg(name: str, default: int) -> int:
     if not 0 <= value < 2**62:
         raise _BadArg(f"Expected query '{name}' >= 0. Received: {raw!r}")
     return value
+
+
+def _wait_arg() -> float:
+    return min(_float_arg("wait", 0.0), MAX_WAIT_SECONDS)
 
 
 def _float_arg(name: str, default: float) -> float:

@@ -1,8 +1,11 @@
 """Worker-side client of the parameter service.
 
-Keeps one pooled keep-alive connection, sends weights in the binary wire format, and
-retries connection errors and 5xx answers with exponential backoff. Pushes carry a
-sequence number, so a retried push is applied once.
+Keeps one keep-alive HTTP/1.1 connection (a worker makes one call at a time, so a
+pool of one), sends weights in the binary wire format straight from the arrays' own
+buffers, reads answers straight into one numpy buffer (no intermediate ``bytes``),
+and retries connection errors and 5xx answers with exponential backoff. Pushes carry
+the worker id, a sequence number and the task attempt, so a retried push is applied
+once and a zombie attempt is refused.
 
 Example:
     >>> import numpy as np
@@ -21,6 +24,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import time
 import traceback
@@ -29,7 +33,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
-import urllib3
 
 from sparkdl.errors import ServiceError, TrainingError
 from sparkdl.server import wire
@@ -49,6 +52,8 @@ class ServiceClient:
         timeout: Seconds for connecting and for each read.
         retries: Retries after a connection error or a 5xx answer.
         backoff: Seconds before the first retry; doubles each time (capped at 5 s).
+        attempt: This task's attempt number; a higher one supersedes the worker's
+            earlier attempts on the service.
     """
 
     def __init__(
@@ -60,6 +65,7 @@ class ServiceClient:
         timeout: float = 60.0,
         retries: int = 5,
         backoff: float = 0.1,
+        attempt: int = 0,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname or not parts.port:
@@ -69,18 +75,14 @@ class ServiceClient:
         self.retries = retries
         self.backoff = backoff
         self.timeout = timeout
+        self.attempt = attempt
+        # A long poll must answer well before the read timeout fires.
+        self._long_poll = max(min(_LONG_POLL, timeout / 2), 0.0)
         self.comm_seconds = 0.0
         self.calls = 0
         self._seq = 0
         self._headers = {"Authorization": f"Bearer {token}"}
-        self._pool = urllib3.HTTPConnectionPool(
-            parts.hostname,
-            parts.port,
-            maxsize=2,
-            block=False,
-            timeout=urllib3.Timeout(connect=min(timeout, 10.0), read=timeout),
-            retries=False,
-        )
+        self._conn = _KeepAlive(parts.hostname, parts.port, min(timeout, 10.0), timeout)
 
     def push_sync(
         self,
@@ -105,39 +107,67 @@ class ServiceClient:
             ServiceError: The service stayed unreachable or refused the push.
             TrainingError: Training was aborted (another worker failed).
         """
-        self._seq += 1
         header = dict(meta or {})
-        header.update(worker=self.worker, seq=self._seq, round=round_no, samples=samples)
-        header["comm_seconds"] = self.comm_seconds
-        body = wire.encode_bytes(arrays, header)
-        status, data = self._request(
-            "POST",
-            f"/push?wait={_LONG_POLL}",
-            body=body,
-            headers={"Content-Type": wire.CONTENT_TYPE},
-        )
+        header.update(round=round_no)
+        status, data = self._push(arrays, samples, header)
         if status == 202:  # the round is still open: long-poll for its result
             return self.pull(round_no + 1)
         return self._arrays(status, data)
 
+    def push_async(
+        self,
+        arrays: Sequence[np.ndarray],
+        *,
+        base_version: int,
+        samples: int,
+        meta: dict[str, Any] | None = None,
+    ) -> tuple[list[np.ndarray], int]:
+        """Pushes an asynchronous update and returns the weights after it, in one call.
+
+        Args:
+            arrays: The update (a delta for ``merge="delta"``).
+            base_version: The version of the weights the update was computed from.
+            samples: Samples trained on since the previous push.
+            meta: Extra metadata (loss, epoch logs...).
+
+        Returns:
+            ``(weights, version)``: the service's weights with this update applied.
+
+        Raises:
+            ServiceError: The service stayed unreachable or refused the push.
+            TrainingError: Training was aborted, or this attempt was superseded.
+        """
+        header = dict(meta or {})
+        header.update(base_version=base_version)
+        return self._arrays(*self._push(arrays, samples, header))
+
     def pull(self, min_version: int = 0) -> tuple[list[np.ndarray], int]:
         """Returns the center weights once their version is at least ``min_version``."""
-        path = f"/weights?min_version={min_version}&wait={_LONG_POLL}"
+        path = f"/weights?min_version={min_version}&wait={self._long_poll}"
         status, data = self._request("GET", path)
         while status == 202:
             status, data = self._request("GET", path)
         return self._arrays(status, data)
 
     def join(self, rows: int) -> list[int]:
-        """Registers this worker's row count; returns every worker's once all joined."""
-        body = json.dumps({"worker": self.worker, "rows": rows}).encode()
+        """Registers this worker (or rejoins after a task retry) with its row count.
+
+        Also continues this worker's sequence numbers from the last one the service
+        applied, so a retried task never reuses one.
+
+        Returns:
+            Every worker's row count (synchronous mode: once all joined).
+        """
+        body = json.dumps({"worker": self.worker, "rows": rows, "attempt": self.attempt})
         headers = {"Content-Type": "application/json"}
         while True:
             status, data = self._request(
-                "POST", f"/join?wait={_LONG_POLL}", body=body, headers=headers
+                "POST", f"/join?wait={self._long_poll}", body=body.encode(), headers=headers
             )
             if status == 200:
-                result: list[int] = json.loads(data)["rows"]
+                answer = json.loads(bytes(data))
+                self._seq = max(self._seq, int(answer["seq"]))
+                result: list[int] = answer["rows"]
                 return result
             if status != 202:
                 message = _error_text(self.url, status, data)
@@ -148,7 +178,7 @@ class ServiceClient:
         status, data = self._request("GET", "/status")
         if status != 200:
             raise ServiceError(_error_text(self.url, status, data))
-        result: dict[str, Any] = json.loads(data)
+        result: dict[str, Any] = json.loads(bytes(data))
         return result
 
     def report_failure(self, exc: BaseException) -> None:
@@ -161,11 +191,31 @@ class ServiceClient:
             )
 
     def close(self) -> None:
-        """Closes pooled connections."""
-        self._pool.close()
+        """Closes the connection."""
+        self._conn.close()
 
     # ---------------------------------------------------------------- helpers
-    def _arrays(self, status: int, data: bytes) -> tuple[list[np.ndarray], int]:
+    def _push(
+        self, arrays: Sequence[np.ndarray], samples: int, header: dict[str, Any]
+    ) -> tuple[int, bytes]:
+        self._seq += 1
+        header.update(
+            worker=self.worker,
+            seq=self._seq,
+            attempt=self.attempt,
+            samples=samples,
+            comm_seconds=self.comm_seconds,
+        )
+        chunks = wire.encode(arrays, header)
+        size = sum(memoryview(c).nbytes for c in chunks)
+        return self._request(
+            "POST",
+            f"/push?wait={self._long_poll}",
+            body=chunks,
+            headers={"Content-Type": wire.CONTENT_TYPE, "Content-Length": str(size)},
+        )
+
+    def _arrays(self, status: int, data: Any) -> tuple[list[np.ndarray], int]:
         if status != 200:
             message = _error_text(self.url, status, data)
             if status == 409:
@@ -179,10 +229,10 @@ class ServiceClient:
         method: str,
         path: str,
         *,
-        body: bytes | None = None,
+        body: bytes | list[Any] | None = None,
         headers: dict[str, str] | None = None,
         retries: int | None = None,
-    ) -> tuple[int, bytes]:
+    ) -> tuple[int, Any]:
         all_headers = dict(self._headers)
         all_headers.update(headers or {})
         attempts = (self.retries if retries is None else retries) + 1
@@ -190,26 +240,26 @@ class ServiceClient:
         last = ""
         start = time.perf_counter()
         try:
-            for attempt in range(attempts):
+            failures = 0
+            stale_retry = True
+            while True:
+                reused = self._conn.is_open
                 try:
-                    response = self._pool.urlopen(
-                        method,
-                        path,
-                        body=body,
-                        headers=all_headers,
-                        preload_content=True,
-                        release_conn=True,
-                        assert_same_host=False,
-                    )
-                except (urllib3.exceptions.HTTPError, OSError) as exc:
+                    status, data = self._conn.request(method, path, body, all_headers)
+                except (http.client.HTTPException, OSError) as exc:
                     last = f"{type(exc).__name__}: {exc}"
+                    if reused and stale_retry:
+                        stale_retry = False  # a kept-alive connection the server closed
+                        continue
                 else:
-                    if response.status < 500:
-                        return response.status, response.data
-                    last = _error_text(self.url, response.status, response.data)
-                if attempt + 1 < attempts:
-                    time.sleep(delay)
-                    delay = min(delay * 2, 5.0)
+                    if status < 500:
+                        return status, data
+                    last = _error_text(self.url, status, data)
+                failures += 1
+                if failures >= attempts:
+                    break
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
         finally:
             self.calls += 1
             self.comm_seconds += time.perf_counter() - start
@@ -220,7 +270,65 @@ class ServiceClient:
         )
 
 
-def _error_text(url: str, status: int, data: bytes) -> str:
+class _KeepAlive:
+    """One persistent HTTP/1.1 connection, opened on demand and dropped after an error."""
+
+    def __init__(self, host: str, port: int, connect_timeout: float, read_timeout: float):
+        self._host = host
+        self._port = port
+        self._connect_timeout = connect_timeout
+        self._read_timeout = read_timeout
+        self._conn: http.client.HTTPConnection | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self._conn is not None
+
+    def request(
+        self, method: str, path: str, body: Any, headers: dict[str, str]
+    ) -> tuple[int, Any]:
+        """Sends one request; returns ``(status, body)`` with the body in a numpy buffer."""
+        conn = self._conn
+        if conn is None:
+            conn = http.client.HTTPConnection(self._host, self._port, timeout=self._connect_timeout)
+            conn.connect()  # sets TCP_NODELAY
+            if conn.sock is not None:
+                conn.sock.settimeout(self._read_timeout)
+            self._conn = conn
+        try:
+            conn.request(method, path, body=body, headers=headers)
+            response = conn.getresponse()
+            data = _read_all(response)
+        except BaseException:
+            self.close()
+            raise
+        if response.will_close:
+            self.close()
+        return response.status, data
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
+def _read_all(response: http.client.HTTPResponse) -> Any:
+    """Reads a response body into one uninitialised numpy buffer (no ``bytes`` copy)."""
+    length = response.length
+    if length is None:
+        return response.read()
+    view = memoryview(np.empty(length, dtype=np.uint8).data)
+    got = 0
+    while got < length:
+        n = response.readinto(view[got:])
+        if not n:
+            raise http.client.IncompleteRead(bytes(view[:got]), length - got)
+        got += n
+    return view
+
+
+def _error_text(url: str, status: int, data: Any) -> str:
+    data = bytes(data[:4096])
     try:
         message = json.loads(data).get("error", "")
     except (ValueError, AttributeError):

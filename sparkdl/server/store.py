@@ -4,6 +4,12 @@ All methods are thread-safe; the Flask routes call them from the WSGI server's
 threads. Nothing here knows about HTTP: errors are raised as :class:`StoreError` with
 the HTTP status the route should answer.
 
+Every push carries the worker's id, a sequence number and its task attempt. A push
+whose sequence number the worker already used (a retry after a lost answer) is
+acknowledged without being applied again; a push from an attempt older than the
+worker's newest one (a zombie task) is refused. A retried task rejoins under the same
+id and learns the last sequence number the service applied.
+
 Example:
     >>> import numpy as np
     >>> from sparkdl.server.rules import AverageRule
@@ -24,9 +30,12 @@ from typing import Any
 
 import numpy as np
 
+from sparkdl.server import wire
 from sparkdl.server.rules import MergeRule, Update
 
-__all__ = ["StoreError", "WeightStore", "WorkerInfo"]
+__all__ = ["STORE_MODES", "StoreError", "WeightStore", "WorkerInfo"]
+
+STORE_MODES: tuple[str, ...] = ("synchronous", "asynchronous")
 
 MAX_WORKERS = 100_000
 
@@ -49,6 +58,8 @@ class WorkerInfo:
     samples: int = 0
     pushes: int = 0
     seq: int = 0
+    attempt: int = 0
+    duplicates: int = 0
     epoch: int = 0
     comm_seconds: float = 0.0
 
@@ -65,6 +76,8 @@ class WeightStore:
         weights: Initial center weights (the model's weights on the driver).
         num_workers: Workers that take part in every synchronous round.
         rule: The merge rule.
+        mode: ``"synchronous"`` (rounds closed when every worker pushed) or
+            ``"asynchronous"`` (each push applied under the lock as it arrives).
         round_timeout: Seconds a synchronous round may stay open before it is aborted.
     """
 
@@ -74,8 +87,12 @@ class WeightStore:
         *,
         num_workers: int,
         rule: MergeRule,
+        mode: str = "synchronous",
         round_timeout: float = 3600.0,
     ) -> None:
+        if mode not in STORE_MODES:
+            raise ValueError(f"Expected mode to be one of {STORE_MODES}. Received: {mode!r}")
+        self.mode = mode
         self._cond = threading.Condition()
         self._weights = [np.array(w, copy=True) for w in weights]
         self._specs = [(w.dtype, w.shape) for w in self._weights]
@@ -93,6 +110,7 @@ class WeightStore:
         self._aborted: str | None = None
         self._stop_requested = False
         self._rows: dict[int, int] = {}
+        self._encoded: tuple[int, list[Any]] | None = None
         self.started = time.time()
 
     # ------------------------------------------------------------------ reads
@@ -121,6 +139,26 @@ class WeightStore:
                     return None
                 self._cond.wait(min(left, 1.0))
 
+    def encoded(self, min_version: int = 0, wait: float = 0.0) -> tuple[list[Any], int] | None:
+        """Like :meth:`pull`, but returns the weights as wire-format chunks.
+
+        The chunks are a small header plus views of the version's own arrays (never
+        copied: a version's arrays are never modified, merges make new ones), built
+        once per version however many workers ask for it.
+
+        Returns:
+            ``(chunks, version)`` with ``version >= min_version``, or ``None`` after
+            ``wait`` seconds.
+        """
+        if self.pull(min_version, wait) is None:
+            return None
+        with self._cond:
+            cached = self._encoded
+            if cached is None or cached[0] != self._version:
+                chunks = wire.encode(self._weights, {"version": self._version})
+                cached = self._encoded = (self._version, chunks)
+            return cached[1], cached[0]
+
     def weights(self) -> list[np.ndarray]:
         """Returns the current center weights (do not modify them)."""
         with self._cond:
@@ -141,12 +179,14 @@ class WeightStore:
         with self._cond:
             now = time.time()
             return {
+                "mode": self.mode,
                 "merge": self.rule.name,
                 "version": self._version,
                 "round": self._version,
                 "round_pushed": sorted(self._round),
                 "num_workers": self.num_workers,
                 "samples_seen": self._samples_seen,
+                "duplicates": sum(info.duplicates for info in self._workers.values()),
                 "epochs_done": len(next(iter(self._history.values()), [])),
                 "elapsed": now - self.started,
                 "workers": {
@@ -156,6 +196,9 @@ class WeightStore:
                         "last_loss": info.last_loss,
                         "samples": info.samples,
                         "pushes": info.pushes,
+                        "seq": info.seq,
+                        "attempt": info.attempt,
+                        "duplicates": info.duplicates,
                         "epoch": info.epoch,
                     }
                     for w, info in sorted(self._workers.items())
@@ -177,12 +220,14 @@ class WeightStore:
         samples: int,
         meta: dict[str, Any],
         wait: float,
+        attempt: int = 0,
     ) -> tuple[list[np.ndarray], int] | None:
         """Adds a worker's push to synchronous round ``round_no``.
 
         When the last worker of the round pushes, the rule merges the round and the
         version becomes ``round_no + 1``. A push repeated with the same sequence number
-        (a retry after a timeout) is counted once.
+        (a retry after a timeout) is counted once. A newer attempt of a worker that
+        already pushed in the open round replaces that push.
 
         Returns:
             ``(weights, version)`` once the round is merged, or ``None`` if it is still
@@ -190,15 +235,14 @@ class WeightStore:
 
         Raises:
             StoreError: 400 for a bad worker id, shapes or values; 409 for a round that
-                is not the open one or when training was aborted.
+                is not the open one, a superseded attempt, or when training was aborted.
         """
+        self._expect_mode("synchronous")
         self._check_worker(worker)
         self._check_arrays(arrays)
         with self._cond:
             self._check_aborted()
-            info = self._workers.setdefault(worker, WorkerInfo())
-            info.last_contact = time.time()
-            duplicate = seq <= info.seq
+            info, duplicate = self._admit(worker, seq, attempt)
             if round_no == self._version - 1 and duplicate:
                 return self._weights, self._version  # retry of a merged round
             if round_no != self._version:
@@ -207,7 +251,7 @@ class WeightStore:
                     f"Worker {worker} pushed for round {round_no}, but the open round is "
                     f"{self._version}.",
                 )
-            if not duplicate and worker not in self._round:
+            if not duplicate:
                 info.seq = seq
                 self._record(worker, info, samples, meta)
                 self._round[worker] = Update(
@@ -219,29 +263,90 @@ class WeightStore:
                     self._merge_round()
         return self.pull(round_no + 1, wait)
 
-    def join(self, worker: int, rows: int, wait: float) -> list[int] | None:
-        """Registers a worker's row count; returns every worker's once all joined.
+    def push_async(
+        self,
+        worker: int,
+        *,
+        seq: int,
+        base_version: int,
+        arrays: Sequence[np.ndarray],
+        samples: int,
+        meta: dict[str, Any],
+        attempt: int = 0,
+    ) -> int:
+        """Applies one asynchronous push under the lock; returns the new version.
 
-        Workers use the counts to agree on the number of rounds per epoch. Returns
-        ``None`` if not every worker joined within ``wait`` seconds (ask again).
+        A push repeated with a sequence number the worker already used is not applied
+        again; the current version is returned.
 
         Raises:
-            StoreError: 400 for a bad worker id; 409 when training was aborted.
+            StoreError: 400 for a bad worker id, shapes, values or a version from the
+                future; 409 for a superseded attempt or when training was aborted.
+        """
+        self._expect_mode("asynchronous")
+        self._check_worker(worker)
+        self._check_arrays(arrays)
+        with self._cond:
+            self._check_aborted()
+            info, duplicate = self._admit(worker, seq, attempt)
+            if duplicate:
+                return self._version
+            if base_version > self._version:
+                raise StoreError(
+                    400,
+                    f"Worker {worker} pushed a delta against version {base_version}, but the "
+                    f"service is at version {self._version}.",
+                )
+            update = Update(
+                worker=worker,
+                arrays=list(arrays),
+                samples=samples,
+                base_version=base_version,
+                meta=meta,
+            )
+            self._weights = self.rule.apply(self._weights, update, self._version)
+            info.seq = seq
+            self._record(worker, info, samples, meta)
+            self._version += 1
+            self._cond.notify_all()
+            return self._version
+
+    def join(self, worker: int, rows: int, wait: float, attempt: int = 0) -> dict[str, Any] | None:
+        """Registers (or re-registers) a worker and its row count.
+
+        A retried task joins again under the same id with a higher ``attempt``: from
+        then on pushes of older attempts are refused, and the answer tells the new
+        attempt the last sequence number applied, so it continues the numbering.
+
+        Returns:
+            ``{"rows": [...], "seq": s, "version": v}``. In synchronous mode it waits
+            until every worker joined and ``rows`` holds every worker's row count (the
+            workers agree on the rounds per epoch from it); returns ``None`` if that
+            takes longer than ``wait`` seconds (ask again). In asynchronous mode it
+            answers at once with the row counts known so far.
+
+        Raises:
+            StoreError: 400 for a bad worker id; 409 for a superseded attempt or when
+                training was aborted.
         """
         self._check_worker(worker)
         deadline = time.monotonic() + wait
         with self._cond:
             self._check_aborted()
+            info, _ = self._admit(worker, seq=None, attempt=attempt)
             self._rows[worker] = rows
-            self._workers.setdefault(worker, WorkerInfo()).last_contact = time.time()
             self._cond.notify_all()
-            while len(self._rows) < self.num_workers:
+            while self.mode == "synchronous" and len(self._rows) < self.num_workers:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return None
                 self._cond.wait(min(left, 1.0))
                 self._check_aborted()
-            return [self._rows[w] for w in range(self.num_workers)]
+            return {
+                "rows": [self._rows.get(w, 0) for w in range(self.num_workers)],
+                "seq": info.seq,
+                "version": self._version,
+            }
 
     def report_failure(self, worker: int, trace: str) -> None:
         """Records a worker's traceback and aborts open rounds so others stop waiting."""
@@ -268,6 +373,28 @@ class WeightStore:
         return self._stop_requested
 
     # ---------------------------------------------------------------- helpers
+    def _admit(self, worker: int, seq: int | None, attempt: int) -> tuple[WorkerInfo, bool]:
+        """Fences old attempts and spots repeated pushes; call with the lock held."""
+        info = self._workers.setdefault(worker, WorkerInfo())
+        if attempt < info.attempt:
+            raise StoreError(
+                409,
+                f"Worker {worker} attempt {attempt} was superseded by attempt {info.attempt}; "
+                "its updates are refused.",
+            )
+        info.attempt = attempt
+        info.last_contact = time.time()
+        duplicate = seq is not None and seq <= info.seq
+        if duplicate:
+            info.duplicates += 1
+        return info, duplicate
+
+    def _expect_mode(self, mode: str) -> None:
+        if self.mode != mode:
+            raise StoreError(
+                400, f"This fit runs in {self.mode} mode; a {mode} push does not belong to it."
+            )
+
     def _merge_round(self) -> None:
         updates = [self._round[w] for w in sorted(self._round)]
         self._weights = self.rule.combine(self._weights, updates)

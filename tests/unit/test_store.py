@@ -5,7 +5,7 @@ import threading
 import numpy as np
 import pytest
 
-from sparkdl.server.rules import AverageRule
+from sparkdl.server.rules import AverageRule, DeltaRule
 from sparkdl.server.store import StoreError, WeightStore
 
 
@@ -111,8 +111,8 @@ def test_epoch_logs_are_averaged_by_samples() -> None:
 def test_join_returns_all_row_counts() -> None:
     store = make_store()
     assert store.join(0, 10, wait=0.0) is None
-    assert store.join(1, 12, wait=1.0) == [10, 12]
-    assert store.join(0, 10, wait=0.0) == [10, 12]
+    assert store.join(1, 12, wait=1.0) == {"rows": [10, 12], "seq": 0, "version": 0}
+    assert store.join(0, 10, wait=0.0)["rows"] == [10, 12]
 
 
 def test_round_timeout_aborts() -> None:
@@ -124,3 +124,74 @@ def test_round_timeout_aborts() -> None:
     )
     with pytest.raises(StoreError, match="round_timeout"):
         store.pull(1, wait=3.0)
+
+
+def make_async(staleness: str = "none") -> WeightStore:
+    return WeightStore(
+        [np.zeros(3, np.float32)],
+        num_workers=2,
+        rule=DeltaRule(staleness),
+        mode="asynchronous",
+    )
+
+
+def push_async(store: WeightStore, worker: int, value: float, *, seq: int, **kw):
+    kw.setdefault("base_version", store.version)
+    return store.push_async(
+        worker, seq=seq, arrays=[np.full(3, value, np.float32)], samples=1, meta={}, **kw
+    )
+
+
+def test_async_deltas_apply_once_per_sequence_number() -> None:
+    store = make_async()
+    assert push_async(store, 0, 1.0, seq=1) == 1
+    assert push_async(store, 1, 2.0, seq=1) == 2
+    assert push_async(store, 0, 1.0, seq=1) == 2  # retry: acknowledged, not applied
+    assert push_async(store, 0, 4.0, seq=2) == 3
+    np.testing.assert_array_equal(store.weights()[0], [7.0, 7.0, 7.0])
+    status = store.status()
+    assert status["duplicates"] == 1 and status["workers"]["0"]["seq"] == 2
+
+
+def test_async_inverse_staleness_scales_old_deltas() -> None:
+    store = make_async("inverse")
+    for seq in range(1, 5):
+        push_async(store, 0, 0.0, seq=seq)
+    push_async(store, 1, 8.0, seq=1, base_version=0)  # 4 versions old
+    np.testing.assert_array_equal(store.weights()[0], [2.0, 2.0, 2.0])
+    with pytest.raises(StoreError, match="version 9"):
+        push_async(store, 1, 1.0, seq=2, base_version=9)
+
+
+def test_retried_task_rejoins_under_its_id_and_fences_the_old_attempt() -> None:
+    store = make_async()
+    store.join(0, 10, wait=0.0)
+    push_async(store, 0, 1.0, seq=1)
+    push_async(store, 0, 1.0, seq=2)
+    joined = store.join(0, 10, wait=0.0, attempt=1)  # Spark retried the task
+    assert joined["seq"] == 2 and joined["version"] == 2
+    with pytest.raises(StoreError, match="superseded") as info:
+        push_async(store, 0, 5.0, seq=3, attempt=0)  # the zombie attempt
+    assert info.value.status == 409
+    push_async(store, 0, 1.0, seq=3, attempt=1)
+    np.testing.assert_array_equal(store.weights()[0], [3.0, 3.0, 3.0])
+    assert store.status()["workers"]["0"]["attempt"] == 1
+
+
+def test_push_of_the_other_mode_is_refused() -> None:
+    with pytest.raises(StoreError, match="asynchronous mode"):
+        make_async().push_sync(
+            0, seq=1, round_no=0, arrays=[np.ones(3, np.float32)], samples=1, meta={}, wait=0
+        )
+    with pytest.raises(StoreError, match="synchronous mode"):
+        push_async(make_store(), 0, 1.0, seq=1)
+
+
+def test_encoded_snapshot_is_built_once_per_version() -> None:
+    store = make_async()
+    body, version = store.encoded()
+    assert version == 0 and store.encoded()[0] is body
+    push_async(store, 0, 1.0, seq=1)
+    body2, version2 = store.encoded(1)
+    assert version2 == 1 and body2 is not body
+    assert store.encoded(5, wait=0.0) is None
