@@ -104,5 +104,9 @@ class KerasEstimator(Estimator):
                 "rows": result.rows,
                 "communication_share": result.communication_share,
                 "workers": result.reports,
+                "service": {
+                    key: result.status.get(key)
+                    for key in ("version", "samples_seen", "duplicates", "epochs_done")
+                },
             },
         )

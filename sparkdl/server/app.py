@@ -205,7 +205,10 @@ def _read_body(limit: int | None = None) -> Any:
         )
     if limit is not None and length > limit:
         raise StoreError(413, f"Request body of {length} bytes exceeds the {limit}-byte bound.")
-    body = request.environ["wsgi.input"].read(length) if length else b""
+    try:
+        body = request.environ["wsgi.input"].read(length) if length else b""
+    except TimeoutError:
+        raise StoreError(408, "Timed out waiting for the request body.") from None
     if len(body) != length:
         raise StoreError(
             400,

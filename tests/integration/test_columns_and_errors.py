@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import keras
 import numpy as np
 import pytest
@@ -186,12 +188,34 @@ def _raising_loss(y_true, y_pred):  # type: ignore[no-untyped-def]
     raise ValueError("custom loss exploded on purpose")
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def assert_port_released(port: int) -> None:
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=2)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))  # raises if the service still held it
+
+
+def test_service_port_is_released_after_a_normal_fit(good) -> None:
+    port = free_port()
+    fitted = fit(good, port=port)
+    assert fitted.fit_report["service"]["version"] >= 1
+    assert_port_released(port)
+
+
 def test_worker_exception_becomes_worker_error_and_service_stops(good) -> None:
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation="softmax")])
     model.compile(optimizer="adam", loss=_raising_loss)
+    port = free_port()
     with pytest.raises(WorkerError, match="custom loss exploded on purpose") as err:
-        fit(good, model=model, custom_objects={"_raising_loss": _raising_loss})
+        fit(good, model=model, custom_objects={"_raising_loss": _raising_loss}, port=port)
     assert set(err.value.failures) <= {0, 1} and err.value.failures
+    assert_port_released(port)
 
 
 def test_nan_loss_is_a_clear_error(spark) -> None:
