@@ -1,17 +1,19 @@
 """Parameter service throughput against a plain TCP socket, on loopback, in one run.
 
-For each model size one client does push+pull round trips: it sends the model's
-float32 arrays and gets the model back (the asynchronous delta rule answers a push
-with the new weights, so one round trip is one update). The plain socket sends the
-same number of bytes each way with ``sendall`` / ``recv_into`` into reused buffers:
-the physical limit of this machine. Rows:
+For each model size a client process (as a Spark worker is) does push+pull round
+trips: it sends the model's float32 arrays and gets the model back (the asynchronous
+delta rule answers a push with the new weights, so one round trip is one update).
+The plain socket sends the same number of bytes each way with ``sendall`` /
+``recv_into`` into reused buffers: the physical limit of this machine. Rows:
 
 * ``raw socket``: the limit.
 * ``sparkdl async``: the service as shipped (cheroot + bulk I/O), asynchronous delta.
 * ``sparkdl sync``: the same, synchronous average with one worker.
-* ``cheroot (stock)`` / ``waitress``: the same Flask app and client, other servers
+* ``urllib3 client``: the shipped service, with a pooled urllib3 client instead of
+  sparkdl's keep-alive client (urllib3 hands the body over as ``bytes``).
+* ``cheroot (stock)`` / ``waitress``: the same Flask app and client on other servers
   (waitress with its receive size and spill-to-disk thresholds raised for big bodies).
-* ``sparkdl async x8``: 8 concurrent clients (threads here), aggregate figures.
+* ``sparkdl async x8``: 8 client processes at once, aggregate figures.
 
 Run:
     python benchmarks/service.py            # 0.1M, 10M and 50M parameters
@@ -21,6 +23,7 @@ Run:
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import socket
 import statistics
 import threading
@@ -33,10 +36,11 @@ import numpy as np
 
 from sparkdl.server import wire
 from sparkdl.server.app import create_app, max_body_bytes
-from sparkdl.server.client import ServiceClient
 from sparkdl.server.rules import AverageRule, DeltaRule
 from sparkdl.server.service import ParameterService
 from sparkdl.server.store import WeightStore
+
+Serve = Callable[[WeightStore, str], AbstractContextManager[str]]
 
 
 def main() -> None:
@@ -48,29 +52,32 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for millions in args.sizes:
         n = int(millions * 1_000_000)
-        weights = _model(n)
-        body_bytes = sum(memoryview(c).nbytes for c in wire.encode(weights, {"version": 0}))
+        body_bytes = sum(memoryview(c).nbytes for c in wire.encode(_model(n), {"version": 0}))
         raw = _raw_socket(body_bytes, args.seconds)
         _row(millions, "raw socket", raw, body_bytes, raw)
-        runs: list[tuple[str, Callable[[list[np.ndarray], float], list[float]]]] = [
-            ("sparkdl async", lambda w, s: _service_run(w, "asynchronous", s)),
-            ("sparkdl sync", lambda w, s: _service_run(w, "synchronous", s)),
-            ("cheroot (stock)", lambda w, s: _other_run(w, _stock_cheroot, s)),
-            ("waitress", lambda w, s: _other_run(w, _waitress, s)),
+        rows: list[tuple[str, str, Serve, str]] = [
+            ("sparkdl async", "asynchronous", _sparkdl, "sparkdl"),
+            ("sparkdl sync", "synchronous", _sparkdl, "sparkdl"),
+            ("urllib3 client", "asynchronous", _sparkdl, "urllib3"),
+            ("cheroot (stock)", "asynchronous", _stock_cheroot, "sparkdl"),
+            ("waitress", "asynchronous", _waitress, "sparkdl"),
         ]
-        for name, run in runs:
+        for name, mode, serve, client in rows:
             try:
-                _row(millions, name, run(weights, args.seconds), body_bytes, raw)
+                times = _run(n, mode, serve, client, args.seconds, clients=1)[0]
             except ImportError as exc:
                 print(f"| {millions:g}M | {name} | not installed ({exc.name}) | | | |")
+                continue
+            _row(millions, name, times, body_bytes, raw)
         if n <= 1_000_000:
-            times, wall = _concurrent_run(weights, 8, args.seconds)
-            rate = len(times) / wall
+            per_client = _run(n, "asynchronous", _sparkdl, "sparkdl", args.seconds, clients=8)
+            rate = sum(len(t) / sum(t) for t in per_client)
             mbs = rate * 2 * body_bytes / 1e6
             raw_mbs = 2 * body_bytes / statistics.median(raw) / 1e6
+            p50 = statistics.median(t for ts in per_client for t in ts)
             print(
-                f"| {millions:g}M | sparkdl async x8 | {rate:.0f} | "
-                f"{statistics.median(times) * 1e3:.2f} | {mbs:.0f} | {mbs / raw_mbs:.0%} |"
+                f"| {millions:g}M | sparkdl async x8 | {_rate(rate)} | {p50 * 1e3:.2f} | "
+                f"{mbs:.0f} | {mbs / raw_mbs:.0%} |"
             )
 
 
@@ -84,9 +91,89 @@ def _row(millions: float, name: str, times: list[float], nbytes: int, raw: list[
     p50 = statistics.median(times)
     raw_p50 = statistics.median(raw)
     print(
-        f"| {millions:g}M | {name} | {1 / p50:.0f} | {p50 * 1e3:.2f} | "
-        f"{2 * nbytes / p50 / 1e6:.0f} | {raw_p50 / p50:.0%} |"
+        f"| {millions:g}M | {name} | {_rate(1 / p50)} | {p50 * 1e3:.2f} | "
+        f"{2 * nbytes / p50 / 1e6:.0f} | {raw_p50 / p50:.0%} |",
+        flush=True,
     )
+
+
+def _rate(per_second: float) -> str:
+    return f"{per_second:.1f}" if per_second < 10 else f"{per_second:.0f}"
+
+
+# ----------------------------------------------------------------- client processes
+def _run(
+    n: int, mode: str, serve: Serve, client: str, seconds: float, *, clients: int
+) -> list[list[float]]:
+    """Serves a fresh store and times ``clients`` client processes against it."""
+    weights = _model(n)
+    if mode == "asynchronous":
+        store = WeightStore(weights, num_workers=8, rule=DeltaRule(), mode=mode)
+    else:
+        store = WeightStore(weights, num_workers=1, rule=AverageRule(), mode=mode)
+    with serve(store, "token") as url:
+        return _in_processes(
+            _service_client, [(url, n, mode, client, seconds, i) for i in range(clients)]
+        )
+
+
+def _in_processes(target: Callable[..., list[float]], jobs: list[tuple[Any, ...]]) -> Any:
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(len(jobs)) as pool:
+        return pool.starmap(target, jobs)
+
+
+def _service_client(
+    url: str, n: int, mode: str, client: str, seconds: float, worker: int
+) -> list[float]:
+    weights = _model(n)
+    version = 0
+    if client == "urllib3":
+        return _urllib3_client(url, weights, seconds, worker)
+    from sparkdl.server.client import ServiceClient
+
+    service = ServiceClient(url, "token", worker=worker)
+
+    def step() -> None:
+        nonlocal version
+        if mode == "asynchronous":
+            _, version = service.push_async(weights, base_version=version, samples=1)
+        else:
+            _, version = service.push_sync(weights, round_no=version, samples=1)
+
+    try:
+        return _timed(step, seconds)
+    finally:
+        service.close()
+
+
+def _urllib3_client(
+    url: str, weights: list[np.ndarray], seconds: float, worker: int
+) -> list[float]:
+    import urllib3
+
+    pool = urllib3.connection_from_url(url, maxsize=1, retries=False, timeout=60)
+    seq = 0
+    version = 0
+
+    def step() -> None:
+        nonlocal seq, version
+        seq += 1
+        meta = {"worker": worker, "seq": seq, "samples": 1, "base_version": version}
+        chunks = wire.encode(weights, meta)
+        headers = {
+            "Authorization": "Bearer token",
+            "Content-Type": wire.CONTENT_TYPE,
+            "Content-Length": str(sum(memoryview(c).nbytes for c in chunks)),
+        }
+        response = pool.urlopen("POST", "/push", body=chunks, headers=headers)
+        _, answer = wire.decode(response.data)
+        version = answer["version"]
+
+    try:
+        return _timed(step, seconds)
+    finally:
+        pool.close()
 
 
 def _timed(step: Callable[[], object], seconds: float, min_reps: int = 5) -> list[float]:
@@ -102,6 +189,7 @@ def _timed(step: Callable[[], object], seconds: float, min_reps: int = 5) -> lis
     return times
 
 
+# --------------------------------------------------------------------- raw socket
 def _raw_socket(nbytes: int, seconds: float) -> list[float]:
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
@@ -116,6 +204,14 @@ def _raw_socket(nbytes: int, seconds: float) -> list[float]:
                 conn.sendall(reply)
 
     threading.Thread(target=echo, daemon=True).start()
+    try:
+        times: list[float] = _in_processes(_raw_client, [(port, nbytes, seconds)])[0]
+        return times
+    finally:
+        listener.close()
+
+
+def _raw_client(port: int, nbytes: int, seconds: float) -> list[float]:
     client = socket.create_connection(("127.0.0.1", port))
     client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     outbox = bytes(nbytes)
@@ -125,11 +221,8 @@ def _raw_socket(nbytes: int, seconds: float) -> list[float]:
         client.sendall(outbox)
         _recv_exactly(client, inbox)
 
-    try:
+    with client:
         return _timed(step, seconds)
-    finally:
-        client.close()
-        listener.close()
 
 
 def _recv_exactly(conn: socket.socket, buffer: memoryview) -> bool:
@@ -142,66 +235,11 @@ def _recv_exactly(conn: socket.socket, buffer: memoryview) -> bool:
     return True
 
 
-def _store(weights: list[np.ndarray], mode: str) -> WeightStore:
-    if mode == "asynchronous":
-        return WeightStore(weights, num_workers=8, rule=DeltaRule(), mode=mode)
-    return WeightStore(weights, num_workers=1, rule=AverageRule(), mode=mode)
-
-
-def _stepper(client: ServiceClient, weights: list[np.ndarray], mode: str) -> Callable[[], None]:
-    version = [0]
-
-    def step() -> None:
-        if mode == "asynchronous":
-            _, version[0] = client.push_async(weights, base_version=version[0], samples=1)
-        else:
-            _, version[0] = client.push_sync(weights, round_no=version[0], samples=1)
-
-    return step
-
-
-def _service_run(weights: list[np.ndarray], mode: str, seconds: float) -> list[float]:
-    with ParameterService(_store(weights, mode)) as service:
-        client = ServiceClient(service.url, service.token, worker=0)
-        try:
-            return _timed(_stepper(client, weights, mode), seconds)
-        finally:
-            client.close()
-
-
-def _concurrent_run(
-    weights: list[np.ndarray], clients: int, seconds: float
-) -> tuple[list[float], float]:
-    times: list[list[float]] = [[] for _ in range(clients)]
-    with ParameterService(_store(weights, "asynchronous")) as service:
-
-        def work(i: int) -> None:
-            client = ServiceClient(service.url, service.token, worker=i)
-            times[i] = _timed(_stepper(client, weights, "asynchronous"), seconds)
-            client.close()
-
-        threads = [threading.Thread(target=work, args=(i,)) for i in range(clients)]
-        start = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        wall = time.perf_counter() - start
-    return [t for ts in times for t in ts], wall
-
-
-def _other_run(
-    weights: list[np.ndarray],
-    server: Callable[[WeightStore, str], AbstractContextManager[str]],
-    seconds: float,
-) -> list[float]:
-    store = _store(weights, "asynchronous")
-    with server(store, "token") as url:
-        client = ServiceClient(url, "token", worker=0)
-        try:
-            return _timed(_stepper(client, weights, "asynchronous"), seconds)
-        finally:
-            client.close()
+# ------------------------------------------------------------------------ servers
+@contextmanager
+def _sparkdl(store: WeightStore, token: str) -> Iterator[str]:
+    with ParameterService(store, host="127.0.0.1", token=token) as service:
+        yield service.url
 
 
 def _bytes_app(store: WeightStore, token: str) -> Callable[..., Iterable[bytes]]:
