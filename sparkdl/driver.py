@@ -281,7 +281,11 @@ def _worker_error(exc: Exception, failures: dict[int, str]) -> SparkDLError:
 
 
 class _Progress:
-    """Prints one line per finished epoch from the service's state (verbose=1)."""
+    """Prints one line per finished epoch from the service's status (verbose=1).
+
+    It reads the same snapshot ``GET /status`` serves: the per-epoch history and the
+    samples the service has seen, whose rate it prints.
+    """
 
     def __init__(self, store: WeightStore, config: TrainConfig, rows: int) -> None:
         self._store = store
@@ -305,12 +309,13 @@ class _Progress:
             self._print_new()
 
     def _print_new(self) -> None:
-        history = self._store.history()
-        done = len(next(iter(history.values()), []))
+        status = self._store.status()
+        history: dict[str, list[float]] = status["history"]
+        done = status["epochs_done"]
         while self._printed < done:
             i = self._printed
             elapsed = time.perf_counter() - self._started
-            rate = self._rows * (i + 1) / elapsed if elapsed > 0 else math.nan
+            rate = status["samples_seen"] / elapsed if elapsed > 0 else math.nan
             metrics = " - ".join(f"{k}: {v[i]:.4f}" for k, v in history.items() if i < len(v))
             print(
                 f"Epoch {i + 1}/{self._config.epochs} - {self._rows} samples - {metrics} - "
