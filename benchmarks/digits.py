@@ -18,6 +18,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Spark's Python workers must run this interpreter (the one with sparkdl installed).
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from examples.digits import accuracy, digits_arrays, digits_frames, digits_model

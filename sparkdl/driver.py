@@ -277,6 +277,12 @@ def _worker_error(exc: Exception, failures: dict[int, str]) -> SparkDLError:
         trace = "\n".join(lines[:6]) or type(exc).__name__
         causes = [ln for ln in lines if re.match(r"^:?\s*[\w.$]+(Exception|Error)\b", ln)]
         last = (causes[0] if causes else lines[0] if lines else type(exc).__name__).lstrip(": ")
+    if "ModuleNotFoundError" in last:
+        last += (
+            ". Spark's Python workers run another Python than the driver's; set the "
+            "environment variable PYSPARK_PYTHON (or spark.pyspark.python) to a Python "
+            "that has sparkdl installed before the SparkSession starts"
+        )
     return WorkerError(f"The training job failed: {last}", {-1: trace})
 
 
