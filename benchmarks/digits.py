@@ -1,13 +1,17 @@
-"""Plain Keras vs sparkdl synchronous on digits, side by side in one process and run.
+"""Plain Keras vs every sparkdl mode x merge on digits, side by side in one process and run.
 
-Same split, same model, 20 epochs, batch 32. Prints fit seconds (SparkSession start
-excluded), test accuracy, the ratio to plain Keras, and the communication share (the
-fraction of worker training time spent in calls to the parameter service).
+Same split, same model, 20 epochs, batch 32, 2 workers on ``local[2]``. Prints fit
+seconds (SparkSession start excluded), the ratio to plain Keras, test accuracy, updates
+per second (pushes of both workers together over the training time, startup excluded)
+and the communication share (the fraction of worker training time spent in calls to
+the parameter service, waiting for other workers included).
 
 The first sparkdl fit in a session is "cold" (Spark starts Python workers, which import
-TensorFlow); later fits reuse the Python workers ("warm"). Both are printed.
+TensorFlow); it is run first and printed on its own row. Every other row is warm.
 
-Run:  .venv/bin/python benchmarks/digits.py [--epochs 20] [--repeats 2]
+Run:
+    .venv/bin/python benchmarks/digits.py
+    .venv/bin/python benchmarks/digits.py --frequencies epoch --only hogwild/delta
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import argparse
 import os
 import sys
 import time
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Spark's Python workers must run this interpreter (the one with sparkdl installed).
@@ -24,14 +29,28 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from examples.digits import accuracy, digits_arrays, digits_frames, digits_model
 
+#: (mode, merge, extra settings) of every combination.
+COMBINATIONS: list[tuple[str, str, dict[str, Any]]] = [
+    ("synchronous", "average", {}),
+    ("synchronous", "delta", {}),
+    ("synchronous", "elastic", {}),
+    ("asynchronous", "average", {}),
+    ("asynchronous", "delta", {}),
+    ("asynchronous", "delta", {"staleness": "inverse"}),
+    ("asynchronous", "elastic", {}),
+    ("hogwild", "average", {}),
+    ("hogwild", "delta", {}),
+    ("hogwild", "elastic", {}),
+]
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument(
-        "--repeats", type=int, default=2, help="warm sparkdl fits after the cold one"
-    )
+    parser.add_argument("--frequencies", nargs="+", default=["epoch", "batch"])
+    parser.add_argument("--only", nargs="*", default=None, help="mode/merge names to run")
+    parser.add_argument("--alpha", type=float, default=None, help="elastic_alpha")
     args = parser.parse_args()
 
     from pyspark.sql import SparkSession
@@ -39,13 +58,15 @@ def main() -> None:
     from sparkdl import KerasEstimator
 
     x_train, x_test, y_train, y_test = digits_arrays()
-    rows = []
+    rows: list[tuple[str, float, float, float | None, float | None]] = []
 
     model = digits_model(seed=0)
     start = time.perf_counter()
     model.fit(x_train, y_train, epochs=args.epochs, batch_size=args.batch_size, verbose=0)
     keras_seconds = time.perf_counter() - start
-    rows.append(("plain Keras (1 process)", keras_seconds, accuracy(model, x_test, y_test), None))
+    rows.append(
+        ("plain Keras (1 process)", keras_seconds, accuracy(model, x_test, y_test), None, None)
+    )
 
     spark = (
         SparkSession.builder.master("local[2]")
@@ -59,42 +80,58 @@ def main() -> None:
     train_df = train_df.cache()
     train_df.count()
 
-    for frequency in ["epoch", 4]:
-        for attempt in range(1 + args.repeats):
-            est = KerasEstimator(
-                model=digits_model(seed=0),
-                mode="synchronous",
-                frequency=frequency,
-                num_workers=2,
-                epochs=args.epochs,
-                batch_size=args.batch_size,
-                seed=0,
-            )
-            start = time.perf_counter()
-            fitted = est.fit(train_df)
-            seconds = time.perf_counter() - start
-            cold = "cold" if frequency == "epoch" and attempt == 0 else "warm"
-            rows.append(
-                (
-                    f"sparkdl sync, frequency={frequency}, 2 workers ({cold})",
-                    seconds,
-                    accuracy(fitted.get_model(), x_test, y_test),
-                    fitted.fit_report["communication_share"],
-                )
-            )
+    def run(mode: str, merge: str, frequency: str | int, extra: dict[str, Any]) -> tuple:
+        if merge == "elastic" and args.alpha is not None:
+            extra = {**extra, "elastic_alpha": args.alpha}
+        est = KerasEstimator(
+            model=digits_model(seed=0),
+            mode=mode,
+            merge=merge,
+            frequency=frequency,
+            num_workers=2,
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            seed=0,
+            **extra,
+        )
+        start = time.perf_counter()
+        fitted = est.fit(train_df)
+        seconds = time.perf_counter() - start
+        report = fitted.fit_report
+        pushes = sum(w["syncs"] for w in report["workers"])
+        train = max(w["train_seconds"] for w in report["workers"])
+        return (
+            seconds,
+            accuracy(fitted.get_model(), x_test, y_test),
+            pushes / train if train > 0 else None,
+            report["communication_share"],
+        )
+
+    seconds, acc, rate, comm = run("synchronous", "average", "epoch", {})
+    rows.append(("synchronous/average, frequency=epoch (cold)", seconds, acc, rate, comm))
+    for frequency in args.frequencies:
+        freq: str | int = int(frequency) if frequency.isdigit() else frequency
+        for mode, merge, extra in COMBINATIONS:
+            if args.only and f"{mode}/{merge}" not in args.only:
+                continue
+            name = f"{mode}/{merge}" + "".join(f", {k}={v}" for k, v in extra.items())
+            seconds, acc, rate, comm = run(mode, merge, freq, extra)
+            rows.append((f"{name}, frequency={frequency}", seconds, acc, rate, comm))
+            print(f"{rows[-1][0]}: {seconds:.2f} s, acc {acc:.4f}", file=sys.stderr, flush=True)
     spark.stop()
 
     print(
         f"\ndigits: {len(x_train)} train / {len(x_test)} test rows, {args.epochs} epochs, "
-        f"batch {args.batch_size}, local[2]\n"
+        f"batch {args.batch_size}, 2 workers, local[2]\n"
     )
-    print(f"| {'run':<48} | fit s | x Keras | test acc | comm share |")
-    print(f"|{'-' * 50}|------:|--------:|---------:|-----------:|")
-    for name, seconds, acc, comm in rows:
+    print("| run | fit s | x Keras | test acc | updates/s | comm share |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, seconds, acc, rate, comm in rows:
+        updates = "" if rate is None else f"{rate:.0f}"
         share = "" if comm is None else f"{comm:.1%}"
         print(
-            f"| {name:<48} | {seconds:5.2f} | {seconds / keras_seconds:7.2f} "
-            f"| {acc:8.4f} | {share:>10} |"
+            f"| {name} | {seconds:.2f} | {seconds / keras_seconds:.2f} | {acc:.4f} "
+            f"| {updates} | {share} |"
         )
 
 

@@ -17,12 +17,16 @@ from typing import Any
 
 from sparkdl.errors import ConfigError
 
-__all__ = ["FREQUENCIES", "MERGES", "MODES", "TrainConfig"]
+__all__ = ["FREQUENCIES", "MERGES", "MODES", "STALENESS", "TrainConfig"]
 
 #: How updates are scheduled.
-MODES: tuple[str, ...] = ("synchronous",)
-#: How the service combines pushed weights.
-MERGES: tuple[str, ...] = ("average",)
+MODES: tuple[str, ...] = ("synchronous", "asynchronous", "hogwild")
+#: How the service combines pushed updates.
+MERGES: tuple[str, ...] = ("average", "delta", "elastic")
+#: How an asynchronous delta is scaled by its age.
+STALENESS: tuple[str, ...] = ("none", "inverse")
+#: ``elastic_alpha`` when none is given is this divided by ``num_workers``.
+ELASTIC_BETA = 0.9
 #: Named sync frequencies; an int N means "every N batches".
 FREQUENCIES: tuple[str, ...] = ("epoch", "batch")
 
@@ -34,8 +38,17 @@ class TrainConfig:
     Args:
         mode: How updates are scheduled. ``"synchronous"``: barrier rounds; every worker
             pushes, the service merges, every worker continues from the result.
-        merge: How the service combines updates. ``"average"``: weights averaged,
-            weighted by the samples each worker trained on since the last round.
+            ``"asynchronous"``: first come first served, each update applied under a
+            lock. ``"hogwild"``: first come first served, applied without a lock.
+        merge: How the service combines updates. ``"average"``: weights averaged
+            (synchronous: weighted by samples; asynchronous: each push moves the center
+            1/num_workers of the way to the pushed weights). ``"delta"``: workers push
+            ``w_new - w_pulled`` and the service adds it. ``"elastic"``: EASGD; worker
+            and center move toward each other by ``elastic_alpha * (w - center)``.
+            ``None``: ``"average"`` for synchronous mode, ``"delta"`` otherwise.
+        staleness: ``"none"`` or ``"inverse"``: an asynchronous delta computed against
+            a center k versions old is scaled by 1/k.
+        elastic_alpha: The EASGD moving rate; ``None`` uses 0.9 / num_workers.
         frequency: When workers sync: ``"epoch"``, ``"batch"`` or an int N (every N
             batches). Every epoch also ends with a sync.
         num_workers: Number of Spark tasks that train; ``None`` uses every task slot.
@@ -66,6 +79,8 @@ class TrainConfig:
 
     mode: str = "synchronous"
     merge: str | None = None
+    staleness: str = "none"
+    elastic_alpha: float | None = None
     frequency: str | int = "epoch"
     num_workers: int | None = None
     epochs: int = 1
@@ -85,8 +100,18 @@ class TrainConfig:
     def __post_init__(self) -> None:
         _one_of("mode", self.mode, MODES)
         if self.merge is None:
-            object.__setattr__(self, "merge", "average")
+            default = "average" if self.mode == "synchronous" else "delta"
+            object.__setattr__(self, "merge", default)
         _one_of("merge", self.merge, MERGES)
+        _one_of("staleness", self.staleness, STALENESS)
+        alpha = self.elastic_alpha
+        if alpha is not None and (
+            isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha <= 1
+        ):
+            raise ConfigError(
+                f"Expected elastic_alpha to be a number in (0, 1] or None. Received: "
+                f"elastic_alpha={alpha!r}"
+            )
         freq = self.frequency
         if isinstance(freq, bool) or not (
             (isinstance(freq, int) and freq >= 1) or freq in FREQUENCIES
@@ -129,6 +154,17 @@ class TrainConfig:
             raise ConfigError(
                 f"Expected request_retries to be an int >= 0. Received: {self.request_retries!r}"
             )
+
+    def alpha_for(self, num_workers: int) -> float:
+        """The elastic moving rate for ``num_workers`` workers.
+
+        Example:
+            >>> TrainConfig(merge="elastic").alpha_for(2)
+            0.45
+        """
+        if self.elastic_alpha is not None:
+            return float(self.elastic_alpha)
+        return ELASTIC_BETA / max(num_workers, 1)
 
     @property
     def sync_every(self) -> int | None:

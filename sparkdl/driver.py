@@ -1,4 +1,4 @@
-"""One fit on the driver: check, start the service, run the barrier job, collect.
+"""One fit on the driver: check, start the service, run the training job, collect.
 
 Example:
     >>> parse_local_master("local[4]"), parse_local_master("yarn")
@@ -124,7 +124,8 @@ def run_fit(
     store = WeightStore(
         model.get_weights(),
         num_workers=num_workers,
-        rule=make_rule(str(config.merge)),
+        rule=make_rule(str(config.merge), staleness=config.staleness, num_workers=num_workers),
+        mode=config.mode,
         round_timeout=config.round_timeout,
     )
     service = ParameterService(store, host=_service_host(spark, config), port=config.port)
@@ -144,11 +145,23 @@ def run_fit(
         threads=config.threads_per_worker or _task_cpus(sc),
         request_timeout=config.request_timeout,
         request_retries=config.request_retries,
+        mode=config.mode,
+        merge=str(config.merge),
+        elastic_alpha=config.alpha_for(num_workers),
     )
     frame = prepared.frame
     if frame.rdd.getNumPartitions() != num_workers:
         frame = frame.repartition(num_workers)
     progress = _Progress(store, config, prepared.summary.rows) if config.verbose else None
+    downpour = config.mode != "synchronous" and config.merge == "delta"
+    if downpour and config.frequency == "epoch" and num_workers > 1:
+        _log.warning(
+            "merge='delta' adds each worker's whole-epoch delta in full, so the center "
+            "moves about num_workers=%d times as far per epoch as one worker would. If "
+            "the loss oscillates, divide the learning rate by num_workers, push more "
+            "often (frequency='batch' or an int), or use merge='elastic'/'average'.",
+            num_workers,
+        )
     service.start()
     try:
         payload = _with_url(payload, service.url)
@@ -159,7 +172,10 @@ def run_fit(
         if progress:
             progress.start()
         try:
-            rows = _run_barrier_job(frame, payload, num_workers)
+            if config.mode == "synchronous":
+                rows = _run_barrier_job(frame, payload, num_workers)
+            else:  # ordinary tasks: none waits for another, Spark may queue them
+                rows = frame.mapInArrow(make_train_function(payload), RESULT_SCHEMA).collect()
         except Exception as exc:
             raise _worker_error(exc, store.failures()) from None
         reports = sorted((json.loads(r["report"]) for r in rows), key=lambda r: r["worker"])
@@ -220,7 +236,13 @@ def task_slots(sc: SparkContext) -> int:
 
 
 def _num_workers(sc: SparkContext, config: TrainConfig) -> int:
-    """Checks the slots a barrier stage needs; waits for executors on real clusters."""
+    """Checks the slots a barrier stage needs; waits for executors on real clusters.
+
+    Asynchronous modes run ordinary tasks, which Spark queues when there are more than
+    slots, so a given ``num_workers`` needs no check; the default is one per slot.
+    """
+    if config.mode != "synchronous" and config.num_workers:
+        return config.num_workers
     master = str(sc.master)
     wait_until = time.monotonic() + (
         0 if re.fullmatch(r"local(\[.*\])?", master) else config.slot_wait_timeout

@@ -106,7 +106,7 @@ class KerasEstimator(Estimator):
                 "workers": result.reports,
                 "service": {
                     key: result.status.get(key)
-                    for key in ("version", "samples_seen", "duplicates", "epochs_done")
+                    for key in ("version", "samples_seen", "duplicates", "epochs_done", "workers")
                 },
             },
         )

@@ -1,9 +1,12 @@
-"""The executor side of a fit: one barrier task per worker.
+"""The executor side of a fit: one Spark task per worker.
 
-A task reads its partition once into numpy, learns every worker's row count through
-the service's ``/join`` (so all workers agree on the number of rounds per epoch),
-rebuilds the model from the ``.keras`` bytes, pulls the service's current weights, and
-runs one ``model.fit`` over every epoch with a callback that syncs every ``frequency``.
+A task reads its partition once into numpy, joins the service (``/join``: in
+synchronous mode it learns every worker's row count, so all workers agree on the
+number of rounds per epoch), rebuilds the model from the ``.keras`` bytes, pulls the
+service's current weights, and runs one ``model.fit`` over every epoch with a callback
+that pushes an update every ``frequency`` and continues from the answer. Synchronous
+fits run as a barrier stage; asynchronous and hogwild fits as ordinary tasks, so a slow
+or restarted worker never holds up the others.
 
 The closure carries only plain data (:class:`WorkerPayload`): never the SparkSession,
 the estimator or the service.
@@ -50,6 +53,9 @@ class WorkerPayload:
         threads: TensorFlow intra-op threads, or ``None``.
         request_timeout: Seconds per service call.
         request_retries: Retries per service call.
+        mode: ``"synchronous"``, ``"asynchronous"`` or ``"hogwild"``.
+        merge: ``"average"``, ``"delta"`` or ``"elastic"``.
+        elastic_alpha: The elastic moving rate (``merge="elastic"``).
     """
 
     model_bytes: Any
@@ -66,12 +72,15 @@ class WorkerPayload:
     threads: int | None
     request_timeout: float
     request_retries: int
+    mode: str = "synchronous"
+    merge: str = "average"
+    elastic_alpha: float = 0.0
 
 
 def make_train_function(
     payload: WorkerPayload,
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch]]:
-    """Returns the function ``mapInArrow(..., barrier=True)`` runs on each partition."""
+    """Returns the function ``mapInArrow`` runs on each partition (one worker each)."""
 
     def train_partition(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
         report = _run(payload, batches)
@@ -96,12 +105,14 @@ def rounds_per_epoch(steps: list[int], every: int | None) -> int:
 
 
 def _run(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> dict[str, Any]:
-    from pyspark import BarrierTaskContext
+    from pyspark import TaskContext
 
     from sparkdl import gpu
 
     started = time.perf_counter()
-    ctx = BarrierTaskContext.get()
+    ctx = TaskContext.get()
+    if ctx is None:
+        raise RuntimeError("sparkdl's train function runs only inside a Spark task.")
     worker = ctx.partitionId()
     gpu.assign_gpus(ctx)
     # Import TensorFlow while the partition is read: the import dominates a cold worker.
@@ -160,6 +171,7 @@ def _train(
 
     from sparkdl import gpu
     from sparkdl.keras_io import model_from_bytes
+    from sparkdl.merging import WorkerMerge
 
     gpus = gpu.configure_tensorflow(payload.threads)
     if payload.seed is not None:
@@ -169,15 +181,23 @@ def _train(
     weights, version = client.pull(0)
     model.set_weights(weights)
 
-    steps = [math.ceil(n / payload.batch_size) for n in rows]
+    steps = math.ceil(len(x) / payload.batch_size)
+    if payload.mode == "synchronous":  # every worker takes part in every round
+        rounds = rounds_per_epoch(
+            [math.ceil(n / payload.batch_size) for n in rows], payload.sync_every
+        )
+    else:
+        rounds = rounds_per_epoch([steps], payload.sync_every)
     sync = _SyncCallback(
         client,
+        merge=WorkerMerge(payload.merge, weights, payload.elastic_alpha),
+        synchronous=payload.mode == "synchronous",
         rows=len(x),
         batch_size=payload.batch_size,
-        steps=steps[worker],
-        rounds=rounds_per_epoch(steps, payload.sync_every),
+        steps=steps,
+        rounds=rounds,
         every=payload.sync_every,
-        round_no=version,
+        version=version,
     )
     sync.keras_callback.set_model(model)
     train_start = time.perf_counter()
@@ -210,18 +230,20 @@ def _train(
 
 
 class _SyncCallback:
-    """Keras callback that pushes weights every ``every`` batches and at epoch ends."""
+    """Keras callback that pushes an update every ``every`` batches and at epoch ends."""
 
     def __init__(
         self,
         client: Any,
         *,
+        merge: Any,
+        synchronous: bool,
         rows: int,
         batch_size: int,
         steps: int,
         rounds: int,
         every: int | None,
-        round_no: int,
+        version: int,
     ) -> None:
         import keras
 
@@ -241,13 +263,15 @@ class _SyncCallback:
 
         self.keras_callback = _Bridge()
         self.client = client
+        self.merge = merge
+        self.synchronous = synchronous
         self.rows = rows
         self.batch_size = batch_size
         self.steps = steps
         self.rounds = rounds
         self.every = every
         self.mid_rounds = (steps - 1) // every if every and steps else 0
-        self.round_no = round_no
+        self.version = version
         self.syncs = 0
         self._done = 0
         self._sent = 0
@@ -292,11 +316,19 @@ class _SyncCallback:
             meta["epoch_logs"] = {k: float(v) for k, v in epoch_logs.items()}
             meta["epoch_samples"] = self.rows
         model = self.model
-        weights, version = self.client.push_sync(
-            model.get_weights(), round_no=self.round_no, samples=seen - self._sent, meta=meta
-        )
-        model.set_weights(weights)
-        self.round_no = version
+        local = model.get_weights()
+        update = self.merge.outgoing(local)
+        samples = seen - self._sent
+        if self.synchronous:
+            answer, version = self.client.push_sync(
+                update, round_no=self.version, samples=samples, meta=meta
+            )
+        else:
+            answer, version = self.client.push_async(
+                update, base_version=self.version, samples=samples, meta=meta
+            )
+        model.set_weights(self.merge.incoming(local, answer))
+        self.version = version
         self._sent = seen
         self._done += 1
         self.syncs += 1

@@ -11,8 +11,8 @@ Routes:
         least V (long poll up to S seconds; 202 while not yet).
     ``POST /push?wait=S``: a worker's push. Synchronous mode: its weights for the open
         round; answers with the merged weights (202 while the round is still open).
-        Asynchronous mode: its delta, applied at once; answers with the current weights,
-        so one round trip both pushes and pulls.
+        Asynchronous and hogwild modes: its update, applied at once; answers with the
+        current weights, so one round trip both pushes and pulls.
     ``POST /join?wait=S``: JSON ``{"worker": id, "rows": n, "attempt": a}``; answers
         ``{"rows": [...], "seq": s, "version": v}`` (synchronous mode: once every worker
         joined; 202 while not yet).
@@ -108,7 +108,7 @@ def create_app(store: WeightStore, token: str) -> Flask:
         seq = _meta_int(meta, "seq")
         samples = _meta_int(meta, "samples")
         attempt = _meta_int(meta, "attempt", 0)
-        if store.mode == "asynchronous":
+        if store.mode != "synchronous":
             version = store.push_async(
                 worker,
                 seq=seq,
@@ -222,7 +222,7 @@ def _json_body() -> dict[str, Any]:
     body = _read_body(_MAX_JSON_BYTES)
     try:
         value = json.loads(bytes(body))
-    except ValueError:
+    except (ValueError, RecursionError):
         raise _BadArg("Expected a JSON object body.") from None
     if not isinstance(value, dict):
         raise _BadArg("Expected a JSON object body.")

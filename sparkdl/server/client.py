@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import random
 import time
 import traceback
 from collections.abc import Sequence
@@ -40,6 +41,10 @@ from sparkdl.server import wire
 __all__ = ["ServiceClient"]
 
 _LONG_POLL = 20.0
+#: Errors of a kept-alive connection the server closed while idle: retried at once.
+_STALE_ERRORS = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
+#: Large arrays go to the socket in slices, so the timeout bounds each slice.
+_SEND_SLICE_BYTES = 4 << 20
 
 
 class ServiceClient:
@@ -206,8 +211,8 @@ class ServiceClient:
             samples=samples,
             comm_seconds=self.comm_seconds,
         )
-        chunks = wire.encode(arrays, header)
-        size = sum(memoryview(c).nbytes for c in chunks)
+        chunks = _sliced(wire.encode(arrays, header))
+        size = sum(len(c) for c in chunks)
         return self._request(
             "POST",
             f"/push?wait={self._long_poll}",
@@ -248,7 +253,7 @@ class ServiceClient:
                     status, data = self._conn.request(method, path, body, all_headers)
                 except (http.client.HTTPException, OSError) as exc:
                     last = f"{type(exc).__name__}: {exc}"
-                    if reused and stale_retry:
+                    if reused and stale_retry and isinstance(exc, _STALE_ERRORS):
                         stale_retry = False  # a kept-alive connection the server closed
                         continue
                 else:
@@ -258,7 +263,7 @@ class ServiceClient:
                 failures += 1
                 if failures >= attempts:
                     break
-                time.sleep(delay)
+                time.sleep(delay * random.uniform(0.5, 1.5))  # jitter: workers spread out
                 delay = min(delay * 2, 5.0)
         finally:
             self.calls += 1
@@ -268,6 +273,15 @@ class ServiceClient:
             f"{path.split('?')[0]}: {last}. Check that executors can reach the driver at that "
             "address (set service_host= / port=), or raise request_retries= / request_timeout=."
         )
+
+
+def _sliced(chunks: list[Any]) -> list[memoryview]:
+    """Byte views of ``chunks``, none longer than ``_SEND_SLICE_BYTES``."""
+    out: list[memoryview] = []
+    for chunk in chunks:
+        view = memoryview(chunk).cast("B")
+        out.extend(view[i : i + _SEND_SLICE_BYTES] for i in range(0, len(view), _SEND_SLICE_BYTES))
+    return out
 
 
 class _KeepAlive:

@@ -31,7 +31,10 @@ from sparkdl.server.app import create_app, max_body_bytes
 from sparkdl.server.store import WeightStore
 from sparkdl.server.transport import use_bulk_io
 
-__all__ = ["ParameterService"]
+__all__ = ["MAX_HEADER_BYTES", "ParameterService"]
+
+#: Bound on a request's line and headers (cheroot's default is unbounded).
+MAX_HEADER_BYTES = 64 * 1024
 
 _log = logging.getLogger(__name__)
 
@@ -100,6 +103,7 @@ class ParameterService:
         # Over-long bodies are refused (413, connection closed) before the app runs, so
         # nothing larger than the bound is ever read or drained.
         server.max_request_body_size = max_body_bytes(self.store)
+        server.max_request_header_size = MAX_HEADER_BYTES
         use_bulk_io(server)
         try:
             server.prepare()

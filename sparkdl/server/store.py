@@ -35,7 +35,7 @@ from sparkdl.server.rules import MergeRule, Update
 
 __all__ = ["STORE_MODES", "StoreError", "WeightStore", "WorkerInfo"]
 
-STORE_MODES: tuple[str, ...] = ("synchronous", "asynchronous")
+STORE_MODES: tuple[str, ...] = ("synchronous", "asynchronous", "hogwild")
 
 MAX_WORKERS = 100_000
 
@@ -53,6 +53,7 @@ class StoreError(Exception):
 class WorkerInfo:
     """What the service knows about one worker."""
 
+    first_contact: float = 0.0
     last_contact: float = 0.0
     last_loss: float | None = None
     samples: int = 0
@@ -76,8 +77,10 @@ class WeightStore:
         weights: Initial center weights (the model's weights on the driver).
         num_workers: Workers that take part in every synchronous round.
         rule: The merge rule.
-        mode: ``"synchronous"`` (rounds closed when every worker pushed) or
-            ``"asynchronous"`` (each push applied under the lock as it arrives).
+        mode: ``"synchronous"`` (rounds closed when every worker pushed),
+            ``"asynchronous"`` (each push applied under the lock as it arrives, as new
+            arrays) or ``"hogwild"`` (each push added into the live arrays with no lock
+            held; see :meth:`push_async`).
         round_timeout: Seconds a synchronous round may stay open before it is aborted.
     """
 
@@ -152,6 +155,9 @@ class WeightStore:
         """
         if self.pull(min_version, wait) is None:
             return None
+        if self.mode == "hogwild":  # live arrays: views of memory other pushes change
+            version = self._version
+            return wire.encode(self._weights, {"version": version}), version
         with self._cond:
             cached = self._encoded
             if cached is None or cached[0] != self._version:
@@ -191,6 +197,7 @@ class WeightStore:
                 "elapsed": now - self.started,
                 "workers": {
                     str(w): {
+                        "first_contact": info.first_contact,
                         "last_contact": info.last_contact,
                         "seconds_since_contact": now - info.last_contact,
                         "last_loss": info.last_loss,
@@ -274,10 +281,19 @@ class WeightStore:
         meta: dict[str, Any],
         attempt: int = 0,
     ) -> int:
-        """Applies one asynchronous push under the lock; returns the new version.
+        """Applies one asynchronous push; returns the new version.
 
         A push repeated with a sequence number the worker already used is not applied
         again; the current version is returned.
+
+        In ``"asynchronous"`` mode the rule makes the new center under the lock. In
+        ``"hogwild"`` mode only the bookkeeping (sequence numbers, version, samples)
+        is done under the lock; numpy then adds into the live center with no lock held,
+        so pushes from several request threads add at once. What may race: two adds to
+        the same element can interleave their read-modify-write and lose one of them,
+        and a worker may pull weights with another push half applied. Both are the
+        bounded noise that Hogwild (Recht et al. 2011) shows SGD tolerates; every push
+        is still applied at most once and the arrays' shapes never change.
 
         Raises:
             StoreError: 400 for a bad worker id, shapes, values or a version from the
@@ -294,8 +310,8 @@ class WeightStore:
             if base_version > self._version:
                 raise StoreError(
                     400,
-                    f"Worker {worker} pushed a delta against version {base_version}, but the "
-                    f"service is at version {self._version}.",
+                    f"Worker {worker} pushed an update against version {base_version}, but "
+                    f"the service is at version {self._version}.",
                 )
             update = Update(
                 worker=worker,
@@ -304,12 +320,17 @@ class WeightStore:
                 base_version=base_version,
                 meta=meta,
             )
-            self._weights = self.rule.apply(self._weights, update, self._version)
+            before = self._version
+            if self.mode == "asynchronous":
+                self._weights = self.rule.apply(self._weights, update, before)
             info.seq = seq
             self._record(worker, info, samples, meta)
             self._version += 1
+            version = self._version
             self._cond.notify_all()
-            return self._version
+        if self.mode == "hogwild":
+            self.rule.apply_in_place(self._weights, update, before)
+        return version
 
     def join(self, worker: int, rows: int, wait: float, attempt: int = 0) -> dict[str, Any] | None:
         """Registers (or re-registers) a worker and its row count.
@@ -384,13 +405,14 @@ class WeightStore:
             )
         info.attempt = attempt
         info.last_contact = time.time()
+        info.first_contact = info.first_contact or info.last_contact
         duplicate = seq is not None and seq <= info.seq
         if duplicate:
             info.duplicates += 1
         return info, duplicate
 
     def _expect_mode(self, mode: str) -> None:
-        if self.mode != mode:
+        if (self.mode == "synchronous") != (mode == "synchronous"):
             raise StoreError(
                 400, f"This fit runs in {self.mode} mode; a {mode} push does not belong to it."
             )

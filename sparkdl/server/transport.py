@@ -21,7 +21,7 @@ Example:
 
 from __future__ import annotations
 
-import select
+import selectors
 import socket
 from typing import Any
 
@@ -31,6 +31,7 @@ from cheroot import makefile, server, wsgi
 __all__ = [
     "BULK_BYTES",
     "LINGER_SECONDS",
+    "SEND_SLICE_BYTES",
     "BulkConnection",
     "BulkGateway",
     "BulkReader",
@@ -40,6 +41,9 @@ __all__ = [
 
 BULK_BYTES = 256 * 1024
 LINGER_SECONDS = 0.05
+#: Large writes go out in slices of this size, so the socket timeout bounds each slice
+#: (as with stock cheroot's small writes), not the whole body.
+SEND_SLICE_BYTES = 4 << 20
 
 
 def use_bulk_io(http_server: server.HTTPServer) -> None:
@@ -58,6 +62,13 @@ class BulkGateway(wsgi.Gateway_10):
 
     def respond(self) -> None:
         response = self.req.server.wsgi_app(self.env, self.start_response)
+        # A request answered without reading its whole body (a 401, 411, 413, a
+        # truncated or timed-out body) would make cheroot read and discard the rest
+        # before answering: close the connection instead, so an unauthenticated client
+        # cannot make a thread drain a large body, and the next request on the
+        # connection is never parsed from leftover body bytes.
+        if self.req.chunked_read or getattr(self.req.rfile, "remaining", 0):
+            self.req.close_connection = True
         try:
             for chunk in response:
                 if not isinstance(chunk, (bytes, bytearray, memoryview)):
@@ -113,9 +124,11 @@ class BulkWriter(makefile.StreamWriter):
         if size < BULK_BYTES:
             return super().write(data, *args, **kwargs)
         state: Any = self  # _pyio.BufferedWriter's buffer, which cheroot's stubs omit
+        view = memoryview(data).cast("B")
         with state._write_lock:
             state._flush_unlocked()
-            self._sock.sendall(data)
+            for start in range(0, size, SEND_SLICE_BYTES):
+                self._sock.sendall(view[start : start + SEND_SLICE_BYTES])
         self.bytes_written += size
         return size
 
@@ -146,10 +159,11 @@ class BulkConnection(server.HTTPConnection):
         if not self.server.ready:
             return False
         try:
-            readable, _, _ = select.select([self.socket], [], [], seconds)
+            with selectors.DefaultSelector() as selector:
+                selector.register(self.socket, selectors.EVENT_READ)
+                return bool(selector.select(seconds))
         except (OSError, ValueError):
             return False
-        return bool(readable)
 
 
 def _bulk_makefile(sock: socket.socket, mode: str = "r", bufsize: int = 8192) -> Any:

@@ -187,7 +187,7 @@ def decode(body: bytes | bytearray | memoryview) -> tuple[list[np.ndarray], dict
         )
     try:
         header = json.loads(bytes(view[_PREFIX.size : _PREFIX.size + header_len]))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise WireError(f"Header is not valid UTF-8 JSON: {exc}") from None
     if not isinstance(header, dict):
         raise WireError("Expected the header to be a JSON object.")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import pickle
 import socket
+import time
 
 import numpy as np
 import pytest
@@ -266,6 +267,30 @@ def test_truncated_and_unframed_bodies_over_a_raw_socket(service) -> None:
         answer = _read_answer(sock)
     assert answer.startswith(b"HTTP/1.1 411") and b"Content-Length" in answer
     assert service.store.version == 0
+
+
+def test_unread_bodies_are_not_drained_and_nesting_is_a_400(service) -> None:
+    # A wrong token with a large announced body: answered at once, connection closed,
+    # the server never waits for (or reads) the body.
+    head = (
+        "POST /push HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n"
+        f"Content-Type: {wire.CONTENT_TYPE}\r\nContent-Length: 100000\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", service.port), timeout=10) as sock:
+        sock.sendall(head.encode())
+        start = time.monotonic()
+        answer = _read_answer(sock)
+        assert sock.recv(1) == b""  # closed by the server
+    assert answer.startswith(b"HTTP/1.1 401") and time.monotonic() - start < 5
+    deep = b"[" * 100_000
+    nested = wire.MAGIC + bytes([wire.VERSION, 0, 0, 0]) + len(deep).to_bytes(4, "little") + deep
+    assert (
+        push(urllib3.HTTPConnectionPool("127.0.0.1", service.port), service, nested).status == 400
+    )
+    join = urllib3.HTTPConnectionPool("127.0.0.1", service.port).urlopen(
+        "POST", "/join", body=deep, headers={**auth(service), "Content-Type": "application/json"}
+    )
+    assert join.status == 400
 
 
 def _read_answer(sock: socket.socket) -> bytes:

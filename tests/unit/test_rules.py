@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from sparkdl.errors import ConfigError
-from sparkdl.server.rules import AverageRule, Update, make_rule
+from sparkdl.merging import WorkerMerge
+from sparkdl.server.rules import AverageRule, DeltaRule, ElasticRule, Update, make_rule
 
 
 def test_average_is_weighted_by_samples() -> None:
@@ -62,3 +63,85 @@ def test_make_rule() -> None:
     assert isinstance(make_rule("average"), AverageRule)
     with pytest.raises(ConfigError, match="merge"):
         make_rule("median")
+
+
+def _up(worker: int, values: list[float], samples: int = 1, base: int = 0) -> Update:
+    return Update(
+        worker=worker, arrays=[np.array(values, np.float32)], samples=samples, base_version=base
+    )
+
+
+def test_delta_sync_adds_the_sample_weighted_mean_delta() -> None:
+    center = [np.array([1.0, 1.0], np.float32)]
+    out = DeltaRule().combine(center, [_up(0, [4.0, 0.0], 1), _up(1, [0.0, 8.0], 3)])
+    np.testing.assert_array_equal(out[0], [2.0, 7.0])  # 1 + (4*1 + 0*3)/4, 1 + (0 + 24)/4
+    assert center[0].tolist() == [1.0, 1.0]
+
+
+def test_delta_async_staleness_none_and_inverse() -> None:
+    center = [np.array([10.0], np.float32)]
+    assert DeltaRule().apply(center, _up(0, [6.0], base=2), version=8)[0].tolist() == [16.0]
+    inverse = DeltaRule("inverse")
+    assert inverse.apply(center, _up(0, [6.0], base=2), version=8)[0].tolist() == [11.0]
+    assert inverse.apply(center, _up(0, [6.0], base=7), version=8)[0].tolist() == [16.0]
+    assert inverse.apply(center, _up(0, [6.0], base=8), version=8)[0].tolist() == [16.0]
+    assert center[0].tolist() == [10.0]  # apply never changes the center it was given
+
+
+def test_sync_easgd_sums_the_elastic_differences() -> None:
+    # Two workers at w = [3, 5] and [-1, 1] against center [1, 1], alpha = 0.25:
+    # d0 = 0.25 * ([3, 5] - [1, 1]) = [0.5, 1.0]; d1 = 0.25 * ([-1, 1] - [1, 1]) = [-0.5, 0]
+    center = [np.array([1.0, 1.0], np.float32)]
+    out = ElasticRule().combine(center, [_up(0, [0.5, 1.0]), _up(1, [-0.5, 0.0])])
+    np.testing.assert_array_equal(out[0], [1.0, 2.0])
+
+
+def test_async_average_moves_the_center_by_one_share() -> None:
+    rule = AverageRule(num_workers=4)
+    out = rule.apply([np.array([8.0], np.float32)], _up(0, [0.0]), version=0)
+    assert out[0].tolist() == [6.0]  # 8 + (0 - 8) / 4
+    unchanged = rule.apply([np.array([8.0], np.float32)], _up(0, [0.0], samples=0), version=0)
+    assert unchanged[0].tolist() == [8.0]  # a push with no samples only reports
+
+
+def test_in_place_forms_match_the_copying_forms() -> None:
+    rules = [AverageRule(3), DeltaRule(), DeltaRule("inverse"), ElasticRule()]
+    for rule in rules:
+        center = [np.array([2.0, -4.0], np.float32), np.array([5], np.int64)]
+        update = Update(
+            worker=1,
+            arrays=[np.array([1.0, 3.0], np.float32), np.array([9], np.int64)],
+            samples=2,
+            base_version=1,
+        )
+        copied = rule.apply(center, update, version=5)
+        live = [c.copy() for c in center]
+        rule.apply_in_place(live, update, version=5)
+        for a, b in zip(copied, live, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-6)
+        assert copied[1].tolist() == [9] and copied[1].dtype == np.int64
+
+
+def test_worker_side_of_each_merge() -> None:
+    center = [np.array([1.0, 1.0], np.float32)]
+    local = [np.array([3.0, 5.0], np.float32)]
+    answer = [np.array([2.0, 2.0], np.float32)]
+    average = WorkerMerge("average", center)
+    assert average.outgoing(local)[0].tolist() == [3.0, 5.0]
+    assert average.incoming(local, answer)[0].tolist() == [2.0, 2.0]
+    delta = WorkerMerge("delta", center)
+    assert delta.outgoing(local)[0].tolist() == [2.0, 4.0]
+    assert delta.incoming(local, answer)[0].tolist() == [2.0, 2.0]
+    assert delta.outgoing(local)[0].tolist() == [1.0, 3.0]  # now against the answer
+    elastic = WorkerMerge("elastic", center, alpha=0.25)
+    assert elastic.outgoing(local)[0].tolist() == [0.5, 1.0]
+    assert elastic.incoming(local, answer)[0].tolist() == [2.5, 4.0]  # w - d, not the center
+    assert elastic.outgoing([np.array([2.5, 4.0], np.float32)])[0].tolist() == [0.125, 0.5]
+
+
+def test_make_rule_builds_each_merge() -> None:
+    assert isinstance(make_rule("delta", staleness="inverse"), DeltaRule)
+    assert isinstance(make_rule("elastic"), ElasticRule)
+    assert make_rule("average", num_workers=4).share == 0.25
+    with pytest.raises(ConfigError, match="staleness"):
+        make_rule("delta", staleness="sometimes")

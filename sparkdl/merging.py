@@ -1,0 +1,76 @@
+"""The worker's half of each merge rule: what it pushes and what it does with the answer.
+
+The service's half is in :mod:`sparkdl.server.rules`. Per merge:
+
+* ``"average"``: push the weights; continue from the center in the answer.
+* ``"delta"``: push ``w - w_pulled``; continue from the center in the answer.
+* ``"elastic"``: push ``d = alpha * (w - center_seen)`` and move ``w -= d``; keep the
+  local weights (moved toward the center) and remember the answer's center for the
+  next difference.
+
+Integer weights (counters, seed states) are pushed as they are.
+
+Example:
+    >>> import numpy as np
+    >>> side = WorkerMerge("elastic", [np.zeros(2, np.float32)], alpha=0.5)
+    >>> side.outgoing([np.full(2, 4.0, np.float32)])[0].tolist()
+    [2.0, 2.0]
+    >>> side.incoming([np.full(2, 4.0, np.float32)], [np.full(2, 2.0, np.float32)])[0].tolist()
+    [2.0, 2.0]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["WorkerMerge"]
+
+
+class WorkerMerge:
+    """Tracks the center a worker last saw and turns its weights into pushes.
+
+    Args:
+        merge: ``"average"``, ``"delta"`` or ``"elastic"``.
+        center: The center weights the worker starts from.
+        alpha: The elastic moving rate (``merge="elastic"`` only).
+    """
+
+    def __init__(self, merge: str, center: Sequence[np.ndarray], alpha: float = 0.0) -> None:
+        if merge not in ("average", "delta", "elastic"):
+            raise ValueError(f"Unknown merge {merge!r}")
+        self.merge = merge
+        self.alpha = alpha
+        self.center = list(center)
+        self._moves: list[np.ndarray] | None = None
+
+    def outgoing(self, local: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """What to push, given the worker's current weights."""
+        if self.merge == "average":
+            return list(local)
+        out = []
+        for w, c in zip(local, self.center, strict=True):
+            if not np.issubdtype(w.dtype, np.floating):
+                out.append(w)
+            elif self.merge == "delta":
+                out.append(w - c)
+            else:
+                out.append((w - c) * w.dtype.type(self.alpha))
+        self._moves = out
+        return out
+
+    def incoming(
+        self, local: Sequence[np.ndarray], answer: Sequence[np.ndarray]
+    ) -> list[np.ndarray]:
+        """The worker's new weights after the service answered with its center."""
+        self.center = list(answer)
+        if self.merge != "elastic":
+            return list(answer)
+        moves, self._moves = self._moves, None
+        if moves is None:
+            return list(local)
+        return [
+            w - d if np.issubdtype(w.dtype, np.floating) else c
+            for w, d, c in zip(local, moves, answer, strict=True)
+        ]
