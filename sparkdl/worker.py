@@ -201,6 +201,7 @@ def _train(
     )
     sync.keras_callback.set_model(model)
     train_start = time.perf_counter()
+    setup_comm, setup_calls = client.comm_seconds, client.calls  # join and first pull
     if len(x):
         model.fit(
             x,
@@ -223,8 +224,9 @@ def _train(
         "import_seconds": import_seconds,
         "train_seconds": train_seconds,
         "task_seconds": time.perf_counter() - started,
-        "comm_seconds": client.comm_seconds,
-        "calls": client.calls,
+        "comm_seconds": client.comm_seconds - setup_comm,
+        "calls": client.calls - setup_calls,
+        "setup_comm_seconds": setup_comm,
         "syncs": sync.syncs,
     }
 

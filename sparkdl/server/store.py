@@ -55,6 +55,8 @@ class WorkerInfo:
 
     first_contact: float = 0.0
     last_contact: float = 0.0
+    first_push: float = 0.0
+    last_push: float = 0.0
     last_loss: float | None = None
     samples: int = 0
     pushes: int = 0
@@ -199,6 +201,8 @@ class WeightStore:
                     str(w): {
                         "first_contact": info.first_contact,
                         "last_contact": info.last_contact,
+                        "first_push": info.first_push,
+                        "last_push": info.last_push,
                         "seconds_since_contact": now - info.last_contact,
                         "last_loss": info.last_loss,
                         "samples": info.samples,
@@ -426,6 +430,8 @@ class WeightStore:
         self._cond.notify_all()
 
     def _record(self, worker: int, info: WorkerInfo, samples: int, meta: dict[str, Any]) -> None:
+        info.last_push = time.time()
+        info.first_push = info.first_push or info.last_push
         info.pushes += 1
         info.samples += samples
         self._samples_seen += samples
