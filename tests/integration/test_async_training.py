@@ -112,3 +112,19 @@ def test_a_slow_worker_does_not_slow_the_other(digits, mode) -> None:
     assert slow_rate < 25
     assert fast_rate > 2 * slow_rate, (fast_rate, slow_rate)
     assert fast["last_push"] < slow["last_push"] - 1.0
+
+
+def test_asynchronous_workers_may_outnumber_task_slots(digits) -> None:
+    train_df, _, (_, x_test, _, y_test) = digits
+    fitted = KerasEstimator(
+        model=digits_model(),
+        mode="asynchronous",
+        frequency=4,
+        num_workers=3,  # local[2] has 2 slots: Spark queues the third task
+        epochs=20,
+        seed=0,
+    ).fit(train_df)
+    assert len(fitted.fit_report["workers"]) == 3
+    assert sum(w["rows"] for w in fitted.fit_report["workers"]) == 1437
+    assert len(fitted.history["loss"]) == 20
+    assert accuracy(fitted.get_model(), x_test, y_test) >= 0.95
