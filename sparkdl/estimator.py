@@ -5,8 +5,8 @@ Example:
     >>> net = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax")])
     >>> net.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
     >>> est = KerasEstimator(model=net, features_col="features", label_col="label", epochs=2)
-    >>> est.config.epochs, est.config.mode
-    (2, 'synchronous')
+    >>> est.config.epochs, est.config.mode, est.getOrDefault("batchSize")
+    (2, 'synchronous', 32)
 """
 
 from __future__ import annotations
@@ -16,12 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 from pyspark.ml import Estimator
+from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame
 
-from sparkdl import driver
+from sparkdl import driver, keras_io, persistence
 from sparkdl.config import TrainConfig
 from sparkdl.errors import ConfigError
 from sparkdl.model import KerasModel
+from sparkdl.params import TrainingParams, split_settings
 
 if TYPE_CHECKING:
     import keras
@@ -29,7 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["KerasEstimator"]
 
 
-class KerasEstimator(Estimator):
+class KerasEstimator(Estimator, TrainingParams, MLWritable, MLReadable):
     """Spark ML Estimator that trains a compiled Keras model on Spark executors.
 
     ``fit(df)`` validates the columns, the model and the settings on the driver, starts
@@ -37,19 +39,27 @@ class KerasEstimator(Estimator):
     partition and syncs through the service, and returns a :class:`KerasModel`. The
     model passed in is not modified.
 
+    Every setting is also a Spark ML Param (camelCase: ``batch_size`` is ``batchSize``),
+    so the estimator works in a ``Pipeline``, under ``ParamGridBuilder`` /
+    ``CrossValidator``, and saves and loads with ``save(path)`` / ``load(path)``.
+
     Args:
         model: A compiled ``keras.Model``.
         features_col: Feature column (``array<float|double>``, ML ``Vector`` dense or
             sparse, or a numeric column), or a list of numeric column names.
         label_col: Label column: integer/float, ``array<numeric>`` or a Vector.
         prediction_col: Output column of the fitted model's ``transform``.
+        class_col: If set, the fitted model's ``transform`` also adds the arg-max class
+            as a ``double`` column of this name.
+        learning_rate: If set, overrides the learning rate of the model's optimizer.
         custom_objects: Custom layers, losses and metrics by name (cloudpickled to the
             executors).
-        **settings: Training settings of :class:`sparkdl.config.TrainConfig`: ``mode``,
-            ``merge``, ``frequency``, ``num_workers``, ``epochs``, ``batch_size``,
-            ``seed``, ``verbose``, ``shuffle``, ``service_host``, ``port``,
-            ``request_timeout``, ``round_timeout``, ``request_retries``,
-            ``threads_per_worker``, ``slot_wait_timeout``.
+        **settings: Training settings of :class:`sparkdl.config.TrainConfig` (snake_case
+            or their camelCase Param names): ``mode``, ``merge``, ``staleness``,
+            ``elastic_alpha``, ``frequency``, ``num_workers``, ``epochs``,
+            ``batch_size``, ``seed``, ``verbose``, ``shuffle``, ``service_host``,
+            ``port``, ``request_timeout``, ``round_timeout``, ``request_retries``,
+            ``threads_per_worker``, ``slot_wait_timeout``, ``validate``.
 
     Raises:
         ConfigError: An unknown or invalid setting.
@@ -69,33 +79,63 @@ class KerasEstimator(Estimator):
         features_col: str | Sequence[str] = "features",
         label_col: str = "label",
         prediction_col: str = "prediction",
+        class_col: str = "",
+        learning_rate: float | None = None,
         custom_objects: dict[str, Any] | None = None,
         **settings: Any,
     ) -> None:
         super().__init__()
-        unknown = set(settings) - {f for f in TrainConfig.__dataclass_fields__}
-        if unknown:
-            raise ConfigError(
-                f"Unknown setting(s) {sorted(unknown)}. Expected some of "
-                f"{sorted(TrainConfig.__dataclass_fields__)}."
-            )
-        self.config = TrainConfig(**settings)
+        self._set_training_defaults()
+        features = features_col if isinstance(features_col, str) else list(features_col)
+        given: dict[str, Any] = {
+            "featuresCol": features,
+            "labelCol": label_col,
+            "predictionCol": prediction_col,
+            "classCol": class_col,
+        }
+        if learning_rate is not None:
+            given["learningRate"] = learning_rate
+        allowed = {p.name for p in self.params}
+        given.update(split_settings(settings, allowed))
+        self._set(**given)
+        self.train_config()  # validate now, not at fit time
         self.model = model
-        self.features_col = features_col if isinstance(features_col, str) else list(features_col)
-        self.label_col = label_col
-        self.prediction_col = prediction_col
         self.custom_objects = dict(custom_objects or {})
 
+    @property
+    def config(self) -> TrainConfig:
+        """The training settings as a validated :class:`TrainConfig`."""
+        return self.train_config()
+
+    @property
+    def features_col(self) -> Any:
+        """The feature column(s)."""
+        return self.getOrDefault("featuresCol")
+
+    @property
+    def label_col(self) -> str:
+        """The label column."""
+        return str(self.getOrDefault("labelCol"))
+
+    def setParams(self, **kwargs: Any) -> KerasEstimator:
+        """Sets Params by camelCase or snake_case name; returns ``self``."""
+        self._set(**split_settings(kwargs, {p.name for p in self.params}))
+        self.train_config()
+        return self
+
     def _fit(self, dataset: DataFrame) -> KerasModel:
-        prepared = driver.prepare(dataset, self.model, self.features_col, self.label_col)
+        config = self.train_config()
+        model = self._model_to_train()
+        prepared = driver.prepare(dataset, model, self.features_col, self.label_col)
         result = driver.run_fit(
-            prepared, self.model, self.config, custom_objects=self.custom_objects or None
+            prepared, model, config, custom_objects=self.custom_objects or None
         )
         custom = self.custom_objects or None
         return KerasModel(
             model_bytes=result.model_bytes,
             features_col=self.features_col,
-            prediction_col=self.prediction_col,
+            prediction_col=str(self.getOrDefault("predictionCol")),
+            class_col=str(self.getOrDefault("classCol")),
             input_shape=result.input_shape,
             history=result.history,
             custom_objects=cloudpickle.dumps(custom) if custom else None,
@@ -110,3 +150,44 @@ class KerasEstimator(Estimator):
                 },
             },
         )
+
+    def _model_to_train(self) -> keras.Model:
+        """The model, or a copy with ``learningRate`` applied (the original is kept)."""
+        rate = self.getOrDefault("learningRate")
+        if rate is None:
+            return self.model
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate <= 0:
+            raise ConfigError(f"Expected learningRate to be a number > 0. Received: {rate!r}")
+        keras_io.check_compiled(self.model)
+        copy = keras_io.model_from_bytes(
+            keras_io.model_to_bytes(self.model), self.custom_objects or None
+        )
+        copy.optimizer.learning_rate = float(rate)
+        return copy
+
+    # ------------------------------------------------------------- persistence
+    def write(self) -> persistence.StageWriter:
+        """A Spark ML writer: ``estimator.write().overwrite().save(path)``."""
+        return persistence.StageWriter(self)
+
+    @classmethod
+    def read(cls) -> persistence.StageReader:
+        """A Spark ML reader: ``KerasEstimator.read().load(path)``."""
+        return persistence.StageReader(cls)
+
+    def _persisted_files(self) -> dict[str, bytes | None]:
+        custom = self.custom_objects or None
+        return {
+            "model": keras_io.model_to_bytes(self.model),
+            "state": None,
+            "custom_objects": cloudpickle.dumps(custom) if custom else None,
+        }
+
+    @classmethod
+    def _from_persisted(cls, files: dict[str, bytes | None]) -> KerasEstimator:
+        if files.get("model") is None:
+            raise FileNotFoundError("The saved KerasEstimator has no model.keras file.")
+        pickled = files.get("custom_objects")
+        custom = cloudpickle.loads(pickled) if pickled else None
+        model = keras_io.model_from_bytes(files["model"], custom)  # type: ignore[arg-type]
+        return cls(model=model, custom_objects=custom)

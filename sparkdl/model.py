@@ -6,8 +6,8 @@ Example:
     >>> net = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     >>> fitted = KerasModel(model_bytes=model_to_bytes(net), features_col="x",
     ...                     input_shape=(2,))
-    >>> fitted.get_model().count_params()
-    3
+    >>> fitted.get_model().count_params(), fitted.getOrDefault("featuresCol")
+    (3, 'x')
 """
 
 from __future__ import annotations
@@ -16,10 +16,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyspark.ml import Model
+from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame
 
-from sparkdl import data, predict
+from sparkdl import data, persistence, predict
 from sparkdl.keras_io import model_from_bytes
+from sparkdl.params import ColumnParams, split_settings
 
 if TYPE_CHECKING:
     import keras
@@ -27,17 +30,20 @@ if TYPE_CHECKING:
 __all__ = ["KerasModel"]
 
 
-class KerasModel(Model):
+class KerasModel(Model, ColumnParams, MLWritable, MLReadable):
     """A trained Keras model as a Spark ML Transformer.
 
-    ``transform(df)`` adds ``prediction_col`` with the model's output for every row
-    (``array<float>``, or ``double`` for a single-unit output) and keeps every input
-    column and row.
+    ``transform(df)`` adds ``predictionCol`` with the model's output for every row
+    (``array<float>``, or ``double`` for a single-unit output), and with ``classCol``
+    set also the arg-max class as a ``double`` (as Spark's classifiers do). Every input
+    column and row is kept. ``save(path)`` / ``KerasModel.load(path)`` persist it (also
+    inside a ``PipelineModel``).
 
     Args:
         model_bytes: The model as a ``.keras`` archive.
         features_col: Feature column or list of numeric columns, as in training.
         prediction_col: Name of the output column.
+        class_col: Name of the arg-max class column; empty for none.
         input_shape: Per-sample input shape (without the batch axis).
         history: Per-epoch logs of the fit, like ``keras.callbacks.History.history``.
         custom_objects: cloudpickled ``custom_objects``, or ``None``.
@@ -52,12 +58,20 @@ class KerasModel(Model):
         {}
     """
 
+    predictBatchSize: Param[int] = Param(
+        Params._dummy(),
+        "predictBatchSize",
+        "rows per prediction call in transform()",
+        typeConverter=TypeConverters.toInt,
+    )
+
     def __init__(
         self,
         *,
         model_bytes: bytes,
         features_col: str | Sequence[str] = "features",
         prediction_col: str = "prediction",
+        class_col: str = "",
         input_shape: tuple[int, ...] | None = None,
         history: dict[str, list[float]] | None = None,
         custom_objects: bytes | None = None,
@@ -65,17 +79,30 @@ class KerasModel(Model):
         batch_size: int = 1024,
     ) -> None:
         super().__init__()
+        self._set_column_defaults()
+        self._setDefault(predictBatchSize=1024)
+        features = features_col if isinstance(features_col, str) else list(features_col)
+        columns = {"features_col": features, "prediction_col": prediction_col}
+        self._set(**split_settings(columns, {"featuresCol", "predictionCol"}))
+        self._set(classCol=class_col, predictBatchSize=batch_size)
         self.model_bytes = model_bytes
-        self.features_col = features_col if isinstance(features_col, str) else list(features_col)
-        self.prediction_col = prediction_col
         self.history: dict[str, list[float]] = dict(history or {})
         self.custom_objects = custom_objects
         self.fit_report: dict[str, Any] = dict(fit_report or {})
-        self.batch_size = batch_size
         self._model: keras.Model | None = None
         self._broadcasts: dict[int, Any] = {}
         self._digest = predict.model_digest(model_bytes)
         self._input_shape = tuple(input_shape) if input_shape else None
+
+    @property
+    def features_col(self) -> Any:
+        """The feature column(s) ``transform`` reads."""
+        return self.getOrDefault("featuresCol")
+
+    @property
+    def prediction_col(self) -> str:
+        """The output column ``transform`` adds."""
+        return str(self.getOrDefault("predictionCol"))
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -102,6 +129,12 @@ class KerasModel(Model):
             self._model = model_from_bytes(self.model_bytes, custom)
         return self._model
 
+    def copy(self, extra: dict[Any, Any] | None = None) -> KerasModel:
+        """A copy with ``extra`` Params set; it shares the (immutable) model bytes."""
+        that: KerasModel = super().copy(extra)
+        that._broadcasts = {}
+        return that
+
     def _transform(self, dataset: DataFrame) -> DataFrame:
         features = data.feature_column(dataset, self.features_col)
         model = self.get_model()
@@ -116,7 +149,49 @@ class KerasModel(Model):
             self._digest,
             self.input_shape,
             scalar_output=scalar,
-            batch_size=self.batch_size,
+            batch_size=int(self.getOrDefault("predictBatchSize")),
             custom_objects=self.custom_objects,
         )
-        return dataset.withColumn(self.prediction_col, udf(features))
+        scored = dataset.withColumn(self.prediction_col, udf(features))
+        class_col = str(self.getOrDefault("classCol"))
+        if class_col:
+            classes = predict.arg_max(scored[self.prediction_col], scalar=scalar)
+            scored = scored.withColumn(class_col, classes)
+        return scored
+
+    # ------------------------------------------------------------- persistence
+    def write(self) -> persistence.StageWriter:
+        """A Spark ML writer: ``model.write().overwrite().save(path)``."""
+        return persistence.StageWriter(self)
+
+    @classmethod
+    def read(cls) -> persistence.StageReader:
+        """A Spark ML reader: ``KerasModel.read().load(path)``."""
+        return persistence.StageReader(cls)
+
+    def _persisted_files(self) -> dict[str, bytes | None]:
+        state = {
+            "history": self.history,
+            "fit_report": self.fit_report,
+            "input_shape": list(self._input_shape) if self._input_shape else None,
+        }
+        return {
+            "model": self.model_bytes,
+            "state": persistence.dump_state(state),
+            "custom_objects": self.custom_objects,
+        }
+
+    @classmethod
+    def _from_persisted(cls, files: dict[str, bytes | None]) -> KerasModel:
+        state = persistence.load_state(files.get("state"))
+        shape = state.get("input_shape")
+        model_bytes = files["model"]
+        if model_bytes is None:
+            raise FileNotFoundError("The saved KerasModel has no model.keras file.")
+        return cls(
+            model_bytes=model_bytes,
+            input_shape=tuple(shape) if shape else None,
+            history=state.get("history"),
+            fit_report=state.get("fit_report"),
+            custom_objects=files.get("custom_objects"),
+        )

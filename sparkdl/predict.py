@@ -22,7 +22,7 @@ from pyspark.sql import Column
 from pyspark.sql.functions import pandas_udf
 from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType
 
-__all__ = ["model_digest", "predict_udf"]
+__all__ = ["arg_max", "model_digest", "predict_udf"]
 
 _CACHE_SIZE = 4
 _cache: OrderedDict[str, Any] = OrderedDict()
@@ -85,6 +85,16 @@ def predict_udf(
             yield pd.Series(out, dtype="float64" if scalar_output else "object")
 
     return pandas_udf(predict, return_type)  # type: ignore[call-overload]
+
+
+def arg_max(prediction: Column, *, scalar: bool) -> Column:
+    """The predicted class as a ``double``: the arg-max of an ``array<float>`` output,
+    or ``prediction >= 0.5`` for a single-unit (sigmoid) output. Null stays null."""
+    from pyspark.sql import functions as F
+
+    if scalar:
+        return (prediction >= F.lit(0.5)).cast("double")
+    return (F.array_position(prediction, F.array_max(prediction)) - F.lit(1)).cast("double")
 
 
 def _load(broadcast: Any, digest: str, custom_objects: bytes | None) -> Any:

@@ -1,0 +1,135 @@
+"""Spark ML Params of :class:`~sparkdl.KerasEstimator` and :class:`~sparkdl.KerasModel`.
+
+Spark ML tools (``Pipeline``, ``ParamGridBuilder``, ``CrossValidator``, persistence)
+work on Params. Every training setting of :class:`~sparkdl.config.TrainConfig` is a
+Param named in Spark's camelCase (``batch_size`` -> ``batchSize``), next to the column
+Params and ``learningRate``; the snake_case constructor arguments set the same Params.
+
+Example:
+    >>> param_name("batch_size"), param_name("epochs")
+    ('batchSize', 'epochs')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from pyspark.ml.param import Param, Params, TypeConverters
+
+from sparkdl.config import TrainConfig
+from sparkdl.errors import ConfigError
+
+__all__ = [
+    "SETTING_PARAMS",
+    "ColumnParams",
+    "TrainingParams",
+    "param_name",
+    "split_settings",
+]
+
+
+def param_name(field: str) -> str:
+    """The camelCase Param name of a snake_case setting."""
+    head, *rest = field.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+#: TrainConfig field -> Param name.
+SETTING_PARAMS: dict[str, str] = {
+    f.name: param_name(f.name) for f in dataclasses.fields(TrainConfig)
+}
+
+_COLUMN_ARGS = {
+    "features_col": "featuresCol",
+    "label_col": "labelCol",
+    "prediction_col": "predictionCol",
+    "class_col": "classCol",
+}
+
+
+def split_settings(kwargs: dict[str, Any], allowed: set[str]) -> dict[str, Any]:
+    """Maps snake_case or camelCase keyword arguments to Param names.
+
+    Raises:
+        ConfigError: An argument names no known Param.
+    """
+    known = {**SETTING_PARAMS, **_COLUMN_ARGS, "learning_rate": "learningRate"}
+    out: dict[str, Any] = {}
+    for key, value in kwargs.items():
+        name = known.get(key, key)
+        if name not in allowed:
+            choices = sorted({k for k, v in known.items() if v in allowed})
+            raise ConfigError(f"Unknown setting {key!r}. Expected some of {choices}.")
+        out[name] = value
+    return out
+
+
+class ColumnParams(Params):
+    """Column Params shared by the estimator and the model."""
+
+    featuresCol: Param[Any] = Param(
+        Params._dummy(),
+        "featuresCol",
+        "feature column: an array or Vector column, a numeric column, or a list of "
+        "numeric columns",
+        typeConverter=TypeConverters.identity,
+    )
+    predictionCol: Param[str] = Param(
+        Params._dummy(),
+        "predictionCol",
+        "output column of transform(): the model's output",
+        typeConverter=TypeConverters.toString,
+    )
+    classCol: Param[str] = Param(
+        Params._dummy(),
+        "classCol",
+        "if not empty, transform() also adds the arg-max class of the model's output "
+        "as a double column of this name, as Spark's classifiers do",
+        typeConverter=TypeConverters.toString,
+    )
+
+    def _set_column_defaults(self) -> None:
+        self._setDefault(featuresCol="features", predictionCol="prediction", classCol="")
+
+
+class TrainingParams(ColumnParams):
+    """The label column, every TrainConfig setting, and ``learningRate``."""
+
+    labelCol: Param[str] = Param(
+        Params._dummy(),
+        "labelCol",
+        "label column: a numeric column, a numeric array or a Vector",
+        typeConverter=TypeConverters.toString,
+    )
+    learningRate: Param[Any] = Param(
+        Params._dummy(),
+        "learningRate",
+        "if set, overrides the learning rate of the compiled model's optimizer",
+        typeConverter=TypeConverters.identity,
+    )
+
+    def _set_training_defaults(self) -> None:
+        self._set_column_defaults()
+        defaults = {
+            SETTING_PARAMS[f.name]: f.default for f in dataclasses.fields(TrainConfig)
+        }
+        self._setDefault(labelCol="label", learningRate=None, **defaults)
+
+    def train_config(self) -> TrainConfig:
+        """The :class:`TrainConfig` of the current Param values (validated)."""
+        values = {field: self.getOrDefault(name) for field, name in SETTING_PARAMS.items()}
+        return TrainConfig(**values)
+
+
+for _field in dataclasses.fields(TrainConfig):
+    setattr(
+        TrainingParams,
+        SETTING_PARAMS[_field.name],
+        Param(
+            Params._dummy(),
+            SETTING_PARAMS[_field.name],
+            f"training setting {_field.name!r} (see sparkdl.TrainConfig)",
+            typeConverter=TypeConverters.identity,
+        ),
+    )

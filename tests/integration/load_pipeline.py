@@ -1,0 +1,32 @@
+"""Loads a saved PipelineModel in a fresh SparkSession and writes its predictions.
+
+Usage: python load_pipeline.py MODEL_DIR DATA_PARQUET OUT_NPY
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+import numpy as np
+from pyspark.ml import PipelineModel
+
+from tests.integration.conftest import spark_builder
+
+
+def main() -> None:
+    model_dir, data_path, out_path = sys.argv[1:4]
+    spark = spark_builder("local[1]").getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    loaded = PipelineModel.load(model_dir)
+    rows = loaded.transform(spark.read.parquet(data_path)).orderBy("id").collect()
+    np.save(out_path, np.array([r.prediction for r in rows], np.float32))
+    print("CLASSES", sum(1 for r in rows if r["class"] == r.label))
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

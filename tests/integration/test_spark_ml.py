@@ -1,0 +1,148 @@
+"""KerasEstimator / KerasModel as Spark ML citizens: Params, Pipeline, CrossValidator,
+persistence. Real Spark local[2], real TensorFlow."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+from pyspark.ml import Pipeline, PipelineModel
+from pyspark.ml.evaluation import MulticlassClassificationEvaluator
+from pyspark.ml.feature import StandardScaler, VectorAssembler
+from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
+
+from examples.digits import digits_arrays, digits_model
+from sparkdl import KerasEstimator, KerasModel
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+PIXELS = [f"p{i}" for i in range(64)]
+
+
+@pytest.fixture(scope="module")
+def pixel_frames(spark):  # type: ignore[no-untyped-def]
+    """Digits as 64 numeric columns plus an id and the label (train, test)."""
+    x_train, x_test, y_train, y_test = digits_arrays()
+
+    def frame(x, y, offset):  # type: ignore[no-untyped-def]
+        rows = [(offset + i, *map(float, x[i]), int(y[i])) for i in range(len(x))]
+        schema = "id long, " + ", ".join(f"{c} double" for c in PIXELS) + ", label long"
+        return spark.createDataFrame(rows, schema).repartition(2).cache()
+
+    return frame(x_train, y_train, 0), frame(x_test, y_test, 100_000)
+
+
+def test_pipeline_fits_saves_and_loads_in_a_new_session(pixel_frames, tmp_path) -> None:
+    train_df, test_df = pixel_frames
+    pipeline = Pipeline(
+        stages=[
+            VectorAssembler(inputCols=PIXELS, outputCol="raw"),
+            StandardScaler(inputCol="raw", outputCol="scaled", withMean=True, withStd=True),
+            KerasEstimator(
+                model=digits_model(learning_rate=0.001),
+                features_col="scaled",
+                class_col="class",
+                num_workers=2,
+                epochs=20,
+                seed=0,
+            ),
+        ]
+    )
+    fitted = pipeline.fit(train_df)
+    scored = fitted.transform(test_df).orderBy("id").collect()
+    accuracy = np.mean([r["class"] == r.label for r in scored])
+    assert accuracy >= 0.95, accuracy
+    assert {"id", "p0", "raw", "scaled", "prediction", "class"} <= set(scored[0].asDict())
+
+    model_dir = str(tmp_path / "pipeline")
+    fitted.save(model_dir)
+    data_dir = str(tmp_path / "test.parquet")
+    test_df.write.parquet(data_dir)
+    out = str(tmp_path / "pred.npy")
+    script = os.path.join(os.path.dirname(__file__), "load_pipeline.py")
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")
+    proc = subprocess.run(
+        [sys.executable, script, model_dir, data_dir, out],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    expected = np.array([r.prediction for r in scored], np.float32)
+    np.testing.assert_allclose(np.load(out), expected, atol=1e-6)
+    match = re.search(r"CLASSES (\d+)", proc.stdout)
+    assert match and int(match.group(1)) == sum(r["class"] == r.label for r in scored)
+
+    same_session = PipelineModel.load(model_dir).stages[-1]
+    assert isinstance(same_session, KerasModel)
+    assert same_session.history == fitted.stages[-1].history
+
+
+def test_cross_validator_picks_the_better_learning_rate(digits) -> None:
+    train_df, _, _ = digits
+    estimator = KerasEstimator(
+        model=digits_model(), class_col="class", num_workers=2, epochs=4, seed=0
+    )
+    grid = ParamGridBuilder().addGrid(estimator.learningRate, [1e-6, 0.003]).build()
+    evaluator = MulticlassClassificationEvaluator(
+        predictionCol="class", labelCol="label", metricName="accuracy"
+    )
+    cv = CrossValidator(
+        estimator=estimator, estimatorParamMaps=grid, evaluator=evaluator, numFolds=2, seed=0
+    )
+    best = cv.fit(train_df)
+    metrics = best.avgMetrics
+    assert metrics[1] > metrics[0] + 0.3, metrics  # 0.003 learns, 1e-6 barely moves
+    assert best.bestModel.getOrDefault("classCol") == "class"
+    lr = float(keras.ops.convert_to_numpy(best.bestModel.get_model().optimizer.learning_rate))
+    assert abs(lr - 0.003) < 1e-9
+    # The estimator's own model kept its learning rate.
+    assert abs(float(estimator.model.optimizer.learning_rate.numpy()) - 0.003) < 1e-9
+
+
+class Scale(keras.layers.Layer):
+    """A custom layer: multiplies by a trainable scalar."""
+
+    def build(self, input_shape):  # type: ignore[no-untyped-def]
+        self.factor = self.add_weight(shape=(), initializer="ones", name="factor")
+
+    def call(self, x):  # type: ignore[no-untyped-def]
+        return x * self.factor
+
+
+def test_model_and_estimator_with_a_custom_layer_save_and_load(digits, tmp_path) -> None:
+    train_df, test_df, _ = digits
+    inputs = keras.Input((64,))
+    hidden = Scale()(keras.layers.Dense(32, activation="relu")(inputs))
+    net = keras.Model(inputs, keras.layers.Dense(10, activation="softmax")(hidden))
+    net.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    estimator = KerasEstimator(
+        model=net, custom_objects={"Scale": Scale}, num_workers=2, epochs=2, batchSize=64
+    )
+    est_dir = str(tmp_path / "estimator")
+    estimator.save(est_dir)
+    loaded_est = KerasEstimator.load(est_dir)
+    assert loaded_est.getOrDefault("batchSize") == 64 and loaded_est.uid == estimator.uid
+    assert isinstance(loaded_est.model.layers[2], Scale)
+
+    fitted = loaded_est.fit(train_df)
+    model_dir = str(tmp_path / "model")
+    fitted.write().overwrite().save(model_dir)
+    fitted.write().overwrite().save(model_dir)  # overwrite works
+    with pytest.raises(Exception, match="already exists"):
+        fitted.save(model_dir)
+    loaded = KerasModel.load(model_dir)
+    assert loaded.history == fitted.history and loaded.input_shape == (64,)
+    a = np.array([r.prediction for r in fitted.transform(test_df).collect()])
+    b = np.array([r.prediction for r in loaded.transform(test_df).collect()])
+    np.testing.assert_allclose(a, b, atol=1e-6)
+    for got, want in zip(
+        loaded.get_model().get_weights(), fitted.get_model().get_weights(), strict=True
+    ):
+        np.testing.assert_array_equal(got, want)
