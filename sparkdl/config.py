@@ -68,6 +68,8 @@ class TrainConfig:
         slot_wait_timeout: Seconds to wait for executors to register before failing
             for lack of task slots (non-local masters only).
         validate: Scan the data once for nulls, NaNs and ragged rows before training.
+        validation_split: Fraction in [0, 1) of each worker's rows (its last ones, as
+            in ``model.fit``) held out to report ``val_*`` logs every epoch.
 
     Raises:
         ConfigError: A value is out of range or unknown.
@@ -96,6 +98,7 @@ class TrainConfig:
     threads_per_worker: int | None = None
     slot_wait_timeout: float = 60.0
     validate: bool = True
+    validation_split: float = 0.0
 
     def __post_init__(self) -> None:
         _one_of("mode", self.mode, MODES)
@@ -104,6 +107,12 @@ class TrainConfig:
             object.__setattr__(self, "merge", default)
         _one_of("merge", self.merge, MERGES)
         _one_of("staleness", self.staleness, STALENESS)
+        split = self.validation_split
+        if isinstance(split, bool) or not isinstance(split, (int, float)) or not 0 <= split < 1:
+            raise ConfigError(
+                f"Expected validation_split to be a number in [0, 1). Received: "
+                f"validation_split={split!r}"
+            )
         alpha = self.elastic_alpha
         if alpha is not None and (
             isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha <= 1

@@ -109,8 +109,12 @@ def run_fit(
     config: TrainConfig,
     *,
     custom_objects: dict[str, Any] | None = None,
+    validation: Prepared | None = None,
 ) -> FitResult:
     """Trains ``model`` on ``prepared`` data as ``config`` says.
+
+    ``validation`` (prepared like the training data) is collected to the driver and
+    broadcast; worker i reports ``val_*`` logs on rows ``i::num_workers`` every epoch.
 
     Raises:
         ClusterError: The cluster has fewer task slots than ``num_workers``.
@@ -130,6 +134,12 @@ def run_fit(
     )
     service = ParameterService(store, host=_service_host(spark, config), port=config.port)
     broadcast = sc.broadcast(model_bytes)
+    held_out = None
+    if validation is not None:
+        arrays = data.to_numpy(
+            validation.frame.toArrow().to_batches(), prepared.input_shape, prepared.label_kind
+        )
+        held_out = sc.broadcast(arrays)
     payload = WorkerPayload(
         model_bytes=broadcast,
         custom_objects=cloudpickle.dumps(custom_objects) if custom_objects else None,
@@ -148,6 +158,9 @@ def run_fit(
         mode=config.mode,
         merge=str(config.merge),
         elastic_alpha=config.alpha_for(num_workers),
+        validation_split=config.validation_split,
+        validation=held_out,
+        num_workers=num_workers,
     )
     frame = prepared.frame
     if frame.rdd.getNumPartitions() != num_workers:
@@ -188,6 +201,8 @@ def run_fit(
         service.stop()
         sc.setJobDescription(None)  # type: ignore[arg-type]
         broadcast.unpersist(blocking=False)
+        if held_out is not None:
+            held_out.unpersist(blocking=False)
     trained = keras_io.model_from_bytes(model_bytes, custom_objects)
     trained.set_weights(weights)
     return FitResult(

@@ -52,6 +52,10 @@ class KerasEstimator(Estimator, TrainingParams, MLWritable, MLReadable):
         class_col: If set, the fitted model's ``transform`` also adds the arg-max class
             as a ``double`` column of this name.
         learning_rate: If set, overrides the learning rate of the model's optimizer.
+        validation_data: A DataFrame with the same columns; ``val_loss`` and ``val_*``
+            metrics are computed on it on the executors every epoch (it is collected to
+            the driver once and broadcast, so keep it to what fits in memory). For a
+            held-out fraction of the training rows instead, set ``validation_split``.
         custom_objects: Custom layers, losses and metrics by name (cloudpickled to the
             executors).
         **settings: Training settings of :class:`sparkdl.config.TrainConfig` (snake_case
@@ -81,6 +85,7 @@ class KerasEstimator(Estimator, TrainingParams, MLWritable, MLReadable):
         prediction_col: str = "prediction",
         class_col: str = "",
         learning_rate: float | None = None,
+        validation_data: DataFrame | None = None,
         custom_objects: dict[str, Any] | None = None,
         **settings: Any,
     ) -> None:
@@ -100,6 +105,7 @@ class KerasEstimator(Estimator, TrainingParams, MLWritable, MLReadable):
         self._set(**given)
         self.train_config()  # validate now, not at fit time
         self.model = model
+        self.validation_data = validation_data
         self.custom_objects = dict(custom_objects or {})
 
     @property
@@ -127,8 +133,17 @@ class KerasEstimator(Estimator, TrainingParams, MLWritable, MLReadable):
         config = self.train_config()
         model = self._model_to_train()
         prepared = driver.prepare(dataset, model, self.features_col, self.label_col)
+        validation = None
+        if self.validation_data is not None:
+            validation = driver.prepare(
+                self.validation_data, model, self.features_col, self.label_col
+            )
         result = driver.run_fit(
-            prepared, model, config, custom_objects=self.custom_objects or None
+            prepared,
+            model,
+            config,
+            custom_objects=self.custom_objects or None,
+            validation=validation,
         )
         custom = self.custom_objects or None
         return KerasModel(

@@ -129,6 +129,42 @@ class KerasModel(Model, ColumnParams, MLWritable, MLReadable):
             self._model = model_from_bytes(self.model_bytes, custom)
         return self._model
 
+    def evaluate(
+        self, dataset: DataFrame, *, label_col: str = "label", batch_size: int | None = None
+    ) -> dict[str, float]:
+        """Keras's ``evaluate`` over a DataFrame, run on the executors.
+
+        Args:
+            dataset: Rows with the feature column(s) and ``label_col``.
+            label_col: The label column.
+            batch_size: Rows per evaluation step (default: ``predictBatchSize``).
+
+        Returns:
+            ``{"loss": ..., <metric>: ...}``: each partition's value weighted by its rows
+            (exact for the loss and mean metrics such as accuracy; see
+            :mod:`sparkdl.evaluation`).
+
+        Raises:
+            SchemaError: A column is missing or has a wrong type.
+            ModelError: The model was saved without a compiled loss.
+        """
+        from sparkdl import evaluation, keras_io
+
+        model = self.get_model()
+        keras_io.check_compiled(model)
+        features = data.feature_column(dataset, self.features_col)
+        label, kind = data.label_column(dataset, label_col)
+        frame = dataset.select(features.alias(data.FEATURES), label.alias(data.LABEL))
+        return evaluation.evaluate_frame(
+            frame,
+            self._broadcast(dataset),
+            self._digest,
+            input_shape=self.input_shape,
+            label_kind=kind,
+            custom_objects=self.custom_objects,
+            batch_size=int(batch_size or self.getOrDefault("predictBatchSize")),
+        )
+
     def copy(self, extra: dict[Any, Any] | None = None) -> KerasModel:
         """A copy with ``extra`` Params set; it shares the (immutable) model bytes."""
         that: KerasModel = super().copy(extra)
@@ -140,12 +176,8 @@ class KerasModel(Model, ColumnParams, MLWritable, MLReadable):
         model = self.get_model()
         output = model.outputs[0].shape if getattr(model, "outputs", None) else (None, 2)
         scalar = len(output) == 2 and output[-1] == 1
-        sc = dataset.sparkSession.sparkContext
-        key = id(sc)
-        if key not in self._broadcasts:
-            self._broadcasts[key] = sc.broadcast(self.model_bytes)
         udf = predict.predict_udf(
-            self._broadcasts[key],
+            self._broadcast(dataset),
             self._digest,
             self.input_shape,
             scalar_output=scalar,
@@ -158,6 +190,14 @@ class KerasModel(Model, ColumnParams, MLWritable, MLReadable):
             classes = predict.arg_max(scored[self.prediction_col], scalar=scalar)
             scored = scored.withColumn(class_col, classes)
         return scored
+
+    def _broadcast(self, dataset: DataFrame) -> Any:
+        """The model bytes as a broadcast of ``dataset``'s SparkContext (made once)."""
+        sc = dataset.sparkSession.sparkContext
+        key = id(sc)
+        if key not in self._broadcasts:
+            self._broadcasts[key] = sc.broadcast(self.model_bytes)
+        return self._broadcasts[key]
 
     # ------------------------------------------------------------- persistence
     def write(self) -> persistence.StageWriter:

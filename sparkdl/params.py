@@ -71,8 +71,7 @@ class ColumnParams(Params):
     featuresCol: Param[Any] = Param(
         Params._dummy(),
         "featuresCol",
-        "feature column: an array or Vector column, a numeric column, or a list of "
-        "numeric columns",
+        "feature column: an array or Vector column, a numeric column, or a list of numeric columns",
         typeConverter=TypeConverters.identity,
     )
     predictionCol: Param[str] = Param(
@@ -111,9 +110,7 @@ class TrainingParams(ColumnParams):
 
     def _set_training_defaults(self) -> None:
         self._set_column_defaults()
-        defaults = {
-            SETTING_PARAMS[f.name]: f.default for f in dataclasses.fields(TrainConfig)
-        }
+        defaults = {SETTING_PARAMS[f.name]: f.default for f in dataclasses.fields(TrainConfig)}
         self._setDefault(labelCol="label", learningRate=None, **defaults)
 
     def train_config(self) -> TrainConfig:

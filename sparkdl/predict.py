@@ -22,7 +22,7 @@ from pyspark.sql import Column
 from pyspark.sql.functions import pandas_udf
 from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType
 
-__all__ = ["arg_max", "model_digest", "predict_udf"]
+__all__ = ["arg_max", "load_model", "model_digest", "predict_udf"]
 
 _CACHE_SIZE = 4
 _cache: OrderedDict[str, Any] = OrderedDict()
@@ -59,7 +59,7 @@ def predict_udf(
     return_type: DataType = DoubleType() if scalar_output else ArrayType(FloatType())
 
     def predict(series: Iterator[pd.Series]) -> Iterator[pd.Series]:
-        model = _load(broadcast, digest, custom_objects)
+        model = load_model(broadcast, digest, custom_objects)
         for batch in series:
             mask = batch.notna().to_numpy()
             out: list[Any] = [None] * len(batch)
@@ -97,19 +97,23 @@ def arg_max(prediction: Column, *, scalar: bool) -> Column:
     return (F.array_position(prediction, F.array_max(prediction)) - F.lit(1)).cast("double")
 
 
-def _load(broadcast: Any, digest: str, custom_objects: bytes | None) -> Any:
+def load_model(
+    broadcast: Any, digest: str, custom_objects: bytes | None, *, compile: bool = False
+) -> Any:
+    """The model of ``broadcast``, loaded once per Python worker and kept (LRU of 4)."""
+    key = f"{digest}:{'compiled' if compile else 'plain'}"
     with _cache_lock:
-        if digest in _cache:
-            _cache.move_to_end(digest)
-            return _cache[digest]
+        if key in _cache:
+            _cache.move_to_end(key)
+            return _cache[key]
     import cloudpickle
 
     from sparkdl.keras_io import model_from_bytes
 
     custom = cloudpickle.loads(custom_objects) if custom_objects else None
-    model = model_from_bytes(broadcast.value, custom, compile=False)
+    model = model_from_bytes(broadcast.value, custom, compile=compile)
     with _cache_lock:
-        _cache[digest] = model
+        _cache[key] = model
         while len(_cache) > _CACHE_SIZE:
             _cache.popitem(last=False)
     return model

@@ -28,7 +28,13 @@ from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["RESULT_SCHEMA", "WorkerPayload", "make_train_function", "rounds_per_epoch"]
+__all__ = [
+    "RESULT_SCHEMA",
+    "WorkerPayload",
+    "make_train_function",
+    "rounds_per_epoch",
+    "train_rows",
+]
 
 #: Schema of the one row each worker returns.
 RESULT_SCHEMA = "worker int, report string"
@@ -56,6 +62,10 @@ class WorkerPayload:
         mode: ``"synchronous"``, ``"asynchronous"`` or ``"hogwild"``.
         merge: ``"average"``, ``"delta"`` or ``"elastic"``.
         elastic_alpha: The elastic moving rate (``merge="elastic"``).
+        validation_split: Fraction of this worker's rows held out for ``val_*`` logs.
+        validation: A broadcast of ``(x, y)`` validation arrays, or ``None``; worker i
+            evaluates rows ``i::num_workers``.
+        num_workers: Number of workers.
     """
 
     model_bytes: Any
@@ -75,6 +85,9 @@ class WorkerPayload:
     mode: str = "synchronous"
     merge: str = "average"
     elastic_alpha: float = 0.0
+    validation_split: float = 0.0
+    validation: Any = None
+    num_workers: int = 1
 
 
 def make_train_function(
@@ -90,6 +103,17 @@ def make_train_function(
         )
 
     return train_partition
+
+
+def train_rows(rows: int, validation_split: float) -> int:
+    """Rows ``model.fit(validation_split=...)`` trains on (it holds out the last ones).
+
+    Example:
+        >>> train_rows(718, 0.1), train_rows(718, 0.0)
+        (646, 718)
+    """
+    kept = math.floor(rows * (1.0 - validation_split))
+    return kept if validation_split > 0 and kept > 0 else rows
 
 
 def rounds_per_epoch(steps: list[int], every: int | None) -> int:
@@ -181,10 +205,12 @@ def _train(
     weights, version = client.pull(0)
     model.set_weights(weights)
 
-    steps = math.ceil(len(x) / payload.batch_size)
+    split = 0.0 if payload.validation is not None else payload.validation_split
+    steps = math.ceil(train_rows(len(x), split) / payload.batch_size)
     if payload.mode == "synchronous":  # every worker takes part in every round
         rounds = rounds_per_epoch(
-            [math.ceil(n / payload.batch_size) for n in rows], payload.sync_every
+            [math.ceil(train_rows(n, split) / payload.batch_size) for n in rows],
+            payload.sync_every,
         )
     else:
         rounds = rounds_per_epoch([steps], payload.sync_every)
@@ -200,6 +226,17 @@ def _train(
         version=version,
     )
     sync.keras_callback.set_model(model)
+    fit_args: dict[str, Any] = {}
+    if payload.validation is not None:
+        xv, yv = payload.validation.value
+        xv, yv = xv[worker :: payload.num_workers], yv[worker :: payload.num_workers]
+        if len(xv):
+            fit_args["validation_data"] = (xv, yv)
+            sync.val_rows = len(xv)
+    elif split > 0 and train_rows(len(x), split) < len(x):
+        fit_args["validation_split"] = split
+        sync.rows = train_rows(len(x), split)
+        sync.val_rows = len(x) - sync.rows
     train_start = time.perf_counter()
     setup_comm, setup_calls = client.comm_seconds, client.calls  # join and first pull
     if len(x):
@@ -211,6 +248,7 @@ def _train(
             shuffle=payload.shuffle,
             verbose=0,
             callbacks=[sync.keras_callback],
+            **fit_args,
         )
     else:  # an empty partition still takes part in every round
         for epoch in range(payload.epochs):
@@ -274,6 +312,7 @@ class _SyncCallback:
         self.every = every
         self.mid_rounds = (steps - 1) // every if every and steps else 0
         self.version = version
+        self.val_rows = 0
         self.syncs = 0
         self._done = 0
         self._sent = 0
@@ -317,6 +356,7 @@ class _SyncCallback:
         if epoch_logs is not None:
             meta["epoch_logs"] = {k: float(v) for k, v in epoch_logs.items()}
             meta["epoch_samples"] = self.rows
+            meta["val_samples"] = self.val_rows
         model = self.model
         local = model.get_weights()
         update = self.merge.outgoing(local)

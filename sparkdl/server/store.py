@@ -69,7 +69,12 @@ class WorkerInfo:
 
 @dataclass
 class _Epoch:
-    reports: dict[int, tuple[int, dict[str, float]]] = field(default_factory=dict)
+    #: worker -> (training rows, validation rows, logs)
+    reports: dict[int, tuple[int, int, dict[str, float]]] = field(default_factory=dict)
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 class WeightStore:
@@ -450,18 +455,21 @@ class WeightStore:
                 for k, v in list(logs.items())[:256]
                 if isinstance(v, (int, float)) and not isinstance(v, bool)
             }
-            n = meta.get("epoch_samples", 0)
+            n = _count(meta.get("epoch_samples"))
+            val_n = _count(meta.get("val_samples"))
             report = self._epochs.setdefault(epoch, _Epoch())
-            report.reports[worker] = (int(n) if isinstance(n, int) else 0, clean)
+            report.reports[worker] = (n, val_n, clean)
             self._close_epochs()
 
     def _close_epochs(self) -> None:
         done = len(next(iter(self._history.values()), []))
         while done in self._epochs and len(self._epochs[done].reports) >= self.num_workers:
             reports = list(self._epochs.pop(done).reports.values())
-            keys = sorted({k for _, logs in reports for k in logs})
+            keys = sorted({k for _, _, logs in reports for k in logs})
             for key in keys:
-                pairs = [(n, logs[key]) for n, logs in reports if key in logs]
+                # Training logs weigh by training rows, val_* logs by validation rows.
+                val = key.startswith("val_")
+                pairs = [(vn if val else n, logs[key]) for n, vn, logs in reports if key in logs]
                 weight = sum(n for n, _ in pairs)
                 value = (
                     sum(n * v for n, v in pairs) / weight

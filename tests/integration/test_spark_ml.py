@@ -3,6 +3,7 @@ persistence. Real Spark local[2], real TensorFlow."""
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
@@ -146,3 +147,58 @@ def test_model_and_estimator_with_a_custom_layer_save_and_load(digits, tmp_path)
         loaded.get_model().get_weights(), fitted.get_model().get_weights(), strict=True
     ):
         np.testing.assert_array_equal(got, want)
+
+
+def test_validation_data_and_validation_split_add_val_logs(digits) -> None:
+    train_df, test_df, _ = digits
+    fitted = KerasEstimator(
+        model=digits_model(), validation_data=test_df, num_workers=2, epochs=5, seed=0
+    ).fit(train_df)
+    history = fitted.history
+    assert set(history) == {"loss", "accuracy", "val_loss", "val_accuracy"}
+    assert all(len(v) == 5 for v in history.values())
+    assert history["val_loss"][-1] < history["val_loss"][0]
+    # Workers report val_* on their own weights before the epoch's merge; after the
+    # last merge the model scores close to the last epoch's validation figures.
+    final = fitted.evaluate(test_df)
+    assert abs(final["accuracy"] - history["val_accuracy"][-1]) < 0.05
+
+    split = KerasEstimator(
+        model=digits_model(),
+        validation_split=0.2,
+        mode="asynchronous",
+        num_workers=2,
+        epochs=3,
+        seed=0,
+    ).fit(train_df)
+    assert len(split.history["val_accuracy"]) == 3
+    # 20% of each partition is held out: the service saw only the training rows.
+    held_in = sum(math.floor(w["rows"] * (1 - 0.2)) for w in split.fit_report["workers"])
+    assert split.fit_report["service"]["samples_seen"] == 3 * held_in
+
+
+def test_transform_and_evaluate_match_keras_on_collected_rows(digits, spark) -> None:
+    from pyspark.sql import functions as F
+
+    train_df, test_df, _ = digits
+    fitted = KerasEstimator(
+        model=digits_model(), class_col="class", num_workers=2, epochs=3, seed=0
+    ).fit(train_df)
+    wide = (
+        test_df.withColumn("id", F.monotonically_increasing_id())
+        .withColumn("note", F.concat(F.lit("row-"), F.col("label").cast("string")))
+        .repartition(4)
+    )
+    assert wide.rdd.getNumPartitions() == 4
+    rows = fitted.transform(wide).collect()
+    assert set(rows[0].asDict()) == {"features", "label", "id", "note", "prediction", "class"}
+    x = np.array([r.features for r in rows], np.float32)
+    y = np.array([r.label for r in rows])
+    want = fitted.get_model().predict(x, verbose=0)
+    np.testing.assert_allclose(np.array([r.prediction for r in rows]), want, atol=1e-5)
+    np.testing.assert_array_equal([r["class"] for r in rows], want.argmax(axis=1))
+    got = fitted.evaluate(wide)
+    keras_logs = fitted.get_model().evaluate(x, y, verbose=0, return_dict=True)
+    assert set(got) == set(keras_logs)
+    for key, value in keras_logs.items():
+        assert abs(got[key] - float(value)) < 1e-4, (key, got[key], value)
