@@ -33,10 +33,15 @@ __all__ = [
     "ColumnTypeError",
     "DataSummary",
     "feature_column",
+    "feature_columns",
+    "feature_name",
     "label_column",
+    "label_columns",
     "label_kind",
+    "label_name",
     "summarize",
     "to_numpy",
+    "to_numpy_multi",
 ]
 
 #: Names of the prepared columns that travel to the executors.
@@ -48,23 +53,105 @@ class ColumnTypeError(SchemaError, TypeError):
     """A column has a type sparkdl cannot feed to a model (e.g. strings)."""
 
 
+def feature_name(index: int) -> str:
+    """The prepared column of model input ``index``."""
+    return FEATURES if index == 0 else f"{FEATURES}_{index}"
+
+
+def label_name(index: int) -> str:
+    """The prepared column of model output ``index``'s label."""
+    return LABEL if index == 0 else f"{LABEL}_{index}"
+
+
 @dataclass(frozen=True)
 class DataSummary:
     """What one scan of the prepared data found.
 
     Attributes:
         rows: Number of rows.
-        width: Number of feature values per row.
-        label_width: Values per label (1 for a scalar label).
-        label_min: Smallest label value (scalar labels), for class-range checks.
-        label_max: Largest label value (scalar labels).
+        widths: Number of feature values per row, per model input.
+        label_widths: Values per label (1 for a scalar label), per model output.
+        label_mins: Smallest label value (scalar labels), per output.
+        label_maxs: Largest label value (scalar labels), per output.
     """
 
     rows: int
-    width: int
-    label_width: int
-    label_min: float | None
-    label_max: float | None
+    widths: tuple[int, ...]
+    label_widths: tuple[int, ...]
+    label_mins: tuple[float | None, ...]
+    label_maxs: tuple[float | None, ...]
+
+    @property
+    def width(self) -> int:
+        """Feature values per row of the first input."""
+        return self.widths[0]
+
+
+def feature_columns(df: DataFrame, features: Any, input_names: Sequence[str]) -> list[Column]:
+    """One ``array<float>`` expression per model input.
+
+    Args:
+        df: The input DataFrame.
+        features: For a one-input model, what :func:`feature_column` takes. For a model
+            with several inputs, a list of columns (one per input, in order) or a dict
+            from input name to column.
+        input_names: The model's input names, in order.
+
+    Raises:
+        SchemaError: The columns do not match the model's inputs.
+    """
+    if len(input_names) <= 1:
+        if isinstance(features, dict):
+            if len(features) != 1:
+                raise SchemaError(
+                    f"The model has one input; features_col names {len(features)} inputs."
+                )
+            features = next(iter(features.values()))
+        return [feature_column(df, features)]
+    columns = _per_slot(features, input_names, "features_col", "input")
+    return [feature_column(df, c) for c in columns]
+
+
+def label_columns(
+    df: DataFrame, labels: Any, output_names: Sequence[str]
+) -> list[tuple[Column, str]]:
+    """One label expression and kind per model output (see :func:`feature_columns`)."""
+    if len(output_names) <= 1:
+        if isinstance(labels, dict) and len(labels) == 1:
+            labels = next(iter(labels.values()))
+        if not isinstance(labels, str):
+            raise SchemaError(
+                f"The model has one output; expected label_col to be one column name. "
+                f"Received: {labels!r}"
+            )
+        return [label_column(df, labels)]
+    return [label_column(df, c) for c in _per_slot(labels, output_names, "label_col", "output")]
+
+
+def _per_slot(given: Any, names: Sequence[str], setting: str, what: str) -> list[str]:
+    if isinstance(given, dict):
+        missing = [n for n in names if n not in given]
+        extra = sorted(set(given) - set(names))
+        if missing or extra:
+            raise SchemaError(
+                f"Expected {setting} to map each model {what} {list(names)} to a column. "
+                f"Missing: {missing}; unknown: {extra}."
+            )
+        columns = [given[n] for n in names]
+    elif isinstance(given, (list, tuple)) and len(given) == len(names):
+        columns = list(given)
+    else:
+        raise SchemaError(
+            f"The model has {len(names)} {what}s {list(names)}: pass {setting} as a list of "
+            f"{len(names)} columns (in that order) or a dict from {what} name to column. "
+            f"Received: {given!r}"
+        )
+    for column in columns:
+        if not isinstance(column, str):
+            raise SchemaError(
+                f"Expected each entry of {setting} to be one column name. Received: {column!r}"
+            )
+    return columns
 
 
 def feature_column(df: DataFrame, features: str | Sequence[str]) -> Column:
@@ -146,41 +233,46 @@ def label_kind(dtype: DataType) -> str:
     )
 
 
-def summarize(prepared: DataFrame, kind: str) -> DataSummary:
+def summarize(prepared: DataFrame, kinds: Sequence[str] | str, inputs: int = 1) -> DataSummary:
     """Scans the prepared data once and checks it: rows, nulls, NaNs, ragged widths.
 
     Args:
-        prepared: A DataFrame with the :data:`FEATURES` and :data:`LABEL` columns.
-        kind: The label kind from :func:`label_column`.
+        prepared: A DataFrame with the prepared feature and label columns
+            (:func:`feature_name`, :func:`label_name`).
+        kinds: The label kind of each output (from :func:`label_column`).
+        inputs: Number of prepared feature columns.
 
     Raises:
         SchemaError: The data is empty, or has nulls, NaNs or rows of differing width.
     """
-    f = F.col(FEATURES)
-    y = F.col(LABEL)
-    bad_value = F.exists(f, lambda v: v.isNull() | F.isnan(v))
-    aggs = [
-        F.count(F.lit(1)).alias("rows"),
-        F.sum(F.when(f.isNull(), 1).otherwise(0)).alias("f_null"),
-        F.sum(F.when(bad_value, 1).otherwise(0)).alias("f_nan"),
-        F.min(F.size(f)).alias("f_min"),
-        F.max(F.size(f)).alias("f_max"),
-        F.sum(F.when(y.isNull(), 1).otherwise(0)).alias("y_null"),
-    ]
-    if kind == "array":
-        y_bad = F.exists(y, lambda v: v.isNull() | F.isnan(v))
+    kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+    aggs = [F.count(F.lit(1)).alias("rows")]
+    for i in range(inputs):
+        f = F.col(feature_name(i))
+        bad_value = F.exists(f, lambda v: v.isNull() | F.isnan(v))
         aggs += [
-            F.sum(F.when(y_bad, 1).otherwise(0)).alias("y_nan"),
-            F.min(F.size(y)).alias("y_min_w"),
-            F.max(F.size(y)).alias("y_max_w"),
+            F.sum(F.when(f.isNull(), 1).otherwise(0)).alias(f"f_null{i}"),
+            F.sum(F.when(bad_value, 1).otherwise(0)).alias(f"f_nan{i}"),
+            F.min(F.size(f)).alias(f"f_min{i}"),
+            F.max(F.size(f)).alias(f"f_max{i}"),
         ]
-    else:
-        y_bad = F.isnan(y) if kind == "float" else F.lit(False)
-        aggs += [
-            F.sum(F.when(y_bad, 1).otherwise(0)).alias("y_nan"),
-            F.min(y).cast("double").alias("y_min"),
-            F.max(y).cast("double").alias("y_max"),
-        ]
+    for j, kind in enumerate(kinds):
+        y = F.col(label_name(j))
+        aggs.append(F.sum(F.when(y.isNull(), 1).otherwise(0)).alias(f"y_null{j}"))
+        if kind == "array":
+            y_bad = F.exists(y, lambda v: v.isNull() | F.isnan(v))
+            aggs += [
+                F.sum(F.when(y_bad, 1).otherwise(0)).alias(f"y_nan{j}"),
+                F.min(F.size(y)).alias(f"y_min_w{j}"),
+                F.max(F.size(y)).alias(f"y_max_w{j}"),
+            ]
+        else:
+            y_bad = F.isnan(y) if kind == "float" else F.lit(False)
+            aggs += [
+                F.sum(F.when(y_bad, 1).otherwise(0)).alias(f"y_nan{j}"),
+                F.min(y).cast("double").alias(f"y_min{j}"),
+                F.max(y).cast("double").alias(f"y_max{j}"),
+            ]
     row = prepared.agg(*aggs).first()
     assert row is not None
     stats: dict[str, Any] = row.asDict()
@@ -188,35 +280,47 @@ def summarize(prepared: DataFrame, kind: str) -> DataSummary:
     if rows == 0:
         raise SchemaError("The DataFrame is empty: there are no rows to train on.")
     problems = []
-    if stats["f_null"]:
-        problems.append(f"{stats['f_null']} row(s) with null features")
-    if stats["f_nan"]:
-        problems.append(f"{stats['f_nan']} row(s) with NaN or null feature values")
-    if stats["y_null"]:
-        problems.append(f"{stats['y_null']} row(s) with a null label")
-    if stats["y_nan"]:
-        problems.append(f"{stats['y_nan']} row(s) with a NaN label")
+    for i in range(inputs):
+        where = f" (input {i})" if inputs > 1 else ""
+        if stats[f"f_null{i}"]:
+            problems.append(f"{stats[f'f_null{i}']} row(s) with null features{where}")
+        if stats[f"f_nan{i}"]:
+            problems.append(f"{stats[f'f_nan{i}']} row(s) with NaN or null feature values{where}")
+    for j in range(len(kinds)):
+        where = f" (output {j})" if len(kinds) > 1 else ""
+        if stats[f"y_null{j}"]:
+            problems.append(f"{stats[f'y_null{j}']} row(s) with a null label{where}")
+        if stats[f"y_nan{j}"]:
+            problems.append(f"{stats[f'y_nan{j}']} row(s) with a NaN label{where}")
     if problems:
         raise SchemaError(
             f"Found {', '.join(problems)} among {rows} rows. Drop them "
             "(df.dropna(), or a filter on isnan) or impute them before fit."
         )
-    if stats["f_min"] != stats["f_max"]:
-        raise SchemaError(
-            f"Expected every row to have the same number of features. Received rows with "
-            f"between {stats['f_min']} and {stats['f_max']} values."
-        )
-    if kind == "array" and stats["y_min_w"] != stats["y_max_w"]:
-        raise SchemaError(
-            f"Expected every label array to have the same length. Received lengths between "
-            f"{stats['y_min_w']} and {stats['y_max_w']}."
-        )
+    for i in range(inputs):
+        if stats[f"f_min{i}"] != stats[f"f_max{i}"]:
+            raise SchemaError(
+                f"Expected every row to have the same number of features. Received rows with "
+                f"between {stats[f'f_min{i}']} and {stats[f'f_max{i}']} values."
+            )
+    for j, kind in enumerate(kinds):
+        if kind == "array" and stats[f"y_min_w{j}"] != stats[f"y_max_w{j}"]:
+            raise SchemaError(
+                f"Expected every label array to have the same length. Received lengths "
+                f"between {stats[f'y_min_w{j}']} and {stats[f'y_max_w{j}']}."
+            )
     return DataSummary(
         rows=rows,
-        width=int(stats["f_min"]),
-        label_width=int(stats["y_min_w"]) if kind == "array" else 1,
-        label_min=None if kind == "array" else float(stats["y_min"]),
-        label_max=None if kind == "array" else float(stats["y_max"]),
+        widths=tuple(int(stats[f"f_min{i}"]) for i in range(inputs)),
+        label_widths=tuple(
+            int(stats[f"y_min_w{j}"]) if k == "array" else 1 for j, k in enumerate(kinds)
+        ),
+        label_mins=tuple(
+            None if k == "array" else float(stats[f"y_min{j}"]) for j, k in enumerate(kinds)
+        ),
+        label_maxs=tuple(
+            None if k == "array" else float(stats[f"y_max{j}"]) for j, k in enumerate(kinds)
+        ),
     )
 
 
@@ -236,23 +340,52 @@ def to_numpy(
     Raises:
         SchemaError: A row's width does not fit ``input_shape``.
     """
-    table = pa.Table.from_batches(list(batches)) if batches else None
-    width = int(np.prod(input_shape))
-    if table is None or table.num_rows == 0:
-        x = np.zeros((0, *input_shape), np.float32)
-        y = np.zeros((0,), np.int32 if kind == "int" else np.float32)
-        return x, y
-    x = _list_to_2d(table.column(FEATURES).combine_chunks(), width, "features")
-    x = x.reshape((-1, *input_shape))
-    ycol = table.column(LABEL).combine_chunks()
-    if kind == "array":
-        lengths = ycol.value_lengths().to_numpy(zero_copy_only=False)
-        y = _list_to_2d(ycol, int(lengths[0]), "label")
-    else:
-        y = ycol.to_numpy(zero_copy_only=False).astype(
-            np.int32 if kind == "int" else np.float32, copy=False
-        )
-    return x, y
+    xs, ys = to_numpy_multi(batches, [tuple(input_shape)], [kind])
+    return xs[0], ys[0]
+
+
+def to_numpy_multi(
+    batches: Iterable[pa.RecordBatch],
+    input_shapes: Sequence[tuple[int, ...]],
+    kinds: Sequence[str],
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Like :func:`to_numpy` for models with several inputs and outputs.
+
+    Returns:
+        ``(xs, ys)``: one array per input (:func:`feature_name` columns) and per output
+        (:func:`label_name` columns; empty when the batches carry no labels).
+    """
+    batch_list = list(batches)
+    table = pa.Table.from_batches(batch_list) if batch_list else None
+    rows = 0 if table is None else table.num_rows
+    xs = []
+    for i, shape in enumerate(input_shapes):
+        if rows == 0 or table is None:
+            xs.append(np.zeros((0, *shape), np.float32))
+            continue
+        width = int(np.prod(shape))
+        x = _list_to_2d(table.column(feature_name(i)).combine_chunks(), width, "features")
+        xs.append(x.reshape((-1, *shape)))
+    ys = []
+    for j, kind in enumerate(kinds):
+        if table is None or label_name(j) not in table.column_names:
+            continue
+        if rows == 0:
+            ys.append(np.zeros((0,), np.int32 if kind == "int" else np.float32))
+            continue
+        ycol = table.column(label_name(j)).combine_chunks()
+        if kind == "array":
+            lengths = ycol.value_lengths().to_numpy(zero_copy_only=False)
+            ys.append(_list_to_2d(ycol, int(lengths[0]), "label"))
+        else:
+            ys.append(
+                ycol.to_numpy(zero_copy_only=False).astype(
+                    np.int32 if kind == "int" else np.float32, copy=False
+                )
+            )
+    if rows == 0 and not ys:
+        ys = [np.zeros((0,), np.int32 if k == "int" else np.float32) for k in kinds]
+    return xs, ys
 
 
 def _list_to_2d(column: pa.Array, width: int, what: str) -> np.ndarray:

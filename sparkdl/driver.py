@@ -49,7 +49,8 @@ class FitResult:
         reports: One dict per worker (rows, seconds, communication time...).
         rows: Rows trained on per epoch.
         seconds: Wall seconds of the fit on the driver.
-        input_shape: Per-sample input shape the model was fed.
+        input_shape: Per-sample input shape the model was fed (its first input).
+        input_shapes: Per-sample shape of every input.
         status: The service's final status.
     """
 
@@ -61,6 +62,7 @@ class FitResult:
     seconds: float
     input_shape: tuple[int, ...]
     status: dict[str, Any] = field(default_factory=dict)
+    input_shapes: tuple[tuple[int, ...], ...] = ()
 
     @property
     def communication_share(self) -> float:
@@ -72,16 +74,30 @@ class FitResult:
 
 @dataclass(frozen=True)
 class Prepared:
-    """The validated input of a fit."""
+    """The validated input of a fit: one prepared column per model input and output."""
 
     frame: DataFrame
     summary: data.DataSummary
-    label_kind: str
-    input_shape: tuple[int, ...]
+    label_kinds: tuple[str, ...]
+    input_shapes: tuple[tuple[int, ...], ...]
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """Per-sample shape of the first input."""
+        return self.input_shapes[0]
+
+    @property
+    def label_kind(self) -> str:
+        """Label kind of the first output."""
+        return self.label_kinds[0]
 
 
-def prepare(df: DataFrame, model: keras.Model, features_col: Any, label_col: str) -> Prepared:
-    """Checks the model and the data and selects the two prepared columns.
+def prepare(df: DataFrame, model: keras.Model, features_col: Any, label_col: Any) -> Prepared:
+    """Checks the model and the data and selects the prepared columns.
+
+    A model with several inputs takes ``features_col`` as a list (one column per input,
+    in order) or a dict from input name to column; ``label_col`` likewise for several
+    outputs.
 
     Runs one Spark job (an aggregate) to count rows and find nulls, NaNs and ragged rows.
 
@@ -94,13 +110,27 @@ def prepare(df: DataFrame, model: keras.Model, features_col: Any, label_col: str
         raise data.ColumnTypeError(
             f"Expected a pyspark.sql.DataFrame. Received: {type(df).__name__}"
         )
-    features = data.feature_column(df, features_col)
-    label, kind = data.label_column(df, label_col)
-    frame = df.select(features.alias(data.FEATURES), label.alias(data.LABEL))
-    summary = data.summarize(frame, kind)
-    input_shape = keras_io.resolve_input_shape(model, summary.width)
-    keras_io.check_labels(model, kind, summary.label_width, summary.label_min, summary.label_max)
-    return Prepared(frame, summary, kind, input_shape)
+    features = data.feature_columns(df, features_col, keras_io.input_names(model))
+    labels = data.label_columns(df, label_col, keras_io.output_names(model))
+    frame = df.select(
+        *[f.alias(data.feature_name(i)) for i, f in enumerate(features)],
+        *[y.alias(data.label_name(j)) for j, (y, _) in enumerate(labels)],
+    )
+    kinds = tuple(kind for _, kind in labels)
+    summary = data.summarize(frame, kinds, len(features))
+    shapes = tuple(
+        keras_io.resolve_input_shape(model, width, i) for i, width in enumerate(summary.widths)
+    )
+    for j, kind in enumerate(kinds):
+        keras_io.check_labels(
+            model,
+            kind,
+            summary.label_widths[j],
+            summary.label_mins[j],
+            summary.label_maxs[j],
+            index=j,
+        )
+    return Prepared(frame, summary, kinds, shapes)
 
 
 def run_fit(
@@ -136,8 +166,8 @@ def run_fit(
     broadcast = sc.broadcast(model_bytes)
     held_out = None
     if validation is not None:
-        arrays = data.to_numpy(
-            validation.frame.toArrow().to_batches(), prepared.input_shape, prepared.label_kind
+        arrays = data.to_numpy_multi(
+            validation.frame.toArrow().to_batches(), prepared.input_shapes, prepared.label_kinds
         )
         held_out = sc.broadcast(arrays)
     payload = WorkerPayload(
@@ -145,8 +175,8 @@ def run_fit(
         custom_objects=cloudpickle.dumps(custom_objects) if custom_objects else None,
         url="",
         token=service.token,
-        input_shape=prepared.input_shape,
-        label_kind=prepared.label_kind,
+        input_shapes=list(prepared.input_shapes),
+        label_kinds=list(prepared.label_kinds),
         epochs=config.epochs,
         batch_size=config.batch_size,
         sync_every=config.sync_every,
@@ -214,6 +244,7 @@ def run_fit(
         seconds=time.perf_counter() - started,
         input_shape=prepared.input_shape,
         status=status,
+        input_shapes=prepared.input_shapes,
     )
 
 

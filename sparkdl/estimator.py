@@ -46,8 +46,12 @@ class KerasEstimator(Estimator, TrainingParams, MLWritable, MLReadable):
     Args:
         model: A compiled ``keras.Model``.
         features_col: Feature column (``array<float|double>``, ML ``Vector`` dense or
-            sparse, or a numeric column), or a list of numeric column names.
-        label_col: Label column: integer/float, ``array<numeric>`` or a Vector.
+            sparse, or a numeric column), or a list of numeric column names. For a model
+            with several inputs: a list of such columns, one per input in order, or a
+            dict from input name to column.
+        label_col: Label column: integer/float, ``array<numeric>`` or a Vector. For a
+            model with several outputs: a list (one per output) or a dict from output
+            name to column.
         prediction_col: Output column of the fitted model's ``transform``.
         class_col: If set, the fitted model's ``transform`` also adds the arg-max class
             as a ``double`` column of this name.
@@ -80,8 +84,8 @@ class KerasEstimator(Estimator, TrainingParams, MLWritable, MLReadable):
         self,
         *,
         model: keras.Model,
-        features_col: str | Sequence[str] = "features",
-        label_col: str = "label",
+        features_col: str | Sequence[str] | dict[str, str] = "features",
+        label_col: str | Sequence[str] | dict[str, str] = "label",
         prediction_col: str = "prediction",
         class_col: str = "",
         learning_rate: float | None = None,
@@ -91,7 +95,7 @@ class KerasEstimator(Estimator, TrainingParams, MLWritable, MLReadable):
     ) -> None:
         super().__init__()
         self._set_training_defaults()
-        features = features_col if isinstance(features_col, str) else list(features_col)
+        features = features_col if isinstance(features_col, (str, dict)) else list(features_col)
         given: dict[str, Any] = {
             "featuresCol": features,
             "labelCol": label_col,
@@ -119,9 +123,9 @@ class KerasEstimator(Estimator, TrainingParams, MLWritable, MLReadable):
         return self.getOrDefault("featuresCol")
 
     @property
-    def label_col(self) -> str:
-        """The label column."""
-        return str(self.getOrDefault("labelCol"))
+    def label_col(self) -> Any:
+        """The label column (a list or dict of columns for several outputs)."""
+        return self.getOrDefault("labelCol")
 
     def setParams(self, **kwargs: Any) -> KerasEstimator:
         """Sets Params by camelCase or snake_case name; returns ``self``."""
@@ -151,7 +155,7 @@ class KerasEstimator(Estimator, TrainingParams, MLWritable, MLReadable):
             features_col=self.features_col,
             prediction_col=str(self.getOrDefault("predictionCol")),
             class_col=str(self.getOrDefault("classCol")),
-            input_shape=result.input_shape,
+            input_shapes=list(result.input_shapes) or [result.input_shape],
             history=result.history,
             custom_objects=cloudpickle.dumps(custom) if custom else None,
             fit_report={

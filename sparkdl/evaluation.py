@@ -31,25 +31,28 @@ def evaluate_frame(
     broadcast: Any,
     digest: str,
     *,
-    input_shape: tuple[int, ...],
-    label_kind: str,
+    input_shapes: Sequence[tuple[int, ...]],
+    label_kinds: Sequence[str],
     custom_objects: bytes | None,
     batch_size: int,
 ) -> dict[str, float]:
     """Evaluates the broadcast model on a prepared frame (features and label columns)."""
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
-        from sparkdl.data import to_numpy
+        from sparkdl.data import to_numpy_multi
         from sparkdl.predict import load_model
 
-        x, y = to_numpy(list(batches), input_shape, label_kind)
+        xs, ys = to_numpy_multi(list(batches), input_shapes, label_kinds)
+        rows = len(xs[0])
         logs: dict[str, float] = {}
-        if len(x):
+        if rows:
             model = load_model(broadcast, digest, custom_objects, compile=True)
+            x = xs[0] if len(xs) == 1 else xs
+            y = ys[0] if len(ys) == 1 else ys
             result = model.evaluate(x, y, batch_size=batch_size, verbose=0, return_dict=True)
             logs = {str(k): float(v) for k, v in result.items()}
         yield pa.RecordBatch.from_pydict(
-            {"rows": [len(x)], "logs": [json.dumps(logs)]},
+            {"rows": [rows], "logs": [json.dumps(logs)]},
             schema=pa.schema([("rows", pa.int64()), ("logs", pa.string())]),
         )
 

@@ -30,8 +30,10 @@ if TYPE_CHECKING:
 __all__ = [
     "check_compiled",
     "check_labels",
+    "input_names",
     "model_from_bytes",
     "model_to_bytes",
+    "output_names",
     "resolve_input_shape",
 ]
 
@@ -59,14 +61,14 @@ def check_compiled(model: Any) -> None:
         )
 
 
-def resolve_input_shape(model: keras.Model, width: int) -> tuple[int, ...]:
-    """Returns the per-sample input shape that ``width`` feature values fill.
+def resolve_input_shape(model: keras.Model, width: int, index: int = 0) -> tuple[int, ...]:
+    """Returns the per-sample shape of input ``index`` that ``width`` values fill.
 
     A flat row is reshaped to the model's input shape when the sizes agree (64 values
     feed an ``(8, 8)`` input). An unbuilt model is built for ``(width,)``.
 
     Raises:
-        ModelError: The model has several inputs.
+        ModelError: The model cannot be built for such inputs.
         SchemaError: ``width`` does not fit the model's input shape.
     """
     if not model.built or not getattr(model, "inputs", None):
@@ -78,14 +80,9 @@ def resolve_input_shape(model: keras.Model, width: int) -> tuple[int, ...]:
                 "Give it a keras.Input(shape=...) layer."
             ) from exc
     inputs = getattr(model, "inputs", None) or []
-    if len(inputs) > 1:
-        raise ModelError(
-            f"Expected a model with one input. Received {len(inputs)} inputs; pass one "
-            "features column per model."
-        )
     if not inputs:
         return (width,)
-    shape = tuple(inputs[0].shape[1:])
+    shape = tuple(inputs[index].shape[1:])
     known = [d for d in shape if d is not None]
     unknown = len(shape) - len(known)
     size = math.prod(known) if known else 1
@@ -95,9 +92,31 @@ def resolve_input_shape(model: keras.Model, width: int) -> tuple[int, ...]:
         return tuple(width // size if d is None else int(d) for d in shape)
     raise SchemaError(
         f"Expected {size if unknown == 0 else 'a multiple of ' + str(size)} feature values "
-        f"per row to fit the model's input shape {(None, *shape)}. Received rows of {width} "
-        "values. Check features_col, or change the model's keras.Input(shape=...)."
+        f"per row to fit the model's input{_input_label(model, index)} shape "
+        f"{(None, *shape)}. Received rows of {width} values. Check features_col, or change "
+        "the model's keras.Input(shape=...)."
     )
+
+
+def input_names(model: keras.Model) -> list[str]:
+    """The names of the model's inputs, in order (``[]`` for an unbuilt model)."""
+    return [
+        str(getattr(t, "name", f"input_{i}")).split(":")[0]
+        for i, t in enumerate(getattr(model, "inputs", None) or [])
+    ]
+
+
+def output_names(model: keras.Model) -> list[str]:
+    """The names of the model's outputs, in order."""
+    names = getattr(model, "output_names", None)
+    if names:
+        return [str(n) for n in names]
+    return [f"output_{i}" for i in range(len(getattr(model, "outputs", None) or [1]))]
+
+
+def _input_label(model: keras.Model, index: int) -> str:
+    names = input_names(model)
+    return f" {names[index]!r}" if len(names) > 1 else ""
 
 
 def check_labels(
@@ -106,6 +125,7 @@ def check_labels(
     label_width: int,
     label_min: float | None,
     label_max: float | None,
+    index: int = 0,
 ) -> None:
     """Checks labels against the model's output before any job runs.
 
@@ -114,19 +134,21 @@ def check_labels(
             sparse categorical loss.
     """
     outputs = getattr(model, "outputs", None) or []
-    if len(outputs) != 1:
+    if not outputs:
         return
-    units = outputs[0].shape[-1]
+    units = outputs[index].shape[-1]
     if (
         kind == "array"
         and units is not None
-        and len(outputs[0].shape) == 2
+        and len(outputs[index].shape) == 2
         and label_width != units
     ):
         raise SchemaError(
             f"Expected label arrays of {units} values to match the model's output shape "
-            f"{tuple(outputs[0].shape)}. Received label arrays of {label_width} values."
+            f"{tuple(outputs[index].shape)}. Received label arrays of {label_width} values."
         )
+    if len(outputs) != 1:
+        return  # per-output losses: only the widths are checked
     loss = model.loss
     name = loss if isinstance(loss, str) else type(loss).__name__
     sparse = kind != "array" and name in _SPARSE_LOSSES and units is not None

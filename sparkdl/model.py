@@ -45,6 +45,7 @@ class KerasModel(Model, ColumnParams, MLWritable, MLReadable):
         prediction_col: Name of the output column.
         class_col: Name of the arg-max class column; empty for none.
         input_shape: Per-sample input shape (without the batch axis).
+        input_shapes: Per-sample shape of each input, for a model with several.
         history: Per-epoch logs of the fit, like ``keras.callbacks.History.history``.
         custom_objects: cloudpickled ``custom_objects``, or ``None``.
         fit_report: Figures of the fit (seconds, rows, per-worker timings).
@@ -69,10 +70,11 @@ class KerasModel(Model, ColumnParams, MLWritable, MLReadable):
         self,
         *,
         model_bytes: bytes,
-        features_col: str | Sequence[str] = "features",
+        features_col: str | Sequence[str] | dict[str, str] = "features",
         prediction_col: str = "prediction",
         class_col: str = "",
         input_shape: tuple[int, ...] | None = None,
+        input_shapes: Sequence[tuple[int, ...]] | None = None,
         history: dict[str, list[float]] | None = None,
         custom_objects: bytes | None = None,
         fit_report: dict[str, Any] | None = None,
@@ -81,7 +83,7 @@ class KerasModel(Model, ColumnParams, MLWritable, MLReadable):
         super().__init__()
         self._set_column_defaults()
         self._setDefault(predictBatchSize=1024)
-        features = features_col if isinstance(features_col, str) else list(features_col)
+        features = features_col if isinstance(features_col, (str, dict)) else list(features_col)
         columns = {"features_col": features, "prediction_col": prediction_col}
         self._set(**split_settings(columns, {"featuresCol", "predictionCol"}))
         self._set(classCol=class_col, predictBatchSize=batch_size)
@@ -92,7 +94,8 @@ class KerasModel(Model, ColumnParams, MLWritable, MLReadable):
         self._model: keras.Model | None = None
         self._broadcasts: dict[int, Any] = {}
         self._digest = predict.model_digest(model_bytes)
-        self._input_shape = tuple(input_shape) if input_shape else None
+        shapes = input_shapes or ([input_shape] if input_shape else None)
+        self._input_shapes = [tuple(s) for s in shapes] if shapes else None
 
     @property
     def features_col(self) -> Any:
@@ -106,11 +109,17 @@ class KerasModel(Model, ColumnParams, MLWritable, MLReadable):
 
     @property
     def input_shape(self) -> tuple[int, ...]:
-        """Per-sample input shape the model takes."""
-        if self._input_shape is None:
-            shape = self.get_model().inputs[0].shape[1:]
-            self._input_shape = tuple(int(d) for d in shape)
-        return self._input_shape
+        """Per-sample input shape the model takes (its first input)."""
+        return self.input_shapes[0]
+
+    @property
+    def input_shapes(self) -> list[tuple[int, ...]]:
+        """Per-sample shape of each model input."""
+        if self._input_shapes is None:
+            self._input_shapes = [
+                tuple(int(d) for d in t.shape[1:]) for t in self.get_model().inputs
+            ]
+        return self._input_shapes
 
     def get_model(self) -> keras.Model:
         """Returns the trained ``keras.Model`` (loaded once, then cached).
@@ -130,13 +139,13 @@ class KerasModel(Model, ColumnParams, MLWritable, MLReadable):
         return self._model
 
     def evaluate(
-        self, dataset: DataFrame, *, label_col: str = "label", batch_size: int | None = None
+        self, dataset: DataFrame, *, label_col: Any = "label", batch_size: int | None = None
     ) -> dict[str, float]:
         """Keras's ``evaluate`` over a DataFrame, run on the executors.
 
         Args:
             dataset: Rows with the feature column(s) and ``label_col``.
-            label_col: The label column.
+            label_col: The label column (a list or dict of columns for several outputs).
             batch_size: Rows per evaluation step (default: ``predictBatchSize``).
 
         Returns:
@@ -152,15 +161,18 @@ class KerasModel(Model, ColumnParams, MLWritable, MLReadable):
 
         model = self.get_model()
         keras_io.check_compiled(model)
-        features = data.feature_column(dataset, self.features_col)
-        label, kind = data.label_column(dataset, label_col)
-        frame = dataset.select(features.alias(data.FEATURES), label.alias(data.LABEL))
+        features = data.feature_columns(dataset, self.features_col, keras_io.input_names(model))
+        labels = data.label_columns(dataset, label_col, keras_io.output_names(model))
+        frame = dataset.select(
+            *[f.alias(data.feature_name(i)) for i, f in enumerate(features)],
+            *[y.alias(data.label_name(j)) for j, (y, _) in enumerate(labels)],
+        )
         return evaluation.evaluate_frame(
             frame,
             self._broadcast(dataset),
             self._digest,
-            input_shape=self.input_shape,
-            label_kind=kind,
+            input_shapes=self.input_shapes,
+            label_kinds=[kind for _, kind in labels],
             custom_objects=self.custom_objects,
             batch_size=int(batch_size or self.getOrDefault("predictBatchSize")),
         )
@@ -172,22 +184,26 @@ class KerasModel(Model, ColumnParams, MLWritable, MLReadable):
         return that
 
     def _transform(self, dataset: DataFrame) -> DataFrame:
-        features = data.feature_column(dataset, self.features_col)
+        from sparkdl import keras_io
+
         model = self.get_model()
-        output = model.outputs[0].shape if getattr(model, "outputs", None) else (None, 2)
-        scalar = len(output) == 2 and output[-1] == 1
+        features = data.feature_columns(dataset, self.features_col, keras_io.input_names(model))
+        outputs = [
+            (name, len(t.shape) == 2 and t.shape[-1] == 1)
+            for name, t in zip(keras_io.output_names(model), model.outputs, strict=True)
+        ]
         udf = predict.predict_udf(
             self._broadcast(dataset),
             self._digest,
-            self.input_shape,
-            scalar_output=scalar,
+            self.input_shapes,
+            outputs=outputs,
             batch_size=int(self.getOrDefault("predictBatchSize")),
             custom_objects=self.custom_objects,
         )
-        scored = dataset.withColumn(self.prediction_col, udf(features))
+        scored = dataset.withColumn(self.prediction_col, udf(*features))
         class_col = str(self.getOrDefault("classCol"))
-        if class_col:
-            classes = predict.arg_max(scored[self.prediction_col], scalar=scalar)
+        if class_col and len(outputs) == 1:
+            classes = predict.arg_max(scored[self.prediction_col], scalar=outputs[0][1])
             scored = scored.withColumn(class_col, classes)
         return scored
 
@@ -213,7 +229,7 @@ class KerasModel(Model, ColumnParams, MLWritable, MLReadable):
         state = {
             "history": self.history,
             "fit_report": self.fit_report,
-            "input_shape": list(self._input_shape) if self._input_shape else None,
+            "input_shapes": [list(t) for t in self._input_shapes] if self._input_shapes else None,
         }
         return {
             "model": self.model_bytes,
@@ -224,13 +240,13 @@ class KerasModel(Model, ColumnParams, MLWritable, MLReadable):
     @classmethod
     def _from_persisted(cls, files: dict[str, bytes | None]) -> KerasModel:
         state = persistence.load_state(files.get("state"))
-        shape = state.get("input_shape")
+        shapes = state.get("input_shapes")
         model_bytes = files["model"]
         if model_bytes is None:
             raise FileNotFoundError("The saved KerasModel has no model.keras file.")
         return cls(
             model_bytes=model_bytes,
-            input_shape=tuple(shape) if shape else None,
+            input_shapes=[tuple(t) for t in shapes] if shapes else None,
             history=state.get("history"),
             fit_report=state.get("fit_report"),
             custom_objects=files.get("custom_objects"),

@@ -95,11 +95,12 @@ class ColumnParams(Params):
 class TrainingParams(ColumnParams):
     """The label column, every TrainConfig setting, and ``learningRate``."""
 
-    labelCol: Param[str] = Param(
+    labelCol: Param[Any] = Param(
         Params._dummy(),
         "labelCol",
-        "label column: a numeric column, a numeric array or a Vector",
-        typeConverter=TypeConverters.toString,
+        "label column: a numeric column, a numeric array or a Vector; a list or dict of "
+        "them for a model with several outputs",
+        typeConverter=TypeConverters.identity,
     )
     learningRate: Param[Any] = Param(
         Params._dummy(),

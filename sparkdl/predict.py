@@ -13,14 +13,21 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from pyspark.sql import Column
 from pyspark.sql.functions import pandas_udf
-from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType
+from pyspark.sql.types import (
+    ArrayType,
+    DataType,
+    DoubleType,
+    FloatType,
+    StructField,
+    StructType,
+)
 
 __all__ = ["arg_max", "load_model", "model_digest", "predict_udf"]
 
@@ -37,54 +44,92 @@ def model_digest(model_bytes: bytes) -> str:
 def predict_udf(
     broadcast: Any,
     digest: str,
-    input_shape: tuple[int, ...],
+    input_shapes: Sequence[tuple[int, ...]],
     *,
-    scalar_output: bool,
+    outputs: Sequence[tuple[str, bool]],
     batch_size: int = 1024,
     custom_objects: bytes | None = None,
-) -> Callable[[Column], Column]:
-    """Returns a pandas UDF that maps an ``array<float>`` column to predictions.
+) -> Callable[..., Column]:
+    """Returns a pandas UDF that maps ``array<float>`` feature columns to predictions.
 
     Args:
         broadcast: Spark broadcast of the ``.keras`` bytes.
         digest: :func:`model_digest` of those bytes.
-        input_shape: Per-sample input shape.
-        scalar_output: Return ``double`` (a single-unit output) instead of
-            ``array<float>``.
+        input_shapes: Per-sample shape of each model input (one UDF argument each).
+        outputs: ``(name, scalar)`` per model output; a scalar (single-unit) output is a
+            ``double``, others ``array<float>``. With several outputs the UDF returns a
+            struct with one field per output name.
         batch_size: Rows per ``predict_on_batch`` call.
         custom_objects: cloudpickled ``custom_objects``, or ``None``.
 
-    Rows with null features get a null prediction.
+    Rows with a null feature get a null prediction.
     """
-    return_type: DataType = DoubleType() if scalar_output else ArrayType(FloatType())
+    types: list[DataType] = [
+        DoubleType() if scalar else ArrayType(FloatType()) for _, scalar in outputs
+    ]
+    single = len(outputs) == 1
+    return_type: DataType = (
+        types[0]
+        if single
+        else StructType([StructField(name, t) for (name, _), t in zip(outputs, types, strict=True)])
+    )
+    shapes = [tuple(s) for s in input_shapes]
 
-    def predict(series: Iterator[pd.Series]) -> Iterator[pd.Series]:
+    def predict(batches: Iterator[Any]) -> Iterator[Any]:
         model = load_model(broadcast, digest, custom_objects)
-        for batch in series:
-            mask = batch.notna().to_numpy()
-            out: list[Any] = [None] * len(batch)
+        for batch in batches:
+            columns = [batch] if isinstance(batch, pd.Series) else list(batch)
+            mask = np.logical_and.reduce([c.notna().to_numpy() for c in columns])
+            results: list[list[Any]] = [[None] * len(columns[0]) for _ in outputs]
             if mask.any():
-                x = np.stack(batch[mask].to_numpy()).astype(np.float32, copy=False)
-                x = x.reshape((-1, *input_shape))
-                preds = np.concatenate(
-                    [
-                        np.asarray(model.predict_on_batch(x[i : i + batch_size]))
-                        for i in range(0, len(x), batch_size)
-                    ]
-                )
-                preds = preds.reshape(len(x), -1)
+                xs = [
+                    np.stack(c[mask].to_numpy())
+                    .astype(np.float32, copy=False)
+                    .reshape((-1, *shape))
+                    for c, shape in zip(columns, shapes, strict=True)
+                ]
+                preds = _predict(model, xs, batch_size, len(outputs))
                 rows = np.flatnonzero(mask)
-                if scalar_output:
-                    values = preds[:, 0].astype(np.float64)
-                    for r, v in zip(rows, values, strict=True):
-                        out[r] = float(v)
-                else:
-                    values32 = preds.astype(np.float32, copy=False)
-                    for r, v in zip(rows, values32, strict=True):
-                        out[r] = v
-            yield pd.Series(out, dtype="float64" if scalar_output else "object")
+                for out, values, (_, scalar) in zip(results, preds, outputs, strict=True):
+                    values = values.reshape(len(rows), -1)
+                    if scalar:
+                        for r, v in zip(rows, values[:, 0].astype(np.float64), strict=True):
+                            out[r] = float(v)
+                    else:
+                        for r, v in zip(rows, values.astype(np.float32, copy=False), strict=True):
+                            out[r] = v
+            series = [
+                pd.Series(out, dtype="float64" if scalar else "object")
+                for out, (_, scalar) in zip(results, outputs, strict=True)
+            ]
+            if single:
+                yield series[0]
+            else:
+                yield pd.DataFrame({name: s for (name, _), s in zip(outputs, series, strict=True)})
 
+    # pandas_udf reads the UDF's kind from its type hints: iterator of Series (one input)
+    # or of tuples of Series (several), yielding Series (one output) or DataFrames.
+    arg = pd.Series if len(shapes) == 1 else tuple[pd.Series, ...]
+    predict.__annotations__ = {
+        "batches": Iterator[arg],  # type: ignore[valid-type]
+        "return": Iterator[pd.Series] if single else Iterator[pd.DataFrame],
+    }
     return pandas_udf(predict, return_type)  # type: ignore[call-overload]
+
+
+def _predict(model: Any, xs: list[np.ndarray], batch_size: int, outputs: int) -> list[np.ndarray]:
+    """Predicts in chunks; returns one array per model output."""
+    chunks: list[list[np.ndarray]] = [[] for _ in range(outputs)]
+    rows = len(xs[0])
+    for start in range(0, rows, batch_size):
+        part = [x[start : start + batch_size] for x in xs]
+        out = model.predict_on_batch(part[0] if len(part) == 1 else part)
+        out_list = out if isinstance(out, (list, tuple)) else [out]
+        if isinstance(out, dict):
+            out_list = list(out.values())
+        for acc, value in zip(chunks, out_list, strict=True):
+            acc.append(np.asarray(value))
+    return [np.concatenate(acc) for acc in chunks]
 
 
 def arg_max(prediction: Column, *, scalar: bool) -> Column:

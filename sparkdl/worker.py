@@ -49,8 +49,8 @@ class WorkerPayload:
         custom_objects: cloudpickled ``custom_objects`` dict, or ``None``.
         url: The parameter service's URL.
         token: The fit's secret.
-        input_shape: Per-sample input shape.
-        label_kind: ``"int"``, ``"float"`` or ``"array"``.
+        input_shapes: Per-sample shape of each model input.
+        label_kinds: ``"int"``, ``"float"`` or ``"array"``, per model output.
         epochs: Passes over the data.
         batch_size: Samples per step.
         sync_every: Batches between syncs, or ``None`` for epoch ends only.
@@ -72,8 +72,8 @@ class WorkerPayload:
     custom_objects: bytes | None
     url: str
     token: str
-    input_shape: tuple[int, ...]
-    label_kind: str
+    input_shapes: list[tuple[int, ...]]
+    label_kinds: list[str]
     epochs: int
     batch_size: int
     sync_every: int | None
@@ -143,10 +143,11 @@ def _run(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> dict[str,
     importer = threading.Thread(target=_import_tensorflow, name="sparkdl-import", daemon=True)
     importer.start()
 
-    from sparkdl.data import to_numpy
+    from sparkdl.data import to_numpy_multi
     from sparkdl.server.client import ServiceClient
 
-    x, y = to_numpy(list(batches), payload.input_shape, payload.label_kind)
+    xs, ys = to_numpy_multi(list(batches), payload.input_shapes, payload.label_kinds)
+    x, y = _unwrap(xs), _unwrap(ys)  # what model.fit takes
     client = ServiceClient(
         payload.url,
         payload.token,
@@ -156,7 +157,7 @@ def _run(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> dict[str,
         attempt=_attempt(ctx),
     )
     try:
-        rows = client.join(len(x))
+        rows = client.join(_rows(x))
         importer.join()
         import_seconds = time.perf_counter() - started
         return _train(payload, client, worker, x, y, rows, started, import_seconds)
@@ -165,6 +166,15 @@ def _run(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> dict[str,
         raise
     finally:
         client.close()
+
+
+def _rows(x: Any) -> int:
+    """Rows of a model input: one array, or a list of arrays (one per input)."""
+    return len(x[0]) if isinstance(x, list) else len(x)
+
+
+def _unwrap(arrays: list[Any]) -> Any:
+    return arrays[0] if len(arrays) == 1 else arrays
 
 
 def _attempt(ctx: Any) -> int:
@@ -206,7 +216,7 @@ def _train(
     model.set_weights(weights)
 
     split = 0.0 if payload.validation is not None else payload.validation_split
-    steps = math.ceil(train_rows(len(x), split) / payload.batch_size)
+    steps = math.ceil(train_rows(_rows(x), split) / payload.batch_size)
     if payload.mode == "synchronous":  # every worker takes part in every round
         rounds = rounds_per_epoch(
             [math.ceil(train_rows(n, split) / payload.batch_size) for n in rows],
@@ -218,7 +228,7 @@ def _train(
         client,
         merge=WorkerMerge(payload.merge, weights, payload.elastic_alpha),
         synchronous=payload.mode == "synchronous",
-        rows=len(x),
+        rows=_rows(x),
         batch_size=payload.batch_size,
         steps=steps,
         rounds=rounds,
@@ -228,18 +238,20 @@ def _train(
     sync.keras_callback.set_model(model)
     fit_args: dict[str, Any] = {}
     if payload.validation is not None:
-        xv, yv = payload.validation.value
-        xv, yv = xv[worker :: payload.num_workers], yv[worker :: payload.num_workers]
-        if len(xv):
-            fit_args["validation_data"] = (xv, yv)
-            sync.val_rows = len(xv)
-    elif split > 0 and train_rows(len(x), split) < len(x):
+        xvs, yvs = payload.validation.value
+        step = payload.num_workers
+        xv = [a[worker::step] for a in xvs]
+        yv = [a[worker::step] for a in yvs]
+        if len(xv[0]):
+            fit_args["validation_data"] = (_unwrap(xv), _unwrap(yv))
+            sync.val_rows = len(xv[0])
+    elif split > 0 and train_rows(_rows(x), split) < _rows(x):
         fit_args["validation_split"] = split
-        sync.rows = train_rows(len(x), split)
-        sync.val_rows = len(x) - sync.rows
+        sync.rows = train_rows(_rows(x), split)
+        sync.val_rows = _rows(x) - sync.rows
     train_start = time.perf_counter()
     setup_comm, setup_calls = client.comm_seconds, client.calls  # join and first pull
-    if len(x):
+    if _rows(x):
         model.fit(
             x,
             y,
@@ -257,7 +269,7 @@ def _train(
     train_seconds = time.perf_counter() - train_start
     return {
         "worker": worker,
-        "rows": len(x),
+        "rows": _rows(x),
         "gpus": len(gpus),
         "import_seconds": import_seconds,
         "train_seconds": train_seconds,

@@ -202,3 +202,57 @@ def test_transform_and_evaluate_match_keras_on_collected_rows(digits, spark) -> 
     assert set(got) == set(keras_logs)
     for key, value in keras_logs.items():
         assert abs(got[key] - float(value)) < 1e-4, (key, got[key], value)
+
+
+def test_two_input_recommender_and_two_output_model(spark) -> None:
+    rng = np.random.default_rng(0)
+    users, items = rng.integers(0, 20, 2000), rng.integers(0, 30, 2000)
+    user_bias, item_bias = rng.normal(0, 1, 20), rng.normal(0, 1, 30)
+    rating = user_bias[users] + item_bias[items]
+    df = spark.createDataFrame(
+        [(int(u), int(i), float(r), "x") for u, i, r in zip(users, items, rating, strict=True)],
+        "user_id int, item_id int, rating double, note string",
+    ).repartition(2)
+    user = keras.Input((1,), name="user")
+    item = keras.Input((1,), name="item")
+    u = keras.layers.Flatten()(keras.layers.Embedding(20, 8)(user))
+    i = keras.layers.Flatten()(keras.layers.Embedding(30, 8)(item))
+    score = keras.layers.Dense(1)(keras.layers.Concatenate()([u, i]))
+    recommender = keras.Model([user, item], score)
+    recommender.compile(optimizer=keras.optimizers.Adam(0.02), loss="mse")
+    fitted = KerasEstimator(
+        model=recommender,
+        features_col={"item": "item_id", "user": "user_id"},  # by input name, any order
+        label_col="rating",
+        num_workers=2,
+        epochs=15,
+        seed=0,
+    ).fit(df)
+    assert fitted.history["loss"][-1] < 0.1 * float(np.var(rating))
+    rows = fitted.transform(df).collect()
+    got = np.array([r.prediction for r in rows])
+    ids = [
+        np.array([[r.user_id] for r in rows], np.float32),
+        np.array([[r.item_id] for r in rows], np.float32),
+    ]
+    np.testing.assert_allclose(got, fitted.get_model().predict(ids, verbose=0)[:, 0], atol=1e-5)
+    assert fitted.evaluate(df, label_col="rating")["loss"] < 0.1 * float(np.var(rating))
+
+    # Two outputs: a class and a value, labels as a list in output order.
+    x_in = keras.Input((2,), name="x")
+    hidden = keras.layers.Dense(16, activation="relu")(x_in)
+    cls = keras.layers.Dense(2, activation="softmax", name="cls")(hidden)
+    val = keras.layers.Dense(1, name="val")(hidden)
+    two = keras.Model(x_in, [cls, val])
+    two.compile(optimizer="adam", loss=["sparse_categorical_crossentropy", "mse"])
+    xs = rng.normal(size=(400, 2))
+    frame = spark.createDataFrame(
+        [(r.tolist(), int(r[0] > 0), float(r.sum())) for r in xs],
+        "f array<double>, c int, v double",
+    )
+    both = KerasEstimator(
+        model=two, features_col="f", label_col=["c", "v"], num_workers=2, epochs=3, seed=0
+    ).fit(frame)
+    assert len(both.history["loss"]) == 3
+    out = both.transform(frame).select("prediction").first().prediction
+    assert len(out.cls) == 2 and isinstance(out.val, float)
