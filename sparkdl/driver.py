@@ -14,6 +14,7 @@ import math
 import re
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ import numpy as np
 from pyspark.sql import DataFrame, SparkSession
 
 from sparkdl import data, keras_io
+from sparkdl.callbacks import DriverCallbacks
 from sparkdl.config import TrainConfig
 from sparkdl.errors import ClusterError, SparkDLError, WorkerError
 from sparkdl.server.rules import make_rule
@@ -140,11 +142,13 @@ def run_fit(
     *,
     custom_objects: dict[str, Any] | None = None,
     validation: Prepared | None = None,
+    callbacks: Sequence[Any] | None = None,
 ) -> FitResult:
     """Trains ``model`` on ``prepared`` data as ``config`` says.
 
     ``validation`` (prepared like the training data) is collected to the driver and
     broadcast; worker i reports ``val_*`` logs on rows ``i::num_workers`` every epoch.
+    ``callbacks`` run on the driver (:class:`sparkdl.callbacks.DriverCallbacks`).
 
     Raises:
         ClusterError: The cluster has fewer task slots than ``num_workers``.
@@ -205,6 +209,11 @@ def run_fit(
             "often (frequency='batch' or an int), or use merge='elastic'/'average'.",
             num_workers,
         )
+    runner = (
+        DriverCallbacks(callbacks, model_bytes, custom_objects, store, config.epochs)
+        if callbacks
+        else None
+    )
     service.start()
     try:
         payload = _with_url(payload, service.url)
@@ -214,15 +223,21 @@ def run_fit(
         )
         if progress:
             progress.start()
+        if runner:
+            runner.start()
         try:
             if config.mode == "synchronous":
                 rows = _run_barrier_job(frame, payload, num_workers)
             else:  # ordinary tasks: none waits for another, Spark may queue them
                 rows = frame.mapInArrow(make_train_function(payload), RESULT_SCHEMA).collect()
         except Exception as exc:
+            if runner:
+                runner.abandon()
+                if runner.error is not None:  # a callback stopped the fit by raising
+                    raise runner.error from None
             raise _worker_error(exc, store.failures()) from None
         reports = sorted((json.loads(r["report"]) for r in rows), key=lambda r: r["worker"])
-        weights = store.weights()
+        weights = runner.finish() if runner else store.weights()
         history = store.history()
         status = store.status()
     finally:

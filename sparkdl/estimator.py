@@ -60,6 +60,10 @@ class KerasEstimator(Estimator, TrainingParams, MLWritable, MLReadable):
             metrics are computed on it on the executors every epoch (it is collected to
             the driver once and broadcast, so keep it to what fits in memory). For a
             held-out fraction of the training rows instead, set ``validation_split``.
+        callbacks: Keras callbacks, run on the driver against a master model that holds
+            the service's weights after each epoch (EarlyStopping, ModelCheckpoint,
+            TensorBoard, CSVLogger, ReduceLROnPlateau, LambdaCallback...; see
+            :mod:`sparkdl.callbacks`). Not saved with the estimator.
         custom_objects: Custom layers, losses and metrics by name (cloudpickled to the
             executors).
         **settings: Training settings of :class:`sparkdl.config.TrainConfig` (snake_case
@@ -90,6 +94,7 @@ class KerasEstimator(Estimator, TrainingParams, MLWritable, MLReadable):
         class_col: str = "",
         learning_rate: float | None = None,
         validation_data: DataFrame | None = None,
+        callbacks: Sequence[Any] | None = None,
         custom_objects: dict[str, Any] | None = None,
         **settings: Any,
     ) -> None:
@@ -110,6 +115,7 @@ class KerasEstimator(Estimator, TrainingParams, MLWritable, MLReadable):
         self.train_config()  # validate now, not at fit time
         self.model = model
         self.validation_data = validation_data
+        self.callbacks = list(callbacks or [])
         self.custom_objects = dict(custom_objects or {})
 
     @property
@@ -148,6 +154,7 @@ class KerasEstimator(Estimator, TrainingParams, MLWritable, MLReadable):
             config,
             custom_objects=self.custom_objects or None,
             validation=validation,
+            callbacks=self.callbacks,
         )
         custom = self.custom_objects or None
         return KerasModel(

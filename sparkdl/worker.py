@@ -168,6 +168,13 @@ def _run(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> dict[str,
         client.close()
 
 
+def _learning_rate(model: Any) -> float | None:
+    try:
+        return float(model.optimizer.learning_rate)
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
 def _rows(x: Any) -> int:
     """Rows of a model input: one array, or a list of arrays (one per input)."""
     return len(x[0]) if isinstance(x, list) else len(x)
@@ -266,6 +273,8 @@ def _train(
         for epoch in range(payload.epochs):
             sync.on_epoch_begin(epoch)
             sync.on_epoch_end(epoch, {})
+            if sync.stop:
+                break
     train_seconds = time.perf_counter() - train_start
     return {
         "worker": worker,
@@ -278,6 +287,8 @@ def _train(
         "calls": client.calls - setup_calls,
         "setup_comm_seconds": setup_comm,
         "syncs": sync.syncs,
+        "epochs_run": sync.epochs_run,
+        "learning_rate": _learning_rate(model),
     }
 
 
@@ -325,6 +336,9 @@ class _SyncCallback:
         self.mid_rounds = (steps - 1) // every if every and steps else 0
         self.version = version
         self.val_rows = 0
+        self.stop = False
+        self.epochs_run = 0
+        self.learning_rate: float | None = None
         self.syncs = 0
         self._done = 0
         self._sent = 0
@@ -335,6 +349,7 @@ class _SyncCallback:
         return self.keras_callback.model
 
     def on_epoch_begin(self, epoch: int) -> None:
+        self.epochs_run = epoch + 1
         self._epoch = epoch
         self._done = 0
         self._sent = 0
@@ -353,6 +368,8 @@ class _SyncCallback:
         self._sync(self.rows, logs, logs)
         while self._done < self.rounds:
             self._sync(self.rows, {}, None)
+        if self.stop and self.model is not None:
+            self.model.stop_training = True  # a driver callback stopped the fit
 
     def _sync(self, seen: int, logs: dict[str, Any], epoch_logs: dict[str, Any] | None) -> None:
         from sparkdl.errors import TrainingError
@@ -384,5 +401,12 @@ class _SyncCallback:
         model.set_weights(self.merge.incoming(local, answer))
         self.version = version
         self._sent = seen
+        control = self.client.control
+        if control.get("stop"):
+            self.stop = True  # honoured at the end of this epoch, as by every worker
+        rate = control.get("learning_rate")
+        if isinstance(rate, (int, float)) and rate != self.learning_rate:
+            model.optimizer.learning_rate = float(rate)  # ReduceLROnPlateau on the driver
+            self.learning_rate = float(rate)
         self._done += 1
         self.syncs += 1

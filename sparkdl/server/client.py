@@ -85,6 +85,8 @@ class ServiceClient:
         self._long_poll = max(min(_LONG_POLL, timeout / 2), 0.0)
         self.comm_seconds = 0.0
         self.calls = 0
+        #: The metadata of the last weights answer: version, stop flag, learning rate.
+        self.control: dict[str, Any] = {}
         self._seq = 0
         self._headers = {"Authorization": f"Bearer {token}"}
         self._conn = _KeepAlive(parts.hostname, parts.port, min(timeout, 10.0), timeout)
@@ -227,6 +229,7 @@ class ServiceClient:
                 raise TrainingError(message)
             raise ServiceError(message)
         arrays, meta = wire.decode(data)
+        self.control = meta
         return arrays, int(meta.get("version", 0))
 
     def _request(

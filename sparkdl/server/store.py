@@ -119,6 +119,7 @@ class WeightStore:
         self._failures: dict[int, str] = {}
         self._aborted: str | None = None
         self._stop_requested = False
+        self._learning_rate: float | None = None
         self._rows: dict[int, int] = {}
         self._encoded: tuple[int, list[Any]] | None = None
         self.started = time.time()
@@ -164,13 +165,21 @@ class WeightStore:
             return None
         if self.mode == "hogwild":  # live arrays: views of memory other pushes change
             version = self._version
-            return wire.encode(self._weights, {"version": version}), version
+            return wire.encode(self._weights, self._answer_meta(version)), version
         with self._cond:
             cached = self._encoded
             if cached is None or cached[0] != self._version:
-                chunks = wire.encode(self._weights, {"version": self._version})
+                # The control fields are frozen with the version: every worker of a
+                # synchronous round reads the same stop flag and learning rate.
+                chunks = wire.encode(self._weights, self._answer_meta(self._version))
                 cached = self._encoded = (self._version, chunks)
             return cached[1], cached[0]
+
+    def _answer_meta(self, version: int) -> dict[str, Any]:
+        meta: dict[str, Any] = {"version": version, "stop": self._stop_requested}
+        if self._learning_rate is not None:
+            meta["learning_rate"] = self._learning_rate
+        return meta
 
     def weights(self) -> list[np.ndarray]:
         """Returns the current center weights (do not modify them)."""
@@ -223,6 +232,7 @@ class WeightStore:
                 "failures": {str(k): v for k, v in self._failures.items()},
                 "aborted": self._aborted,
                 "stop_requested": self._stop_requested,
+                "learning_rate": self._learning_rate,
             }
 
     # ----------------------------------------------------------------- writes
@@ -393,9 +403,17 @@ class WeightStore:
             self._cond.notify_all()
 
     def request_stop(self) -> None:
-        """Asks workers to stop at their next sync (``stop_training``)."""
+        """Asks workers to stop at the end of their current epoch (``stop_training``).
+
+        The flag travels with the answers from the next version on.
+        """
         with self._cond:
             self._stop_requested = True
+
+    def set_learning_rate(self, rate: float) -> None:
+        """Sends a new learning rate to the workers with the answers of later versions."""
+        with self._cond:
+            self._learning_rate = float(rate)
 
     @property
     def stop_requested(self) -> bool:

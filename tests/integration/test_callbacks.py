@@ -1,0 +1,105 @@
+"""Keras callbacks on the driver: real Spark local[2], TensorFlow, the service."""
+
+from __future__ import annotations
+
+import csv
+import glob
+import os
+
+import keras
+import numpy as np
+import pytest
+
+from examples.digits import digits_model
+from sparkdl import KerasEstimator
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def test_keras_callbacks_behave_as_in_model_fit(digits, tmp_path) -> None:
+    train_df, _, _ = digits
+    seen: list[tuple[int, float, list[np.ndarray]]] = []
+    recorder = keras.callbacks.LambdaCallback(
+        on_epoch_end=lambda epoch, logs: seen.append(
+            (epoch, logs["loss"], [w.copy() for w in recorder.model.get_weights()])
+        )
+    )
+    # The loss keeps falling, but by less than min_delta after a few epochs.
+    stopper = keras.callbacks.EarlyStopping(
+        monitor="loss", min_delta=0.25, patience=1, restore_best_weights=True
+    )
+    reducer = keras.callbacks.ReduceLROnPlateau(
+        monitor="loss", factor=0.5, patience=0, min_delta=10.0, min_lr=1e-5
+    )
+    callbacks = [
+        recorder,
+        stopper,
+        reducer,
+        keras.callbacks.ModelCheckpoint(str(tmp_path / "ckpt-{epoch:02d}.keras")),
+        keras.callbacks.CSVLogger(str(tmp_path / "log.csv")),
+        keras.callbacks.TensorBoard(log_dir=str(tmp_path / "tb")),
+    ]
+    fitted = KerasEstimator(
+        model=digits_model(), callbacks=callbacks, num_workers=2, epochs=12, seed=0
+    ).fit(train_df)
+
+    epochs = len(fitted.history["loss"])
+    assert epochs < 12 and stopper.stopped_epoch > 0  # stopped early
+    assert [e for e, _, _ in seen] == list(range(epochs))
+    assert [round(loss, 6) for _, loss, _ in seen] == [round(v, 6) for v in fitted.history["loss"]]
+    best = next(w for e, _, w in seen if e == stopper.best_epoch)
+    for got, want in zip(fitted.get_model().get_weights(), best, strict=True):
+        np.testing.assert_array_equal(got, want)  # restore_best_weights
+
+    # ReduceLROnPlateau halved the rate after every epoch on the driver; the workers
+    # trained with it.
+    rates = {w["learning_rate"] for w in fitted.fit_report["workers"]}
+    assert len(rates) == 1 and rates.pop() < 0.003 / 2
+
+    assert len(glob.glob(str(tmp_path / "ckpt-*.keras"))) == epochs
+    with open(tmp_path / "log.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == epochs and float(rows[0]["loss"]) == pytest.approx(seen[0][1], 1e-5)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = glob.glob(str(tmp_path / "tb" / "train" / "events.out.tfevents.*"))
+    assert events
+    acc = EventAccumulator(os.path.dirname(events[0]))
+    acc.Reload()
+    tags = acc.Tags()
+    assert "epoch_loss" in tags["tensors"] or "epoch_loss" in tags["scalars"]
+
+
+def test_stop_training_from_a_callback_ends_the_fit_normally(digits) -> None:
+    train_df, _, _ = digits
+
+    def stop_after_second(epoch, logs):  # type: ignore[no-untyped-def]
+        if epoch == 1:
+            stopper.model.stop_training = True
+
+    stopper = keras.callbacks.LambdaCallback(on_epoch_end=stop_after_second)
+    fitted = KerasEstimator(
+        model=digits_model(),
+        callbacks=[stopper],
+        mode="asynchronous",
+        num_workers=2,
+        epochs=15,
+        seed=0,
+    ).fit(train_df)
+    assert 2 <= len(fitted.history["loss"]) < 15
+    assert all(w["epochs_run"] < 15 for w in fitted.fit_report["workers"])
+
+
+def test_a_raising_callback_stops_the_fit_with_its_error(digits) -> None:
+    train_df, _, _ = digits
+
+    def explode(epoch, logs):  # type: ignore[no-untyped-def]
+        raise RuntimeError("callback exploded on purpose")
+
+    with pytest.raises(RuntimeError, match="callback exploded on purpose"):
+        KerasEstimator(
+            model=digits_model(),
+            callbacks=[keras.callbacks.LambdaCallback(on_epoch_end=explode)],
+            num_workers=2,
+            epochs=30,
+        ).fit(train_df)
