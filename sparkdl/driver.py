@@ -12,7 +12,6 @@ import json
 import logging
 import math
 import re
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from sparkdl import data, keras_io
 from sparkdl.callbacks import DriverCallbacks
 from sparkdl.config import TrainConfig
 from sparkdl.errors import ClusterError, SparkDLError, WorkerError
+from sparkdl.progress import Progress
 from sparkdl.server.rules import make_rule
 from sparkdl.server.service import ParameterService
 from sparkdl.server.store import WeightStore
@@ -199,7 +199,14 @@ def run_fit(
     frame = prepared.frame
     if frame.rdd.getNumPartitions() != num_workers:
         frame = frame.repartition(num_workers)
-    progress = _Progress(store, config, prepared.summary.rows) if config.verbose else None
+    train_rows = prepared.summary.rows
+    if config.validation_split and validation is None:  # each worker holds out its tail
+        train_rows = math.floor(train_rows * (1 - config.validation_split))
+    progress = (
+        Progress(store, epochs=config.epochs, rows=train_rows, verbose=config.verbose)
+        if config.verbose
+        else None
+    )
     downpour = config.mode != "synchronous" and config.merge == "delta"
     if downpour and config.frequency == "epoch" and num_workers > 1:
         _log.warning(
@@ -217,10 +224,12 @@ def run_fit(
     service.start()
     try:
         payload = _with_url(payload, service.url)
-        sc.setJobDescription(
+        fit_name = (
             f"sparkdl fit: {config.mode}/{config.merge}, {num_workers} workers, "
-            f"{config.epochs} epochs"
+            f"{config.epochs} epochs, {train_rows} rows"
         )
+        sc.setJobGroup(f"sparkdl-fit-{store.started:.0f}-{id(store):x}", fit_name)
+        sc.setJobDescription(fit_name)
         if progress:
             progress.start()
         if runner:
@@ -245,6 +254,7 @@ def run_fit(
             progress.stop()
         service.stop()
         sc.setJobDescription(None)  # type: ignore[arg-type]
+        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
         broadcast.unpersist(blocking=False)
         if held_out is not None:
             held_out.unpersist(blocking=False)
@@ -367,48 +377,3 @@ def _worker_error(exc: Exception, failures: dict[int, str]) -> SparkDLError:
             "that has sparkdl installed before the SparkSession starts"
         )
     return WorkerError(f"The training job failed: {last}", {-1: trace})
-
-
-class _Progress:
-    """Prints one line per finished epoch from the service's status (verbose=1).
-
-    It reads the same snapshot ``GET /status`` serves: the per-epoch history and the
-    samples the service has seen, whose rate it prints.
-    """
-
-    def __init__(self, store: WeightStore, config: TrainConfig, rows: int) -> None:
-        self._store = store
-        self._config = config
-        self._rows = rows
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="sparkdl-progress", daemon=True)
-        self._printed = 0
-        self._started = time.perf_counter()
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self._print_new()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(0.25):
-            self._print_new()
-
-    def _print_new(self) -> None:
-        status = self._store.status()
-        history: dict[str, list[float]] = status["history"]
-        done = status["epochs_done"]
-        while self._printed < done:
-            i = self._printed
-            elapsed = time.perf_counter() - self._started
-            rate = status["samples_seen"] / elapsed if elapsed > 0 else math.nan
-            metrics = " - ".join(f"{k}: {v[i]:.4f}" for k, v in history.items() if i < len(v))
-            print(
-                f"Epoch {i + 1}/{self._config.epochs} - {self._rows} samples - {metrics} - "
-                f"{rate:,.0f} samples/s",
-                flush=True,
-            )
-            self._printed += 1

@@ -49,11 +49,19 @@ def test_digits_synchronous_reaches_accuracy(digits, frequency) -> None:
     np.testing.assert_allclose(preds, fitted.get_model().predict(x, verbose=0), atol=1e-5)
 
 
-def test_verbose_prints_one_line_per_epoch(digits, capsys) -> None:
+def test_verbose_2_prints_a_line_per_epoch_and_verbose_1_a_bar(digits, capsys) -> None:
     train_df, _, _ = digits
-    KerasEstimator(model=digits_model(), num_workers=2, epochs=2, seed=0, verbose=1).fit(train_df)
+    KerasEstimator(model=digits_model(), num_workers=2, epochs=2, seed=0, verbose=2).fit(train_df)
     out = capsys.readouterr().out
     assert "Epoch 1/2" in out and "Epoch 2/2" in out and "samples/s" in out
+    KerasEstimator(model=digits_model(), num_workers=2, epochs=2, seed=0, verbose=1).fit(train_df)
+    captured = capsys.readouterr()
+    bar = captured.err  # tqdm draws on stderr
+    assert "Epoch 2/2" in bar and "2874/2874" in bar and "samples/s" in bar and "loss" in bar
+    assert "Epoch 1/2 -" not in captured.out
+    KerasEstimator(model=digits_model(), num_workers=2, epochs=1, seed=0, verbose=0).fit(train_df)
+    quiet = capsys.readouterr()
+    assert "Epoch" not in quiet.out and "Epoch" not in quiet.err
 
 
 @pytest.mark.parametrize("small", [5, 0])
