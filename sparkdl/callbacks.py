@@ -37,6 +37,7 @@ class DriverCallbacks:
         custom_objects: Custom layers and losses, as for the model.
         store: The fit's training state.
         epochs: Epochs of the fit.
+        initial_epoch: Epochs done before (a resumed fit).
     """
 
     POLL_SECONDS = 0.1
@@ -48,6 +49,7 @@ class DriverCallbacks:
         custom_objects: dict[str, Any] | None,
         store: WeightStore,
         epochs: int,
+        initial_epoch: int = 0,
     ) -> None:
         import keras
 
@@ -61,7 +63,7 @@ class DriverCallbacks:
             verbose=0,
         )
         self.store = store
-        self.done = 0
+        self.done = initial_epoch
         self.logs: dict[str, float] = {}
         self._rate = _learning_rate(self.master)
         self._stop = threading.Event()

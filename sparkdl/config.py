@@ -70,6 +70,12 @@ class TrainConfig:
         validate: Scan the data once for nulls, NaNs and ragged rows before training.
         validation_split: Fraction in [0, 1) of each worker's rows (its last ones, as
             in ``model.fit``) held out to report ``val_*`` logs every epoch.
+        checkpoint_dir: A local directory on the driver; after every epoch the center
+            weights, the epoch, the history and these settings are written there
+            atomically (see :mod:`sparkdl.checkpoints`).
+        checkpoint_keep: How many of the newest checkpoints to keep.
+        resume: Continue from the newest checkpoint in ``checkpoint_dir`` (its weights
+            and epoch count; the history continues) instead of from the model's weights.
 
     Raises:
         ConfigError: A value is out of range or unknown.
@@ -99,6 +105,9 @@ class TrainConfig:
     slot_wait_timeout: float = 60.0
     validate: bool = True
     validation_split: float = 0.0
+    checkpoint_dir: str | None = None
+    checkpoint_keep: int = 3
+    resume: bool = False
 
     def __post_init__(self) -> None:
         _one_of("mode", self.mode, MODES)
@@ -130,6 +139,9 @@ class TrainConfig:
                 f"N batches). Received: frequency={freq!r}"
             )
         _positive_int("epochs", self.epochs)
+        _positive_int("checkpoint_keep", self.checkpoint_keep)
+        if self.resume and not self.checkpoint_dir:
+            raise ConfigError("resume=True needs checkpoint_dir= (where the checkpoints are).")
         _positive_int("batch_size", self.batch_size)
         if self.num_workers is not None:
             _positive_int("num_workers", self.num_workers)

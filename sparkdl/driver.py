@@ -21,7 +21,7 @@ import cloudpickle
 import numpy as np
 from pyspark.sql import DataFrame, SparkSession
 
-from sparkdl import data, keras_io
+from sparkdl import checkpoints, data, keras_io
 from sparkdl.callbacks import DriverCallbacks
 from sparkdl.config import TrainConfig
 from sparkdl.errors import ClusterError, SparkDLError, WorkerError
@@ -143,12 +143,16 @@ def run_fit(
     custom_objects: dict[str, Any] | None = None,
     validation: Prepared | None = None,
     callbacks: Sequence[Any] | None = None,
+    initial_epoch: int = 0,
+    history: dict[str, list[float]] | None = None,
 ) -> FitResult:
     """Trains ``model`` on ``prepared`` data as ``config`` says.
 
     ``validation`` (prepared like the training data) is collected to the driver and
     broadcast; worker i reports ``val_*`` logs on rows ``i::num_workers`` every epoch.
-    ``callbacks`` run on the driver (:class:`sparkdl.callbacks.DriverCallbacks`).
+    ``callbacks`` run on the driver (:class:`sparkdl.callbacks.DriverCallbacks`), and
+    so do checkpoints. A resumed fit passes the epochs done as ``initial_epoch`` and
+    their logs as ``history``.
 
     Raises:
         ClusterError: The cluster has fewer task slots than ``num_workers``.
@@ -165,6 +169,7 @@ def run_fit(
         rule=make_rule(str(config.merge), staleness=config.staleness, num_workers=num_workers),
         mode=config.mode,
         round_timeout=config.round_timeout,
+        history=history,
     )
     service = ParameterService(store, host=_service_host(spark, config), port=config.port)
     broadcast = sc.broadcast(model_bytes)
@@ -195,6 +200,7 @@ def run_fit(
         validation_split=config.validation_split,
         validation=held_out,
         num_workers=num_workers,
+        initial_epoch=initial_epoch,
     )
     frame = prepared.frame
     if frame.rdd.getNumPartitions() != num_workers:
@@ -216,9 +222,18 @@ def run_fit(
             "often (frequency='batch' or an int), or use merge='elastic'/'average'.",
             num_workers,
         )
+    driver_callbacks = list(callbacks or [])
+    if config.checkpoint_dir:
+        driver_callbacks.append(
+            checkpoints.checkpoint_callback(
+                config.checkpoint_dir, config.checkpoint_keep, config.to_dict(), history or {}
+            )
+        )
     runner = (
-        DriverCallbacks(callbacks, model_bytes, custom_objects, store, config.epochs)
-        if callbacks
+        DriverCallbacks(
+            driver_callbacks, model_bytes, custom_objects, store, config.epochs, initial_epoch
+        )
+        if driver_callbacks
         else None
     )
     service.start()

@@ -19,7 +19,7 @@ from pyspark.ml import Estimator
 from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame
 
-from sparkdl import driver, keras_io, persistence
+from sparkdl import checkpoints, driver, keras_io, persistence
 from sparkdl.config import TrainConfig
 from sparkdl.errors import ConfigError
 from sparkdl.model import KerasModel
@@ -142,6 +142,20 @@ class KerasEstimator(Estimator, TrainingParams, MLWritable, MLReadable):
     def _fit(self, dataset: DataFrame) -> KerasModel:
         config = self.train_config()
         model = self._model_to_train()
+        initial_epoch, history = 0, None
+        if config.resume and config.checkpoint_dir:
+            found = checkpoints.latest(config.checkpoint_dir)
+            if found is not None:
+                if found.epoch >= config.epochs:
+                    raise ConfigError(
+                        f"The newest checkpoint ({found.path}) is at epoch {found.epoch}, not "
+                        f"before epochs={config.epochs}: raise epochs to train further."
+                    )
+                model = keras_io.model_from_bytes(
+                    keras_io.model_to_bytes(model), self.custom_objects or None
+                )
+                model.set_weights(found.weights)
+                initial_epoch, history = found.epoch, found.history
         prepared = driver.prepare(dataset, model, self.features_col, self.label_col)
         validation = None
         if self.validation_data is not None:
@@ -155,6 +169,8 @@ class KerasEstimator(Estimator, TrainingParams, MLWritable, MLReadable):
             custom_objects=self.custom_objects or None,
             validation=validation,
             callbacks=self.callbacks,
+            initial_epoch=initial_epoch,
+            history=history,
         )
         custom = self.custom_objects or None
         return KerasModel(

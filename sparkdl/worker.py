@@ -66,6 +66,7 @@ class WorkerPayload:
         validation: A broadcast of ``(x, y)`` validation arrays, or ``None``; worker i
             evaluates rows ``i::num_workers``.
         num_workers: Number of workers.
+        initial_epoch: Epochs done before this fit (a resumed fit starts after them).
     """
 
     model_bytes: Any
@@ -88,6 +89,7 @@ class WorkerPayload:
     validation_split: float = 0.0
     validation: Any = None
     num_workers: int = 1
+    initial_epoch: int = 0
 
 
 def make_train_function(
@@ -264,13 +266,14 @@ def _train(
             y,
             batch_size=payload.batch_size,
             epochs=payload.epochs,
+            initial_epoch=payload.initial_epoch,
             shuffle=payload.shuffle,
             verbose=0,
             callbacks=[sync.keras_callback],
             **fit_args,
         )
     else:  # an empty partition still takes part in every round
-        for epoch in range(payload.epochs):
+        for epoch in range(payload.initial_epoch, payload.epochs):
             sync.on_epoch_begin(epoch)
             sync.on_epoch_end(epoch, {})
             if sync.stop:

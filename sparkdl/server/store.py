@@ -89,6 +89,8 @@ class WeightStore:
             arrays) or ``"hogwild"`` (each push added into the live arrays with no lock
             held; see :meth:`push_async`).
         round_timeout: Seconds a synchronous round may stay open before it is aborted.
+        history: Per-epoch logs of epochs done before (a resumed fit); the workers'
+            epoch numbers continue after them.
     """
 
     def __init__(
@@ -99,6 +101,7 @@ class WeightStore:
         rule: MergeRule,
         mode: str = "synchronous",
         round_timeout: float = 3600.0,
+        history: dict[str, list[float]] | None = None,
     ) -> None:
         if mode not in STORE_MODES:
             raise ValueError(f"Expected mode to be one of {STORE_MODES}. Received: {mode!r}")
@@ -114,7 +117,9 @@ class WeightStore:
         self._round_started: float | None = None
         self._workers: dict[int, WorkerInfo] = {}
         self._epochs: dict[int, _Epoch] = {}
-        self._history: dict[str, list[float]] = {}
+        self._history: dict[str, list[float]] = {
+            k: [float(v) for v in vs] for k, vs in (history or {}).items()
+        }
         self._samples_seen = 0
         self._failures: dict[int, str] = {}
         self._aborted: str | None = None

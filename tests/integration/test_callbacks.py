@@ -103,3 +103,43 @@ def test_a_raising_callback_stops_the_fit_with_its_error(digits) -> None:
             num_workers=2,
             epochs=30,
         ).fit(train_df)
+
+
+def test_checkpoints_resume_a_stopped_fit(digits, tmp_path) -> None:
+    import json
+
+    from examples.digits import accuracy
+
+    train_df, _, (_, x_test, _, y_test) = digits
+    ckpt = str(tmp_path / "checkpoints")
+    first = KerasEstimator(
+        model=digits_model(),
+        num_workers=2,
+        epochs=3,
+        seed=0,
+        checkpoint_dir=ckpt,
+        checkpoint_keep=2,
+    ).fit(train_df)
+    assert sorted(os.listdir(ckpt)) == ["ckpt-000002", "ckpt-000003"]
+    with open(os.path.join(ckpt, "ckpt-000003", "state.json")) as f:
+        state = json.load(f)
+    assert state["epoch"] == 3 and state["settings"]["epochs"] == 3
+    assert state["history"]["loss"] == pytest.approx(first.history["loss"])
+    # A driver that died while writing epoch 4 left only a temporary directory.
+    crashed = os.path.join(ckpt, "ckpt-000004.tmp-crashed")
+    os.makedirs(crashed)
+    with open(os.path.join(crashed, "weights.sdlw"), "wb") as f:
+        f.write(b"SDLW\x01 half written")
+
+    resumed = KerasEstimator(
+        model=digits_model(), num_workers=2, epochs=6, seed=0, checkpoint_dir=ckpt, resume=True
+    ).fit(train_df)
+    assert len(resumed.history["loss"]) == 6
+    assert resumed.history["loss"][:3] == pytest.approx(first.history["loss"])
+    assert resumed.history["loss"][3] < first.history["loss"][2]  # went on, not restarted
+    assert "ckpt-000006" in os.listdir(ckpt)
+
+    straight = KerasEstimator(model=digits_model(), num_workers=2, epochs=6, seed=0).fit(train_df)
+    a = accuracy(resumed.get_model(), x_test, y_test)
+    b = accuracy(straight.get_model(), x_test, y_test)
+    assert abs(a - b) < 0.03 and a >= 0.9, (a, b)

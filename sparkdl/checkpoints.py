@@ -1,0 +1,138 @@
+"""Checkpoints of a fit on the driver, and resuming from the newest one.
+
+After every epoch the driver writes ``<checkpoint_dir>/ckpt-<epoch>/`` holding the
+center weights (``weights.sdlw``: sparkdl's wire format, no pickle) and ``state.json``
+(the epoch, the history so far, and the fit's settings), then keeps the newest
+``checkpoint_keep``. A checkpoint is written into a temporary directory and renamed into
+place, so a driver that dies mid-write leaves at worst a ``.tmp-*`` directory that
+resuming ignores: the newest ``ckpt-*`` is always complete.
+
+Example:
+    >>> checkpoint_name(7)
+    'ckpt-000007'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from sparkdl.errors import ConfigError
+from sparkdl.server import wire
+
+__all__ = ["Checkpoint", "checkpoint_callback", "checkpoint_name", "latest", "write"]
+
+_NAME = re.compile(r"^ckpt-(\d{6})$")
+
+
+def checkpoint_name(epoch: int) -> str:
+    """The directory name of the checkpoint taken after ``epoch`` epochs."""
+    return f"ckpt-{epoch:06d}"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint read back: epochs done, weights, history and settings."""
+
+    epoch: int
+    weights: list[np.ndarray]
+    history: dict[str, list[float]]
+    settings: dict[str, Any]
+    path: str
+
+
+def write(
+    directory: str,
+    epoch: int,
+    weights: list[np.ndarray],
+    history: dict[str, list[float]],
+    settings: dict[str, Any],
+    keep: int,
+) -> str:
+    """Writes one checkpoint atomically and prunes all but the newest ``keep``."""
+    root = _local(directory)
+    os.makedirs(root, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f"{checkpoint_name(epoch)}.tmp-", dir=root)
+    with open(os.path.join(staging, "weights.sdlw"), "wb") as f:
+        for chunk in wire.encode([np.asarray(w) for w in weights], {"epoch": epoch}):
+            f.write(chunk)
+        f.flush()
+        os.fsync(f.fileno())
+    state = {"epoch": epoch, "history": history, "settings": settings}
+    with open(os.path.join(staging, "state.json"), "w") as f:
+        json.dump(state, f, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+    final = os.path.join(root, checkpoint_name(epoch))
+    if os.path.exists(final):
+        shutil.rmtree(final)
+    os.rename(staging, final)  # atomic: the checkpoint appears whole or not at all
+    for old in _complete(root)[:-keep]:
+        shutil.rmtree(os.path.join(root, old), ignore_errors=True)
+    return final
+
+
+def latest(directory: str) -> Checkpoint | None:
+    """The newest complete checkpoint in ``directory``, or ``None`` if there is none."""
+    root = _local(directory)
+    if not os.path.isdir(root):
+        return None
+    names = _complete(root)
+    if not names:
+        return None
+    path = os.path.join(root, names[-1])
+    with open(os.path.join(path, "weights.sdlw"), "rb") as f:
+        arrays, _ = wire.decode(f.read())
+    with open(os.path.join(path, "state.json")) as f:
+        state = json.load(f)
+    return Checkpoint(
+        epoch=int(state["epoch"]),
+        weights=[np.array(a) for a in arrays],
+        history={k: [float(v) for v in vs] for k, vs in state["history"].items()},
+        settings=dict(state.get("settings", {})),
+        path=path,
+    )
+
+
+def checkpoint_callback(
+    directory: str,
+    keep: int,
+    settings: dict[str, Any],
+    history: dict[str, list[float]],
+) -> Any:
+    """A Keras callback (for the driver's master model) that checkpoints every epoch."""
+    import keras
+
+    class _Checkpoints(keras.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.history = {k: list(v) for k, v in history.items()}
+
+        def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+            for key, value in (logs or {}).items():
+                self.history.setdefault(key, []).append(float(value))
+            write(directory, epoch + 1, self.model.get_weights(), self.history, settings, keep)
+
+    return _Checkpoints()
+
+
+def _complete(root: str) -> list[str]:
+    return sorted(n for n in os.listdir(root) if _NAME.match(n))
+
+
+def _local(directory: str) -> str:
+    if directory.startswith("file://"):
+        return directory[len("file://") :]
+    if "://" in directory:
+        raise ConfigError(
+            f"checkpoint_dir must be a local path on the driver (or file://). Received: "
+            f"{directory!r}. Save the fitted model to distributed storage with save()."
+        )
+    return directory
