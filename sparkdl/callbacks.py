@@ -4,10 +4,11 @@ Workers train; the driver keeps a compiled copy of the model (the *master*). Eac
 every worker has reported an epoch, the master takes the service's current weights and
 the callbacks see ``on_epoch_begin`` / ``on_epoch_end`` with the epoch's logs averaged
 over workers (``loss``, metrics, ``val_*``), as in ``model.fit``. What they do travels
-back: ``model.stop_training = True`` (EarlyStopping) stops every worker at the end of its
-current epoch, and a changed optimizer learning rate (ReduceLROnPlateau) reaches the
-workers with their next sync. After training, ``on_train_end`` runs and the master's
-weights (EarlyStopping's restored best ones, say) become the fitted model's.
+back: ``model.stop_training = True`` (EarlyStopping) stops every worker at its next
+sync (the epoch's remaining synchronous rounds still close), and a changed optimizer
+learning rate (ReduceLROnPlateau) reaches the workers with their next sync. After
+training, ``on_train_end`` runs and the master's weights (EarlyStopping's restored best
+ones, say) become the fitted model's.
 
 Example:
     >>> DriverCallbacks.POLL_SECONDS

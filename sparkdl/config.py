@@ -76,6 +76,9 @@ class TrainConfig:
         checkpoint_keep: How many of the newest checkpoints to keep.
         resume: Continue from the newest checkpoint in ``checkpoint_dir`` (its weights
             and epoch count; the history continues) instead of from the model's weights.
+        mlflow_run: ``True`` or a run name: log params, per-epoch metrics and the model
+            to MLflow (see :mod:`sparkdl.tracking`); ``None``: only when MLflow's Keras
+            autologging is on; ``False``: never.
 
     Raises:
         ConfigError: A value is out of range or unknown.
@@ -108,6 +111,7 @@ class TrainConfig:
     checkpoint_dir: str | None = None
     checkpoint_keep: int = 3
     resume: bool = False
+    mlflow_run: bool | str | None = None
 
     def __post_init__(self) -> None:
         _one_of("mode", self.mode, MODES)

@@ -19,7 +19,7 @@ from pyspark.ml import Estimator
 from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame
 
-from sparkdl import checkpoints, driver, keras_io, persistence
+from sparkdl import checkpoints, driver, keras_io, persistence, tracking
 from sparkdl.config import TrainConfig
 from sparkdl.errors import ConfigError
 from sparkdl.model import KerasModel
@@ -162,18 +162,29 @@ class KerasEstimator(Estimator, TrainingParams, MLWritable, MLReadable):
             validation = driver.prepare(
                 self.validation_data, model, self.features_col, self.label_col
             )
-        result = driver.run_fit(
-            prepared,
-            model,
-            config,
-            custom_objects=self.custom_objects or None,
-            validation=validation,
-            callbacks=self.callbacks,
-            initial_epoch=initial_epoch,
-            history=history,
-        )
+        tracker = None
+        callbacks = list(self.callbacks)
+        if tracking.wanted(config.mlflow_run):
+            params = {**config.to_dict(), "params": model.count_params()}
+            tracker = tracking.Tracker(config.mlflow_run, params)
+            callbacks.append(tracker.callback())
+        try:
+            result = driver.run_fit(
+                prepared,
+                model,
+                config,
+                custom_objects=self.custom_objects or None,
+                validation=validation,
+                callbacks=callbacks,
+                initial_epoch=initial_epoch,
+                history=history,
+            )
+        except BaseException:
+            if tracker:
+                tracker.fail()
+            raise
         custom = self.custom_objects or None
-        return KerasModel(
+        fitted = KerasModel(
             model_bytes=result.model_bytes,
             features_col=self.features_col,
             prediction_col=str(self.getOrDefault("predictionCol")),
@@ -192,6 +203,9 @@ class KerasEstimator(Estimator, TrainingParams, MLWritable, MLReadable):
                 },
             },
         )
+        if tracker:
+            tracker.finish(fitted.get_model())
+        return fitted
 
     def _model_to_train(self) -> keras.Model:
         """The model, or a copy with ``learningRate`` applied (the original is kept)."""

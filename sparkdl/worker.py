@@ -406,7 +406,12 @@ class _SyncCallback:
         self._sent = seen
         control = self.client.control
         if control.get("stop"):
-            self.stop = True  # honoured at the end of this epoch, as by every worker
+            # Stop at this sync: Keras leaves the epoch after this batch, and
+            # on_epoch_end still closes the epoch's rounds, the same ones on every
+            # worker, so synchronous rounds stay aligned.
+            self.stop = True
+            if self.model is not None:
+                self.model.stop_training = True
         rate = control.get("learning_rate")
         if isinstance(rate, (int, float)) and rate != self.learning_rate:
             model.optimizer.learning_rate = float(rate)  # ReduceLROnPlateau on the driver

@@ -143,3 +143,31 @@ def test_checkpoints_resume_a_stopped_fit(digits, tmp_path) -> None:
     a = accuracy(resumed.get_model(), x_test, y_test)
     b = accuracy(straight.get_model(), x_test, y_test)
     assert abs(a - b) < 0.03 and a >= 0.9, (a, b)
+
+
+def test_mlflow_run_logs_params_metrics_and_model(digits, tmp_path, monkeypatch) -> None:
+    import mlflow
+    import mlflow.keras
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # a local file store, as asked
+    mlflow.set_tracking_uri(f"file://{tmp_path / 'mlruns'}")
+    mlflow.set_experiment("sparkdl-tests")
+    train_df, _, _ = digits
+    fitted = KerasEstimator(
+        model=digits_model(), num_workers=2, epochs=3, seed=0, mlflow_run="digits"
+    ).fit(train_df)
+    assert mlflow.active_run() is None  # the run sparkdl started is ended
+    runs = mlflow.search_runs(experiment_names=["sparkdl-tests"], output_format="list")
+    assert len(runs) == 1 and runs[0].info.run_name == "digits"
+    run = runs[0]
+    assert run.info.status == "FINISHED"
+    assert run.data.params["epochs"] == "3" and run.data.params["mode"] == "synchronous"
+    client = mlflow.tracking.MlflowClient()
+    losses = client.get_metric_history(run.info.run_id, "loss")
+    # (The file store can list a point twice; what matters is one value per epoch.)
+    points = sorted({(m.step, m.value) for m in losses})
+    assert [step for step, _ in points] == [0, 1, 2]
+    assert [value for _, value in points] == pytest.approx(fitted.history["loss"])
+    logged = mlflow.keras.load_model(f"runs:/{run.info.run_id}/model")
+    for got, want in zip(logged.get_weights(), fitted.get_model().get_weights(), strict=True):
+        np.testing.assert_array_equal(got, want)

@@ -1,0 +1,89 @@
+"""MLflow tracking of a fit (the optional ``[mlflow]`` extra).
+
+With ``mlflow_run=True`` (or a run name), or with MLflow's Keras autologging switched on
+(``mlflow.autolog()`` / ``mlflow.keras.autolog()``), a fit logs to MLflow: the training
+settings and the model's parameter count as params when it starts, each epoch's averaged
+logs as metrics as the epochs close (from the driver, with the epoch as the step), and
+the trained model (``mlflow.keras``) at the end. It logs into the active run if there is
+one, else into a new run that it ends (``FAILED`` when the fit fails).
+
+Example:
+    >>> wanted(False)
+    False
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparkdl.errors import ConfigError
+
+__all__ = ["Tracker", "wanted"]
+
+
+def wanted(mlflow_run: bool | str | None) -> bool:
+    """Whether a fit with this ``mlflow_run`` setting logs to MLflow."""
+    if mlflow_run is False:
+        return False
+    if mlflow_run is None:  # follow MLflow's Keras autologging switch
+        try:
+            from mlflow.utils.autologging_utils import autologging_is_disabled
+        except ImportError:
+            return False
+        return not autologging_is_disabled("keras")
+    return True
+
+
+class Tracker:
+    """One fit's MLflow run.
+
+    Args:
+        mlflow_run: ``True`` or a run name (used when a new run is started).
+        params: Params to log.
+    """
+
+    def __init__(self, mlflow_run: bool | str | None, params: dict[str, Any]) -> None:
+        try:
+            import mlflow
+        except ImportError as exc:
+            raise ConfigError(
+                "mlflow_run= needs MLflow: pip install 'sparkdl-keras[mlflow]'."
+            ) from exc
+        self._mlflow = mlflow
+        active = mlflow.active_run()
+        self.owns_run = active is None
+        if active is None:
+            name = mlflow_run if isinstance(mlflow_run, str) else None
+            active = mlflow.start_run(run_name=name)
+        self.run_id: str = active.info.run_id
+        self.client = mlflow.tracking.MlflowClient()
+        self.client.log_batch(
+            self.run_id,
+            params=[
+                mlflow.entities.Param(str(k), str(v)[:6000]) for k, v in sorted(params.items())
+            ],
+        )
+
+    def callback(self) -> Any:
+        """A Keras callback (run on the driver) that logs each epoch's logs."""
+        import keras
+
+        client, run_id = self.client, self.run_id
+
+        class _LogEpochs(keras.callbacks.Callback):
+            def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+                for key, value in (logs or {}).items():
+                    client.log_metric(run_id, key, float(value), step=epoch)
+
+        return _LogEpochs()
+
+    def finish(self, model: Any) -> None:
+        """Logs the trained model and ends the run if this fit started it."""
+        self._mlflow.keras.log_model(model, name="model")
+        if self.owns_run:
+            self._mlflow.end_run()
+
+    def fail(self) -> None:
+        """Ends the run as failed if this fit started it."""
+        if self.owns_run:
+            self._mlflow.end_run(status="FAILED")
