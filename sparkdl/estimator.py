@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["KerasEstimator"]
 
 
-class KerasEstimator(Estimator, TrainingParams, MLWritable, MLReadable):
+class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWritable, MLReadable):
     """Spark ML Estimator that trains a compiled Keras model on Spark executors.
 
     ``fit(df)`` validates the columns, the model and the settings on the driver, starts
@@ -222,15 +222,6 @@ class KerasEstimator(Estimator, TrainingParams, MLWritable, MLReadable):
         return copy
 
     # ------------------------------------------------------------- persistence
-    def write(self) -> persistence.StageWriter:
-        """A Spark ML writer: ``estimator.write().overwrite().save(path)``."""
-        return persistence.StageWriter(self)
-
-    @classmethod
-    def read(cls) -> persistence.StageReader:
-        """A Spark ML reader: ``KerasEstimator.read().load(path)``."""
-        return persistence.StageReader(cls)
-
     def _persisted_files(self) -> dict[str, bytes | None]:
         custom = self.custom_objects or None
         return {

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["KerasModel"]
 
 
-class KerasModel(Model, ColumnParams, MLWritable, MLReadable):
+class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLReadable):
     """A trained Keras model as a Spark ML Transformer.
 
     ``transform(df)`` adds ``predictionCol`` with the model's output for every row
@@ -216,15 +216,6 @@ class KerasModel(Model, ColumnParams, MLWritable, MLReadable):
         return self._broadcasts[key]
 
     # ------------------------------------------------------------- persistence
-    def write(self) -> persistence.StageWriter:
-        """A Spark ML writer: ``model.write().overwrite().save(path)``."""
-        return persistence.StageWriter(self)
-
-    @classmethod
-    def read(cls) -> persistence.StageReader:
-        """A Spark ML reader: ``KerasModel.read().load(path)``."""
-        return persistence.StageReader(cls)
-
     def _persisted_files(self) -> dict[str, bytes | None]:
         state = {
             "history": self.history,

@@ -23,7 +23,15 @@ from typing import Any
 from pyspark import SparkContext
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReader, MLWriter
 
-__all__ = ["FILES", "StageReader", "StageWriter", "read_bytes", "write_bytes"]
+__all__ = [
+    "FILES",
+    "Persistable",
+    "StageReader",
+    "StageWriter",
+    "exists",
+    "read_bytes",
+    "write_bytes",
+]
 
 FILES = {
     "model": "model.keras",
@@ -35,9 +43,7 @@ _CHUNK = 8 << 20
 
 def write_bytes(sc: SparkContext, path: str, data: bytes) -> None:
     """Writes ``data`` to ``path`` through Hadoop's FileSystem (overwriting it)."""
-    jvm: Any = sc._jvm
-    target = jvm.org.apache.hadoop.fs.Path(path)
-    fs = target.getFileSystem(sc._jsc.hadoopConfiguration())
+    fs, target = _filesystem(sc, path)
     out = fs.create(target, True)
     try:
         for start in range(0, len(data), _CHUNK):
@@ -48,11 +54,10 @@ def write_bytes(sc: SparkContext, path: str, data: bytes) -> None:
 
 def read_bytes(sc: SparkContext, path: str) -> bytes:
     """Reads the whole file at ``path`` through Hadoop's FileSystem."""
-    jvm: Any = sc._jvm
-    source = jvm.org.apache.hadoop.fs.Path(path)
-    fs = source.getFileSystem(sc._jsc.hadoopConfiguration())
+    fs, source = _filesystem(sc, path)
     stream = fs.open(source)
     try:
+        jvm: Any = sc._jvm
         return bytes(jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
     finally:
         stream.close()
@@ -60,10 +65,32 @@ def read_bytes(sc: SparkContext, path: str) -> bytes:
 
 def exists(sc: SparkContext, path: str) -> bool:
     """Whether ``path`` exists (through Hadoop's FileSystem)."""
+    fs, target = _filesystem(sc, path)
+    return bool(fs.exists(target))
+
+
+def _filesystem(sc: SparkContext, path: str) -> tuple[Any, Any]:
+    """Hadoop's FileSystem for ``path`` and the path as a Hadoop ``Path``."""
     jvm: Any = sc._jvm
     target = jvm.org.apache.hadoop.fs.Path(path)
-    fs = target.getFileSystem(sc._jsc.hadoopConfiguration())
-    return bool(fs.exists(target))
+    return target.getFileSystem(sc._jsc.hadoopConfiguration()), target
+
+
+class Persistable:
+    """Spark ML ``write()`` / ``read()`` for a stage that lists its files.
+
+    The stage implements ``_persisted_files()`` (key of :data:`FILES` -> bytes or
+    ``None``) and the classmethod ``_from_persisted(files)``.
+    """
+
+    def write(self) -> StageWriter:
+        """A Spark ML writer: ``stage.write().overwrite().save(path)``."""
+        return StageWriter(self)
+
+    @classmethod
+    def read(cls) -> StageReader:
+        """A Spark ML reader: ``Stage.read().load(path)``."""
+        return StageReader(cls)
 
 
 class StageWriter(MLWriter):
