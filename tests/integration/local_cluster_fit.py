@@ -1,4 +1,6 @@
-"""Fit digits on local-cluster[2,1,1024] (separate executor JVMs and Python workers).
+"""Fit digits on local-cluster[2,1,1024], or the master given as the first argument.
+
+Separate executor JVMs and Python workers.
 
 Run by tests/integration/test_local_cluster.py in its own process, since a process has
 one SparkContext. Prints "ACCURACY <value>" and the executor process ids seen.
@@ -17,7 +19,11 @@ from tests.integration.conftest import spark_builder
 
 
 def main() -> None:
-    spark = spark_builder("local-cluster[2,1,1024]").getOrCreate()
+    master = sys.argv[1] if len(sys.argv) > 1 else "local-cluster[2,1,1024]"
+    builder = spark_builder(master)
+    if master.startswith("spark://"):  # standalone workers: one 1-core executor each
+        builder = builder.config("spark.executor.cores", "1").config("spark.executor.memory", "1g")
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     train_df, _ = digits_frames(spark, partitions=2)
     _, x_test, _, y_test = digits_arrays()
