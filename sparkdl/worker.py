@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -140,7 +141,7 @@ def _run(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> dict[str,
     if ctx is None:
         raise RuntimeError("sparkdl's train function runs only inside a Spark task.")
     worker = ctx.partitionId()
-    gpu.assign_gpus(ctx)
+    gpu_ids = gpu.assign_gpus(ctx) or []
     # Import TensorFlow while the partition is read: the import dominates a cold worker.
     importer = threading.Thread(target=_import_tensorflow, name="sparkdl-import", daemon=True)
     importer.start()
@@ -162,7 +163,10 @@ def _run(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> dict[str,
         rows = client.join(_rows(x))
         importer.join()
         import_seconds = time.perf_counter() - started
-        return _train(payload, client, worker, x, y, rows, started, import_seconds)
+        report = _train(payload, client, worker, x, y, rows, started, import_seconds)
+        report["gpu_ids"] = gpu_ids
+        report["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+        return report
     except BaseException as exc:
         client.report_failure(exc)
         raise
