@@ -1,0 +1,38 @@
+"""notebooks/quickstart.ipynb runs top to bottom under nbclient, so it never rots."""
+
+from __future__ import annotations
+
+import os
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+NOTEBOOK = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    "notebooks",
+    "quickstart.ipynb",
+)
+
+
+def test_quickstart_notebook_runs(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    client = NotebookClient(
+        notebook,
+        timeout=600,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(tmp_path)}},
+    )
+    client.execute()
+    outputs = "".join(
+        out.get("text", "")
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for out in cell.get("outputs", [])
+    )
+    assert "test accuracy: 0.9" in outputs
+    assert "same predictions after loading: True" in outputs
