@@ -79,6 +79,9 @@ class TrainConfig:
         mlflow_run: ``True`` or a run name: log params, per-epoch metrics and the model
             to MLflow (see :mod:`sparkdl.tracking`); ``None``: only when MLflow's Keras
             autologging is on; ``False``: never.
+        mixed_precision: Workers compute in float16 with float32 variables (Keras's
+            ``mixed_float16``; output layers stay float32, the loss is scaled). Worth it
+            on GPUs with tensor cores; the fitted model computes in float32.
 
     Raises:
         ConfigError: A value is out of range or unknown.
@@ -112,6 +115,7 @@ class TrainConfig:
     checkpoint_keep: int = 3
     resume: bool = False
     mlflow_run: bool | str | None = None
+    mixed_precision: bool = False
 
     def __post_init__(self) -> None:
         _one_of("mode", self.mode, MODES)

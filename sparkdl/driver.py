@@ -201,6 +201,7 @@ def run_fit(
         validation=held_out,
         num_workers=num_workers,
         initial_epoch=initial_epoch,
+        mixed_precision=config.mixed_precision,
     )
     frame = prepared.frame
     if frame.rdd.getNumPartitions() != num_workers:

@@ -68,6 +68,7 @@ class WorkerPayload:
             evaluates rows ``i::num_workers``.
         num_workers: Number of workers.
         initial_epoch: Epochs done before this fit (a resumed fit starts after them).
+        mixed_precision: Compute in float16 with float32 variables.
     """
 
     model_bytes: Any
@@ -91,6 +92,7 @@ class WorkerPayload:
     validation: Any = None
     num_workers: int = 1
     initial_epoch: int = 0
+    mixed_precision: bool = False
 
 
 def make_train_function(
@@ -224,7 +226,12 @@ def _train(
     if payload.seed is not None:
         keras.utils.set_random_seed(payload.seed + 7919 * worker)
     custom = cloudpickle.loads(payload.custom_objects) if payload.custom_objects else None
-    model = model_from_bytes(payload.model_bytes.value, custom)
+    model_bytes = payload.model_bytes.value
+    if payload.mixed_precision:
+        from sparkdl.keras_io import mixed_precision_bytes
+
+        model_bytes = mixed_precision_bytes(model_bytes)
+    model = model_from_bytes(model_bytes, custom)
     weights, version = client.pull(0)
     model.set_weights(weights)
 
@@ -295,6 +302,7 @@ def _train(
         "setup_comm_seconds": setup_comm,
         "syncs": sync.syncs,
         "epochs_run": sync.epochs_run,
+        "compute_dtypes": sorted({str(layer.compute_dtype) for layer in model.layers}),
         "learning_rate": _learning_rate(model),
     }
 

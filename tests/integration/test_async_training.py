@@ -128,3 +128,15 @@ def test_asynchronous_workers_may_outnumber_task_slots(digits) -> None:
     assert sum(w["rows"] for w in fitted.fit_report["workers"]) == 1437
     assert len(fitted.history["loss"]) == 20
     assert accuracy(fitted.get_model(), x_test, y_test) >= 0.95
+
+
+def test_mixed_precision_workers_compute_in_float16(digits) -> None:
+    train_df, _, (_, x_test, _, y_test) = digits
+    fitted = KerasEstimator(
+        model=digits_model(), mixed_precision=True, num_workers=2, epochs=20, seed=0
+    ).fit(train_df)
+    for worker in fitted.fit_report["workers"]:
+        assert worker["compute_dtypes"] == ["float16", "float32"]  # hidden / output layer
+    model = fitted.get_model()
+    assert {layer.compute_dtype for layer in model.layers} == {"float32"}
+    assert accuracy(model, x_test, y_test) >= 0.95
