@@ -8,7 +8,7 @@ the master) or on its own (``--master``).
 Example:
     >>> parse_args(["--data", "d.parquet", "--model", "m:f", "--output", "out",
     ...             "--epochs", "3", "--frequency", "4"]).settings
-    {'epochs': 3, 'frequency': 4}
+    {'frequency': 4, 'epochs': 3}
 """
 
 from __future__ import annotations
