@@ -16,22 +16,10 @@ from typing import Any
 
 
 def build_model(learning_rate: float = 0.003) -> Any:
-    """A compiled 64-64-10 MLP for scikit-learn's digits."""
-    import keras
+    """A compiled 64-64-10 MLP for scikit-learn's digits (``examples/digits.py``)."""
+    from digits import digits_model  # the module next to this file
 
-    model = keras.Sequential(
-        [
-            keras.Input((64,)),
-            keras.layers.Dense(64, activation="relu"),
-            keras.layers.Dense(10, activation="softmax"),
-        ]
-    )
-    model.compile(
-        optimizer=keras.optimizers.Adam(learning_rate),
-        loss="sparse_categorical_crossentropy",
-        metrics=["accuracy"],
-    )
-    return model
+    return digits_model(seed=0, learning_rate=learning_rate)
 
 
 if __name__ == "__main__":
