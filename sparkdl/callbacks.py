@@ -66,7 +66,7 @@ class DriverCallbacks:
         self.store = store
         self.done = initial_epoch
         self.logs: dict[str, float] = {}
-        self._rate = _learning_rate(self.master)
+        self._rate = keras_io.learning_rate(self.master)
         self._stop = threading.Event()
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._loop, name="sparkdl-callbacks", daemon=True)
@@ -117,14 +117,7 @@ class DriverCallbacks:
             self.done += 1
             if getattr(self.master, "stop_training", False):
                 self.store.request_stop()
-            rate = _learning_rate(self.master)
+            rate = keras_io.learning_rate(self.master)
             if rate is not None and rate != self._rate:
                 self._rate = rate
                 self.store.set_learning_rate(rate)
-
-
-def _learning_rate(model: Any) -> float | None:
-    try:
-        return float(np.asarray(model.optimizer.learning_rate))
-    except (AttributeError, TypeError, ValueError):
-        return None

@@ -51,8 +51,7 @@ class FitResult:
         reports: One dict per worker (rows, seconds, communication time...).
         rows: Rows trained on per epoch.
         seconds: Wall seconds of the fit on the driver.
-        input_shape: Per-sample input shape the model was fed (its first input).
-        input_shapes: Per-sample shape of every input.
+        input_shapes: Per-sample shape of every input the model was fed.
         status: The service's final status.
     """
 
@@ -62,9 +61,13 @@ class FitResult:
     reports: list[dict[str, Any]]
     rows: int
     seconds: float
-    input_shape: tuple[int, ...]
+    input_shapes: tuple[tuple[int, ...], ...]
     status: dict[str, Any] = field(default_factory=dict)
-    input_shapes: tuple[tuple[int, ...], ...] = ()
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """Per-sample shape of the first input."""
+        return self.input_shapes[0]
 
     @property
     def communication_share(self) -> float:
@@ -283,9 +286,8 @@ def run_fit(
         reports=reports,
         rows=prepared.summary.rows,
         seconds=time.perf_counter() - started,
-        input_shape=prepared.input_shape,
-        status=status,
         input_shapes=prepared.input_shapes,
+        status=status,
     )
 
 

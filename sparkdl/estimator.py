@@ -141,21 +141,16 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
 
     def _fit(self, dataset: DataFrame) -> KerasModel:
         config = self.train_config()
-        model = self._model_to_train()
-        initial_epoch, history = 0, None
+        found = None
         if config.resume and config.checkpoint_dir:
             found = checkpoints.latest(config.checkpoint_dir)
-            if found is not None:
-                if found.epoch >= config.epochs:
-                    raise ConfigError(
-                        f"The newest checkpoint ({found.path}) is at epoch {found.epoch}, not "
-                        f"before epochs={config.epochs}: raise epochs to train further."
-                    )
-                model = keras_io.model_from_bytes(
-                    keras_io.model_to_bytes(model), self.custom_objects or None
+            if found is not None and found.epoch >= config.epochs:
+                raise ConfigError(
+                    f"The newest checkpoint ({found.path}) is at epoch {found.epoch}, not "
+                    f"before epochs={config.epochs}: raise epochs to train further."
                 )
-                model.set_weights(found.weights)
-                initial_epoch, history = found.epoch, found.history
+        model = self._model_to_train(found.weights if found else None)
+        initial_epoch, history = (found.epoch, found.history) if found else (0, None)
         prepared = driver.prepare(dataset, model, self.features_col, self.label_col)
         validation = None
         if self.validation_data is not None:
@@ -189,7 +184,7 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
             features_col=self.features_col,
             prediction_col=str(self.getOrDefault("predictionCol")),
             class_col=str(self.getOrDefault("classCol")),
-            input_shapes=list(result.input_shapes) or [result.input_shape],
+            input_shapes=list(result.input_shapes),
             history=result.history,
             custom_objects=cloudpickle.dumps(custom) if custom else None,
             fit_report={
@@ -207,18 +202,22 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
             tracker.finish(fitted.get_model())
         return fitted
 
-    def _model_to_train(self) -> keras.Model:
-        """The model, or a copy with ``learningRate`` applied (the original is kept)."""
+    def _model_to_train(self, weights: list[Any] | None = None) -> keras.Model:
+        """The model, or one copy of it with ``learningRate`` and/or resumed ``weights``
+        applied (the original is kept)."""
         rate = self.getOrDefault("learningRate")
-        if rate is None:
+        if rate is None and weights is None:
             return self.model
-        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate <= 0:
+        if rate is not None and (
+            isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate <= 0
+        ):
             raise ConfigError(f"Expected learningRate to be a number > 0. Received: {rate!r}")
         keras_io.check_compiled(self.model)
-        copy = keras_io.model_from_bytes(
-            keras_io.model_to_bytes(self.model), self.custom_objects or None
-        )
-        copy.optimizer.learning_rate = float(rate)
+        copy = keras_io.copy_model(self.model, self.custom_objects or None)
+        if rate is not None:
+            copy.optimizer.learning_rate = float(rate)
+        if weights is not None:
+            copy.set_weights(weights)
         return copy
 
     # ------------------------------------------------------------- persistence

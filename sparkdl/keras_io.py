@@ -30,7 +30,9 @@ if TYPE_CHECKING:
 __all__ = [
     "check_compiled",
     "check_labels",
+    "copy_model",
     "input_names",
+    "learning_rate",
     "mixed_precision_bytes",
     "model_from_bytes",
     "model_to_bytes",
@@ -97,6 +99,29 @@ def resolve_input_shape(model: keras.Model, width: int, index: int = 0) -> tuple
         f"{(None, *shape)}. Received rows of {width} values. Check features_col, or change "
         "the model's keras.Input(shape=...)."
     )
+
+
+def learning_rate(model: Any) -> float | None:
+    """The current learning rate of the model's optimizer, or ``None`` if it has none.
+
+    Example:
+        >>> import keras
+        >>> net = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+        >>> net.compile(optimizer=keras.optimizers.SGD(0.25), loss="mse")
+        >>> learning_rate(net)
+        0.25
+    """
+    import numpy as np
+
+    try:
+        return float(np.asarray(model.optimizer.learning_rate))
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def copy_model(model: keras.Model, custom_objects: dict[str, Any] | None = None) -> keras.Model:
+    """A compiled copy of ``model`` (through its ``.keras`` bytes); the original is kept."""
+    return model_from_bytes(model_to_bytes(model), custom_objects)
 
 
 def input_names(model: keras.Model) -> list[str]:

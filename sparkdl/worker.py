@@ -176,13 +176,6 @@ def _run(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> dict[str,
         client.close()
 
 
-def _learning_rate(model: Any) -> float | None:
-    try:
-        return float(model.optimizer.learning_rate)
-    except (AttributeError, TypeError, ValueError):
-        return None
-
-
 def _rows(x: Any) -> int:
     """Rows of a model input: one array, or a list of arrays (one per input)."""
     return len(x[0]) if isinstance(x, list) else len(x)
@@ -219,7 +212,7 @@ def _train(
     import keras
 
     from sparkdl import gpu
-    from sparkdl.keras_io import model_from_bytes
+    from sparkdl.keras_io import learning_rate, model_from_bytes
     from sparkdl.merging import WorkerMerge
 
     gpus = gpu.configure_tensorflow(payload.threads)
@@ -236,7 +229,8 @@ def _train(
     model.set_weights(weights)
 
     split = 0.0 if payload.validation is not None else payload.validation_split
-    steps = math.ceil(train_rows(_rows(x), split) / payload.batch_size)
+    held_in = train_rows(_rows(x), split)  # rows model.fit trains on
+    steps = math.ceil(held_in / payload.batch_size)
     if payload.mode == "synchronous":  # every worker takes part in every round
         rounds = rounds_per_epoch(
             [math.ceil(train_rows(n, split) / payload.batch_size) for n in rows],
@@ -248,7 +242,7 @@ def _train(
         client,
         merge=WorkerMerge(payload.merge, weights, payload.elastic_alpha),
         synchronous=payload.mode == "synchronous",
-        rows=_rows(x),
+        rows=held_in,
         batch_size=payload.batch_size,
         steps=steps,
         rounds=rounds,
@@ -265,10 +259,9 @@ def _train(
         if len(xv[0]):
             fit_args["validation_data"] = (_unwrap(xv), _unwrap(yv))
             sync.val_rows = len(xv[0])
-    elif split > 0 and train_rows(_rows(x), split) < _rows(x):
+    elif held_in < _rows(x):
         fit_args["validation_split"] = split
-        sync.rows = train_rows(_rows(x), split)
-        sync.val_rows = _rows(x) - sync.rows
+        sync.val_rows = _rows(x) - held_in
     train_start = time.perf_counter()
     setup_comm, setup_calls = client.comm_seconds, client.calls  # join and first pull
     if _rows(x):
@@ -303,7 +296,7 @@ def _train(
         "syncs": sync.syncs,
         "epochs_run": sync.epochs_run,
         "compute_dtypes": sorted({str(layer.compute_dtype) for layer in model.layers}),
-        "learning_rate": _learning_rate(model),
+        "learning_rate": learning_rate(model),
     }
 
 
