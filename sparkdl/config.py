@@ -61,7 +61,13 @@ class TrainConfig:
             ``None``: 127.0.0.1 for local masters, else ``spark.driver.host``.
         port: Port of the parameter service; 0 picks a free one.
         request_timeout: Seconds a worker waits for one service call (connect and read).
-        round_timeout: Seconds a synchronous round may wait for all workers.
+        round_timeout: Seconds a synchronous round waits for missing workers; then it
+            closes with the workers present and logs a warning (their late pushes are
+            dropped, as with ``backup_workers``).
+        backup_workers: Synchronous mode: a round closes once all but this many workers
+            pushed (Chen et al. 2016, backup workers); a push that arrives after its
+            round closed is dropped and the worker continues from the current weights.
+            The fit ends when the others finish every epoch.
         request_retries: Retries of a failed service call (connection errors, 5xx).
         threads_per_worker: TensorFlow intra-op threads per worker; ``None`` uses
             ``spark.task.cpus``.
@@ -106,6 +112,7 @@ class TrainConfig:
     port: int = 0
     request_timeout: float = 60.0
     round_timeout: float = 3600.0
+    backup_workers: int = 0
     request_retries: int = 5
     threads_per_worker: int | None = None
     slot_wait_timeout: float = 60.0
@@ -175,6 +182,22 @@ class TrainConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigError(f"Expected {name} to be a number > 0. Received: {name}={value!r}")
+        backup = self.backup_workers
+        if isinstance(backup, bool) or not isinstance(backup, int) or backup < 0:
+            raise ConfigError(
+                f"Expected backup_workers to be an int >= 0. Received: backup_workers={backup!r}"
+            )
+        if backup and self.mode != "synchronous":
+            raise ConfigError(
+                f"backup_workers={backup} applies to mode='synchronous' only: asynchronous "
+                "modes never wait for a slow worker. Drop backup_workers or use "
+                "mode='synchronous'."
+            )
+        if backup and self.num_workers is not None and backup >= self.num_workers:
+            raise ConfigError(
+                f"backup_workers={backup} must be smaller than num_workers="
+                f"{self.num_workers}: a round needs at least one worker."
+            )
         if (
             isinstance(self.request_retries, bool)
             or not isinstance(self.request_retries, int)

@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import re
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from sparkdl import checkpoints, data, keras_io
 from sparkdl.callbacks import DriverCallbacks
 from sparkdl.config import TrainConfig
-from sparkdl.errors import ClusterError, SparkDLError, WorkerError
+from sparkdl.errors import ClusterError, ConfigError, SparkDLError, WorkerError
 from sparkdl.progress import Progress
 from sparkdl.server.rules import make_rule
 from sparkdl.server.service import ParameterService
@@ -165,6 +166,11 @@ def run_fit(
     spark = prepared.frame.sparkSession
     sc = spark.sparkContext
     num_workers = _num_workers(sc, config)
+    if config.backup_workers >= num_workers:
+        raise ConfigError(
+            f"backup_workers={config.backup_workers} must be smaller than the number of "
+            f"workers ({num_workers}): a round needs at least one worker."
+        )
     model_bytes = keras_io.model_to_bytes(model)
     store = WeightStore(
         model.get_weights(),
@@ -173,6 +179,8 @@ def run_fit(
         mode=config.mode,
         round_timeout=config.round_timeout,
         history=history,
+        backup_workers=config.backup_workers,
+        epochs=config.epochs,
     )
     service = ParameterService(store, host=_service_host(spark, config), port=config.port)
     broadcast = sc.broadcast(model_bytes)
@@ -247,8 +255,19 @@ def run_fit(
             f"sparkdl fit: {config.mode}/{config.merge}, {num_workers} workers, "
             f"{config.epochs} epochs, {train_rows} rows"
         )
-        sc.setJobGroup(f"sparkdl-fit-{store.started:.0f}-{id(store):x}", fit_name)
+        group = f"sparkdl-fit-{store.started:.0f}-{id(store):x}"
+        sc.setJobGroup(group, fit_name)
         sc.setJobDescription(fit_name)
+        # A fatal worker error (or a raising driver callback) aborts the store: cancel
+        # the job then, rather than let Spark retry tasks that can only fail again.
+        job_over = threading.Event()
+        canceller = threading.Thread(
+            target=_cancel_on_abort,
+            args=(sc, store, group, job_over),
+            name="sparkdl-cancel",
+            daemon=True,
+        )
+        canceller.start()
         if progress:
             progress.start()
         if runner:
@@ -271,6 +290,7 @@ def run_fit(
     finally:
         if progress:
             progress.stop()
+        job_over.set()
         service.stop()
         sc.setJobDescription(None)  # type: ignore[arg-type]
         sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
@@ -292,21 +312,38 @@ def run_fit(
 
 
 def _run_barrier_job(frame: DataFrame, payload: WorkerPayload, num_workers: int) -> list[Any]:
-    """Runs the barrier stage; inserts a shuffle when Spark refuses the RDD chain.
+    """Runs the barrier stage so that Spark retries it when a worker is lost.
 
-    Spark refuses a barrier stage over a chain whose ancestors have another partition
-    count (``union``, ``coalesce``...). That check fails at submission, before any
-    task runs, so retrying over ``repartition(num_workers)`` loses nothing.
+    Spark never retries a failed barrier *result* stage ("Could not recover from a
+    failed barrier ResultStage"), but it does retry a barrier stage whose output feeds
+    a shuffle, up to ``spark.stage.maxConsecutiveAttempts`` times; the workers of the
+    new attempt rejoin the service at the last completed round. Hence the
+    ``repartition(1)`` of the workers' one-row reports.
+
+    Spark also refuses a barrier stage over a chain whose ancestors have another
+    partition count (``union``, ``coalesce``...). That check fails at submission,
+    before any task runs, so retrying over ``repartition(num_workers)`` loses nothing.
     """
     train = make_train_function(payload)
     try:
-        return frame.mapInArrow(train, RESULT_SCHEMA, barrier=True).collect()
+        return frame.mapInArrow(train, RESULT_SCHEMA, barrier=True).repartition(1).collect()
     except Exception as exc:
         if "BarrierJobUnsupportedRDDChain" not in str(exc):
             raise
     _log.info("barrier stage needs a shuffle for this DataFrame; repartitioning")
     frame = frame.repartition(num_workers)
-    return frame.mapInArrow(train, RESULT_SCHEMA, barrier=True).collect()
+    return frame.mapInArrow(train, RESULT_SCHEMA, barrier=True).repartition(1).collect()
+
+
+def _cancel_on_abort(
+    sc: SparkContext, store: WeightStore, group: str, job_over: threading.Event
+) -> None:
+    """Cancels the fit's Spark jobs once the store is aborted, until the job is over."""
+    while not job_over.is_set():
+        if store.aborted_event.wait(0.2):
+            if not job_over.is_set():
+                sc.cancelJobGroup(group)
+            return
 
 
 def parse_local_master(master: str) -> bool:

@@ -3,10 +3,16 @@
 A task reads its partition once into numpy, joins the service (``/join``: in
 synchronous mode it learns every worker's row count, so all workers agree on the
 number of rounds per epoch), rebuilds the model from the ``.keras`` bytes, pulls the
-service's current weights, and runs one ``model.fit`` over every epoch with a callback
+service's current weights, and runs ``model.fit`` over every epoch with a callback
 that pushes an update every ``frequency`` and continues from the answer. Synchronous
 fits run as a barrier stage; asynchronous and hogwild fits as ordinary tasks, so a slow
 or restarted worker never holds up the others.
+
+A retried task (Spark re-runs it after a lost process or executor) rejoins where
+training stands (:func:`resume_point`): synchronous workers at the last completed
+round, asynchronous ones after their last applied push. It trains the rest of that
+epoch on as many rows as were left (a fresh random subset of its partition), then the
+remaining epochs.
 
 The closure carries only plain data (:class:`WorkerPayload`): never the SparkSession,
 the estimator or the service.
@@ -33,6 +39,7 @@ __all__ = [
     "RESULT_SCHEMA",
     "WorkerPayload",
     "make_train_function",
+    "resume_point",
     "rounds_per_epoch",
     "train_rows",
 ]
@@ -133,6 +140,41 @@ def rounds_per_epoch(steps: list[int], every: int | None) -> int:
     return max(1, math.ceil(longest / every))
 
 
+def resume_point(
+    *,
+    synchronous: bool,
+    initial_epoch: int,
+    every: int | None,
+    steps: int,
+    rounds: int,
+    version: int,
+    position: tuple[int, int] | list[int] | None,
+) -> tuple[int, int, int]:
+    """Where a (re)joining worker starts: ``(epoch, batches done in it, syncs done in it)``.
+
+    Synchronous workers start at the last completed round ``version`` (rounds count
+    from ``initial_epoch``, ``rounds`` per epoch); asynchronous ones after their last
+    applied push, ``position`` = (epoch, batches done), or at ``initial_epoch``.
+
+    Example:
+        >>> resume_point(synchronous=True, initial_epoch=0, every=4, steps=23, rounds=6,
+        ...              version=15, position=None)
+        (2, 12, 3)
+        >>> resume_point(synchronous=False, initial_epoch=0, every=None, steps=23,
+        ...              rounds=1, version=40, position=(4, 23))
+        (5, 0, 0)
+    """
+    if synchronous:
+        epoch, done = initial_epoch + version // rounds, version % rounds
+        return epoch, min(done * every, steps) if every else 0, done
+    if position is None:
+        return initial_epoch, 0, 0
+    epoch, step = int(position[0]), int(position[1])
+    if step >= steps:
+        return epoch + 1, 0, 0
+    return epoch, step, step // every if every else 0
+
+
 def _run(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> dict[str, Any]:
     from pyspark import TaskContext
 
@@ -162,15 +204,16 @@ def _run(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> dict[str,
         attempt=_attempt(ctx),
     )
     try:
-        rows = client.join(_rows(x))
+        joined = client.join(_rows(x))
         importer.join()
         import_seconds = time.perf_counter() - started
-        report = _train(payload, client, worker, x, y, rows, started, import_seconds)
+        report = _train(payload, client, worker, x, y, joined, started, import_seconds)
         report["gpu_ids"] = gpu_ids
         report["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+        report["attempt"] = client.attempt
         return report
     except BaseException as exc:
-        client.report_failure(exc)
+        client.report_failure(exc, fatal=not _transient(exc))
         raise
     finally:
         client.close()
@@ -183,6 +226,24 @@ def _rows(x: Any) -> int:
 
 def _unwrap(arrays: list[Any]) -> Any:
     return arrays[0] if len(arrays) == 1 else arrays
+
+
+def _transient(exc: BaseException) -> bool:
+    """Whether a retry of the task may succeed (else the fit stops at once).
+
+    The service out of reach or a connection lost may pass; an error in the model, the
+    loss, the data or a diverged loss would only happen again.
+    """
+    from sparkdl.errors import ServiceError
+
+    return isinstance(exc, (ServiceError, ConnectionError, TimeoutError, KeyboardInterrupt))
+
+
+def _take(arrays: Any, index: Any) -> Any:
+    """Rows ``index`` (a slice or an index array) of one array or a list of arrays."""
+    if isinstance(arrays, list):
+        return [a[index] for a in arrays]
+    return arrays[index]
 
 
 def _attempt(ctx: Any) -> int:
@@ -204,12 +265,13 @@ def _train(
     worker: int,
     x: Any,
     y: Any,
-    rows: list[int],
+    joined: dict[str, Any],
     started: float,
     import_seconds: float,
 ) -> dict[str, Any]:
     import cloudpickle
     import keras
+    import numpy as np
 
     from sparkdl import gpu
     from sparkdl.keras_io import learning_rate, model_from_bytes
@@ -228,20 +290,31 @@ def _train(
     weights, version = client.pull(0)
     model.set_weights(weights)
 
+    rows = joined["rows"]
     split = 0.0 if payload.validation is not None else payload.validation_split
     held_in = train_rows(_rows(x), split)  # rows model.fit trains on
     steps = math.ceil(held_in / payload.batch_size)
-    if payload.mode == "synchronous":  # every worker takes part in every round
+    synchronous = payload.mode == "synchronous"
+    if synchronous:  # every worker takes part in every round
         rounds = rounds_per_epoch(
             [math.ceil(train_rows(n, split) / payload.batch_size) for n in rows],
             payload.sync_every,
         )
     else:
         rounds = rounds_per_epoch([steps], payload.sync_every)
+    epoch, skip, synced = resume_point(
+        synchronous=synchronous,
+        initial_epoch=payload.initial_epoch,
+        every=payload.sync_every,
+        steps=steps,
+        rounds=rounds,
+        version=int(joined.get("version", 0)),
+        position=joined.get("position"),
+    )
     sync = _SyncCallback(
         client,
         merge=WorkerMerge(payload.merge, weights, payload.elastic_alpha),
-        synchronous=payload.mode == "synchronous",
+        synchronous=synchronous,
         rows=held_in,
         batch_size=payload.batch_size,
         steps=steps,
@@ -250,38 +323,57 @@ def _train(
         version=version,
     )
     sync.keras_callback.set_model(model)
-    fit_args: dict[str, Any] = {}
+    x_fit, y_fit = x, y
+    validation_data = None
     if payload.validation is not None:
         xvs, yvs = payload.validation.value
         step = payload.num_workers
         xv = [a[worker::step] for a in xvs]
         yv = [a[worker::step] for a in yvs]
         if len(xv[0]):
-            fit_args["validation_data"] = (_unwrap(xv), _unwrap(yv))
+            validation_data = (_unwrap(xv), _unwrap(yv))
             sync.val_rows = len(xv[0])
-    elif held_in < _rows(x):
-        fit_args["validation_split"] = split
+    elif held_in < _rows(x):  # as model.fit(validation_split=...): the last rows
+        validation_data = (_take(x, slice(held_in, None)), _take(y, slice(held_in, None)))
+        x_fit, y_fit = _take(x, slice(0, held_in)), _take(y, slice(0, held_in))
         sync.val_rows = _rows(x) - held_in
-    train_start = time.perf_counter()
-    setup_comm, setup_calls = client.comm_seconds, client.calls  # join and first pull
-    if _rows(x):
+
+    def fit(xs: Any, ys: Any, first: int, last: int) -> None:
         model.fit(
-            x,
-            y,
+            xs,
+            ys,
             batch_size=payload.batch_size,
-            epochs=payload.epochs,
-            initial_epoch=payload.initial_epoch,
+            epochs=last,
+            initial_epoch=first,
             shuffle=payload.shuffle,
             verbose=0,
             callbacks=[sync.keras_callback],
-            **fit_args,
+            validation_data=validation_data,
         )
-    else:  # an empty partition still takes part in every round
-        for epoch in range(payload.initial_epoch, payload.epochs):
+
+    resumed_at = [epoch, skip] if (epoch, skip) != (payload.initial_epoch, 0) else None
+    train_start = time.perf_counter()
+    setup_comm, setup_calls = client.comm_seconds, client.calls  # join and first pull
+    if skip and epoch < payload.epochs:  # finish the epoch this worker was in
+        sync.resume(skip, synced)
+        left = held_in - min(skip * payload.batch_size, held_in)
+        if left:
+            rng = np.random.default_rng((payload.seed or 0) + 7919 * worker + epoch)
+            pick = np.sort(rng.permutation(held_in)[:left])
+            fit(_take(x_fit, pick), _take(y_fit, pick), epoch, epoch + 1)
+        else:  # its batches were done; only the epoch's last rounds are left
             sync.on_epoch_begin(epoch)
             sync.on_epoch_end(epoch, {})
-            if sync.stop:
-                break
+        epoch += 1
+    if epoch < payload.epochs and not sync.stop:
+        if held_in:
+            fit(x_fit, y_fit, epoch, payload.epochs)
+        else:  # an empty partition still takes part in every round
+            for each in range(epoch, payload.epochs):
+                sync.on_epoch_begin(each)
+                sync.on_epoch_end(each, {})
+                if sync.stop:
+                    break
     train_seconds = time.perf_counter() - train_start
     return {
         "worker": worker,
@@ -295,6 +387,7 @@ def _train(
         "setup_comm_seconds": setup_comm,
         "syncs": sync.syncs,
         "epochs_run": sync.epochs_run,
+        "resumed_at": resumed_at,
         "compute_dtypes": sorted({str(layer.compute_dtype) for layer in model.layers}),
         "learning_rate": learning_rate(model),
     }
@@ -351,21 +444,30 @@ class _SyncCallback:
         self._done = 0
         self._sent = 0
         self._epoch = 0
+        self._offset = 0  # batches of the current epoch done before this fit call
+        self._resume: tuple[int, int] | None = None
 
     @property
     def model(self) -> Any:
         return self.keras_callback.model
 
+    def resume(self, batches: int, syncs: int) -> None:
+        """The next epoch starts with ``batches`` done and ``syncs`` pushed (a retry)."""
+        self._resume = (batches, syncs)
+
     def on_epoch_begin(self, epoch: int) -> None:
         self.epochs_run = epoch + 1
         self._epoch = epoch
-        self._done = 0
-        self._sent = 0
+        batches, syncs = self._resume or (0, 0)
+        self._resume = None
+        self._offset = batches
+        self._done = syncs
+        self._sent = min(batches * self.batch_size, self.rows)
 
     def on_batch_end(self, batch: int, logs: dict[str, Any]) -> None:
         if not self.every:
             return
-        step = batch + 1
+        step = self._offset + batch + 1
         target = min(step // self.every, self.mid_rounds)
         while self._done < target:
             self._sync(min(step * self.batch_size, self.rows), logs, None)
@@ -373,7 +475,8 @@ class _SyncCallback:
     def on_epoch_end(self, epoch: int, logs: dict[str, Any]) -> None:
         while self._done < self.mid_rounds:
             self._sync(self.rows, logs, None)
-        self._sync(self.rows, logs, logs)
+        if self._done == self.mid_rounds:  # (a resumed worker may be past it)
+            self._sync(self.rows, logs, logs)
         while self._done < self.rounds:
             self._sync(self.rows, {}, None)
         if self.stop and self.model is not None:
@@ -389,7 +492,9 @@ class _SyncCallback:
                 f"The loss became {loss} in epoch {self._epoch + 1}: training diverged. "
                 "Lower the learning rate, clip gradients (clipnorm=...), or scale the features."
             )
-        meta: dict[str, Any] = {"loss": loss, "epoch": self._epoch}
+        # "step": batches of this epoch done, where a retried task resumes from.
+        step = math.ceil(seen / self.batch_size) if self.batch_size else 0
+        meta: dict[str, Any] = {"loss": loss, "epoch": self._epoch, "step": step}
         if epoch_logs is not None:
             meta["epoch_logs"] = {k: float(v) for k, v in epoch_logs.items()}
             meta["epoch_samples"] = self.rows

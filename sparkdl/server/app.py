@@ -14,9 +14,10 @@ Routes:
         Asynchronous and hogwild modes: its update, applied at once; answers with the
         current weights, so one round trip both pushes and pulls.
     ``POST /join?wait=S``: JSON ``{"worker": id, "rows": n, "attempt": a}``; answers
-        ``{"rows": [...], "seq": s, "version": v}`` (synchronous mode: once every worker
-        joined; 202 while not yet).
-    ``POST /fail``: JSON ``{"worker": id, "traceback": text}``; aborts open rounds.
+        ``{"rows": [...], "seq": s, "version": v, "position": [epoch, step] | null}``
+        (synchronous mode: once every worker joined; 202 while not yet).
+    ``POST /fail``: JSON ``{"worker": id, "traceback": text, "attempt": a, "fatal":
+        bool}``; a fatal failure aborts training.
 
 Example:
     >>> import numpy as np
@@ -121,7 +122,7 @@ def create_app(store: WeightStore, token: str) -> Flask:
             result = store.encoded(version)
         else:
             round_no = _meta_int(meta, "round")
-            store.push_sync(
+            merged = store.push_sync(
                 worker,
                 seq=seq,
                 attempt=attempt,
@@ -131,7 +132,10 @@ def create_app(store: WeightStore, token: str) -> Flask:
                 meta=meta,
                 wait=0.0,
             )
-            result = store.encoded(round_no + 1, _wait_arg())
+            # A dropped late push (or one after the fit finished) is answered at once
+            # with the current weights; otherwise wait for the round to merge.
+            target = merged[1] if merged is not None else round_no + 1
+            result = store.encoded(target, _wait_arg())
         if result is None:
             return _json(202, {"pending": True, "version": store.version})
         return _weights_response(result[0])
@@ -152,9 +156,20 @@ def create_app(store: WeightStore, token: str) -> Flask:
     @app.post("/fail")
     def _fail() -> Response:
         report = _json_body()
-        if not isinstance(report.get("traceback"), str):
-            return _json_error(400, "Expected a JSON body {'worker': int, 'traceback': str}.")
-        store.report_failure(_meta_int(report, "worker"), report["traceback"])
+        if not isinstance(report.get("traceback"), str) or not isinstance(
+            report.get("fatal", True), bool
+        ):
+            return _json_error(
+                400,
+                "Expected a JSON body {'worker': int, 'traceback': str, 'attempt': int, "
+                "'fatal': bool}.",
+            )
+        store.report_failure(
+            _meta_int(report, "worker"),
+            report["traceback"],
+            attempt=_meta_int(report, "attempt", 0),
+            fatal=report.get("fatal", True),
+        )
         return _json(200, {"ok": True})
 
     @app.errorhandler(StoreError)

@@ -156,14 +156,16 @@ class ServiceClient:
             status, data = self._request("GET", path)
         return self._arrays(status, data)
 
-    def join(self, rows: int) -> list[int]:
+    def join(self, rows: int) -> dict[str, Any]:
         """Registers this worker (or rejoins after a task retry) with its row count.
 
         Also continues this worker's sequence numbers from the last one the service
         applied, so a retried task never reuses one.
 
         Returns:
-            Every worker's row count (synchronous mode: once all joined).
+            ``{"rows": [...], "version": v, "position": [epoch, step] | None, ...}``:
+            every worker's row count (synchronous mode: once all joined), the
+            service's version, and where this worker's last applied push left it.
         """
         body = json.dumps({"worker": self.worker, "rows": rows, "attempt": self.attempt})
         headers = {"Content-Type": "application/json"}
@@ -174,7 +176,7 @@ class ServiceClient:
             if status == 200:
                 answer = json.loads(bytes(data))
                 self._seq = max(self._seq, int(answer["seq"]))
-                result: list[int] = answer["rows"]
+                result: dict[str, Any] = answer
                 return result
             if status != 202:
                 message = _error_text(self.url, status, data)
@@ -188,10 +190,21 @@ class ServiceClient:
         result: dict[str, Any] = json.loads(bytes(data))
         return result
 
-    def report_failure(self, exc: BaseException) -> None:
-        """Sends this worker's traceback to the service (best effort, never raises)."""
+    def report_failure(self, exc: BaseException, *, fatal: bool = True) -> None:
+        """Sends this worker's traceback to the service (best effort, never raises).
+
+        ``fatal=True`` aborts the fit (a retry would fail the same way); ``False``
+        only records it while Spark retries the task.
+        """
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        body = json.dumps({"worker": self.worker, "traceback": text[-20_000:]}).encode()
+        body = json.dumps(
+            {
+                "worker": self.worker,
+                "traceback": text[-20_000:],
+                "attempt": self.attempt,
+                "fatal": fatal,
+            }
+        ).encode()
         with contextlib.suppress(Exception):  # the original failure matters more
             self._request(
                 "POST", "/fail", body=body, headers={"Content-Type": "application/json"}, retries=1

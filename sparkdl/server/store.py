@@ -8,7 +8,14 @@ Every push carries the worker's id, a sequence number and its task attempt. A pu
 whose sequence number the worker already used (a retry after a lost answer) is
 acknowledged without being applied again; a push from an attempt older than the
 worker's newest one (a zombie task) is refused. A retried task rejoins under the same
-id and learns the last sequence number the service applied.
+id and learns where training stands: the last sequence number the service applied,
+the version, and its own position (epoch and batches done), so it continues from
+there with the current weights instead of starting over.
+
+Synchronous fits run as one barrier stage, which Spark retries as a whole: when a
+worker that already joined joins again with a newer attempt, a new *generation*
+starts. The open round is dropped (every worker of the new stage attempt rejoins at
+the last completed round) and every attempt of the old generation is fenced off.
 
 Example:
     >>> import numpy as np
@@ -22,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Sequence
@@ -38,6 +46,8 @@ __all__ = ["STORE_MODES", "StoreError", "WeightStore", "WorkerInfo"]
 STORE_MODES: tuple[str, ...] = ("synchronous", "asynchronous", "hogwild")
 
 MAX_WORKERS = 100_000
+
+_log = logging.getLogger(__name__)
 
 
 class StoreError(Exception):
@@ -65,6 +75,16 @@ class WorkerInfo:
     duplicates: int = 0
     epoch: int = 0
     comm_seconds: float = 0.0
+    #: (epoch, batches done in it) after the last applied push: where a retry resumes.
+    position: tuple[int, int] | None = None
+    #: Attempts that joined; restarts = attempts - 1.
+    attempts: int = 0
+    joined_attempt: int = -1
+    attempt_joined: float = 0.0
+    attempt_first_push: float = 0.0
+    #: Synchronous pushes that arrived after their round closed (dropped).
+    late: int = 0
+    late_samples: int = 0
 
 
 @dataclass
@@ -88,9 +108,14 @@ class WeightStore:
             ``"asynchronous"`` (each push applied under the lock as it arrives, as new
             arrays) or ``"hogwild"`` (each push added into the live arrays with no lock
             held; see :meth:`push_async`).
-        round_timeout: Seconds a synchronous round may stay open before it is aborted.
+        round_timeout: Seconds a synchronous round waits for missing workers before
+            it closes with the pushes present (a warning is logged).
         history: Per-epoch logs of epochs done before (a resumed fit); the workers'
             epoch numbers continue after them.
+        backup_workers: A synchronous round closes once ``num_workers - backup_workers``
+            workers pushed; later pushes for it are dropped. Epochs close on the same
+            quorum, and once ``epochs`` epochs closed every answer says stop.
+        epochs: The epoch count the fit ends at (with ``backup_workers``).
     """
 
     def __init__(
@@ -102,6 +127,8 @@ class WeightStore:
         mode: str = "synchronous",
         round_timeout: float = 3600.0,
         history: dict[str, list[float]] | None = None,
+        backup_workers: int = 0,
+        epochs: int | None = None,
     ) -> None:
         if mode not in STORE_MODES:
             raise ValueError(f"Expected mode to be one of {STORE_MODES}. Received: {mode!r}")
@@ -112,6 +139,18 @@ class WeightStore:
         self.num_workers = num_workers
         self.rule = rule
         self.round_timeout = round_timeout
+        if not 0 <= backup_workers < max(num_workers, 1):
+            raise ValueError(
+                f"Expected 0 <= backup_workers < num_workers={num_workers}. "
+                f"Received: {backup_workers}"
+            )
+        self.quorum = max(num_workers - backup_workers, 1)
+        self.epochs = epochs
+        self._finished = False
+        self._generation = 0
+        self._floor = 0  # attempts below this belong to a fenced-off generation
+        self._joined: set[int] = set()
+        self._timed_out_rounds = 0
         self._version = 0
         self._round: dict[int, Update] = {}
         self._round_started: float | None = None
@@ -124,6 +163,8 @@ class WeightStore:
         self._failures: dict[int, str] = {}
         self._aborted: str | None = None
         self._stop_requested = False
+        #: Set when training is aborted (the driver then cancels the Spark job).
+        self.aborted_event = threading.Event()
         self._learning_rate: float | None = None
         self._rows: dict[int, int] = {}
         self._encoded: tuple[int, list[Any]] | None = None
@@ -181,7 +222,10 @@ class WeightStore:
             return cached[1], cached[0]
 
     def _answer_meta(self, version: int) -> dict[str, Any]:
-        meta: dict[str, Any] = {"version": version, "stop": self._stop_requested}
+        meta: dict[str, Any] = {
+            "version": version,
+            "stop": self._stop_requested or self._finished,
+        }
         if self._learning_rate is not None:
             meta["learning_rate"] = self._learning_rate
         return meta
@@ -230,12 +274,23 @@ class WeightStore:
                         "attempt": info.attempt,
                         "duplicates": info.duplicates,
                         "epoch": info.epoch,
+                        "position": list(info.position) if info.position else None,
+                        "attempts": info.attempts,
+                        "attempt_joined": info.attempt_joined,
+                        "attempt_first_push": info.attempt_first_push,
+                        "late": info.late,
+                        "late_samples": info.late_samples,
                     }
                     for w, info in sorted(self._workers.items())
                 },
                 "history": {k: list(v) for k, v in self._history.items()},
                 "failures": {str(k): v for k, v in self._failures.items()},
                 "aborted": self._aborted,
+                "generation": self._generation,
+                "restarts": sum(max(info.attempts - 1, 0) for info in self._workers.values()),
+                "late_pushes": sum(info.late for info in self._workers.values()),
+                "timed_out_rounds": self._timed_out_rounds,
+                "finished": self._finished,
                 "stop_requested": self._stop_requested,
                 "learning_rate": self._learning_rate,
             }
@@ -255,18 +310,22 @@ class WeightStore:
     ) -> tuple[list[np.ndarray], int] | None:
         """Adds a worker's push to synchronous round ``round_no``.
 
-        When the last worker of the round pushes, the rule merges the round and the
-        version becomes ``round_no + 1``. A push repeated with the same sequence number
-        (a retry after a timeout) is counted once. A newer attempt of a worker that
-        already pushed in the open round replaces that push.
+        When the quorum of the round has pushed (every worker, or all but
+        ``backup_workers``), the rule merges the round and the version becomes
+        ``round_no + 1``. A push repeated with the same sequence number (a retry after
+        a timeout) is counted once. A newer attempt of a worker that already pushed in
+        the open round replaces that push. A push for a round that already closed
+        without it (a backup worker, or ``round_timeout``) is dropped: its epoch logs
+        still count if its epoch is open, and it gets the current weights at once.
 
         Returns:
-            ``(weights, version)`` once the round is merged, or ``None`` if it is still
-            open after ``wait`` seconds (poll with :meth:`pull`).
+            ``(weights, version)`` once the round is merged (or at once for a dropped
+            push, or after the fit finished), or ``None`` if the round is still open
+            after ``wait`` seconds (poll with :meth:`pull`).
 
         Raises:
-            StoreError: 400 for a bad worker id, shapes or values; 409 for a round that
-                is not the open one, a superseded attempt, or when training was aborted.
+            StoreError: 400 for a bad worker id, shapes or values; 409 for a round from
+                the future, a superseded attempt, or when training was aborted.
         """
         self._expect_mode("synchronous")
         self._check_worker(worker)
@@ -274,9 +333,9 @@ class WeightStore:
         with self._cond:
             self._check_aborted()
             info, duplicate = self._admit(worker, seq, attempt)
-            if round_no == self._version - 1 and duplicate:
+            if round_no < self._version and duplicate:
                 return self._weights, self._version  # retry of a merged round
-            if round_no != self._version:
+            if round_no > self._version:
                 raise StoreError(
                     409,
                     f"Worker {worker} pushed for round {round_no}, but the open round is "
@@ -284,14 +343,19 @@ class WeightStore:
                 )
             if not duplicate:
                 info.seq = seq
-                self._record(worker, info, samples, meta)
+                late = round_no < self._version or self._finished
+                self._record(worker, info, samples, meta, applied=not late)
+                if late:
+                    return self._weights, self._version
                 self._round[worker] = Update(
                     worker=worker, arrays=list(arrays), samples=samples, meta=meta
                 )
                 if self._round_started is None:
                     self._round_started = time.monotonic()
-                if len(self._round) >= self.num_workers:
+                if len(self._round) >= self.quorum:
                     self._merge_round()
+            elif self._finished:
+                return self._weights, self._version
         return self.pull(round_no + 1, wait)
 
     def push_async(
@@ -378,33 +442,68 @@ class WeightStore:
         deadline = time.monotonic() + wait
         with self._cond:
             self._check_aborted()
+            known = self._workers.get(worker)
+            if (
+                self.mode == "synchronous"
+                and known is not None
+                and worker in self._joined
+                and attempt > known.attempt
+            ):
+                self._new_generation(worker, attempt)
             info, _ = self._admit(worker, seq=None, attempt=attempt)
+            if attempt > info.joined_attempt or worker not in self._joined:
+                info.attempts += 1
+                info.attempt_joined = time.time()
+                info.attempt_first_push = 0.0
+                info.joined_attempt = attempt
+            self._joined.add(worker)
             self._rows[worker] = rows
             self._cond.notify_all()
-            while self.mode == "synchronous" and len(self._rows) < self.num_workers:
+            while self.mode == "synchronous" and len(self._joined) < self.num_workers:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return None
                 self._cond.wait(min(left, 1.0))
                 self._check_aborted()
+                self._check_fenced(worker, attempt)
             return {
                 "rows": [self._rows.get(w, 0) for w in range(self.num_workers)],
                 "seq": info.seq,
                 "version": self._version,
+                "position": list(info.position) if info.position else None,
+                "generation": self._generation,
             }
 
-    def report_failure(self, worker: int, trace: str) -> None:
-        """Records a worker's traceback and aborts open rounds so others stop waiting."""
+    def report_failure(
+        self, worker: int, trace: str, *, attempt: int = 0, fatal: bool = True
+    ) -> None:
+        """Records a worker's traceback; a fatal failure aborts the fit.
+
+        A fatal failure (an error a retry would meet again: the user's code, the data,
+        a diverged loss) aborts training, so waiting workers stop and Spark's retries
+        fail at once. A transient one (the service unreachable) is only recorded:
+        Spark retries the task, which rejoins. Reports of superseded attempts are
+        refused.
+
+        Raises:
+            StoreError: 400 for a bad worker id; 409 for a superseded attempt.
+        """
         self._check_worker(worker)
         with self._cond:
+            if self._aborted is not None:
+                return  # a consequence of the first fatal failure; keep that one
+            self._admit(worker, seq=None, attempt=attempt)
             self._failures[worker] = trace[-20_000:]
-            self._aborted = f"worker {worker} failed"
-            self._cond.notify_all()
+            if fatal:
+                self._aborted = f"worker {worker} failed"
+                self.aborted_event.set()
+                self._cond.notify_all()
 
     def abort(self, reason: str) -> None:
         """Aborts training: every waiting and later push gets a 409 with ``reason``."""
         with self._cond:
             self._aborted = reason
+            self.aborted_event.set()
             self._cond.notify_all()
 
     def request_stop(self) -> None:
@@ -428,13 +527,8 @@ class WeightStore:
     # ---------------------------------------------------------------- helpers
     def _admit(self, worker: int, seq: int | None, attempt: int) -> tuple[WorkerInfo, bool]:
         """Fences old attempts and spots repeated pushes; call with the lock held."""
+        self._check_fenced(worker, attempt)
         info = self._workers.setdefault(worker, WorkerInfo())
-        if attempt < info.attempt:
-            raise StoreError(
-                409,
-                f"Worker {worker} attempt {attempt} was superseded by attempt {info.attempt}; "
-                "its updates are refused.",
-            )
         info.attempt = attempt
         info.last_contact = time.time()
         info.first_contact = info.first_contact or info.last_contact
@@ -443,6 +537,37 @@ class WeightStore:
             info.duplicates += 1
         return info, duplicate
 
+    def _check_fenced(self, worker: int, attempt: int) -> None:
+        info = self._workers.get(worker)
+        newest = info.attempt if info is not None else 0
+        if attempt < newest or attempt < self._floor:
+            raise StoreError(
+                409,
+                f"Worker {worker} attempt {attempt} was superseded by a newer attempt "
+                f"(attempt {max(newest, self._floor)} or later); its requests are refused.",
+            )
+
+    def _new_generation(self, worker: int, attempt: int) -> None:
+        """Spark retried the barrier stage: fence the old attempts, drop the open round."""
+        self._floor = max(
+            self._floor, max((i.attempt for i in self._workers.values()), default=0) + 1
+        )
+        self._floor = min(self._floor, attempt)
+        self._generation += 1
+        dropped = sorted(self._round)
+        self._round = {}
+        self._round_started = None
+        self._joined = set()
+        _log.warning(
+            "worker %d rejoined with attempt %d: the training stage was retried; every "
+            "worker resumes at round %d (dropped the open round's pushes from %s)",
+            worker,
+            attempt,
+            self._version,
+            dropped,
+        )
+        self._cond.notify_all()
+
     def _expect_mode(self, mode: str) -> None:
         if (self.mode == "synchronous") != (mode == "synchronous"):
             raise StoreError(
@@ -450,6 +575,8 @@ class WeightStore:
             )
 
     def _merge_round(self) -> None:
+        if not self._round:
+            return
         updates = [self._round[w] for w in sorted(self._round)]
         self._weights = self.rule.combine(self._weights, updates)
         self._version += 1
@@ -457,12 +584,27 @@ class WeightStore:
         self._round_started = None
         self._cond.notify_all()
 
-    def _record(self, worker: int, info: WorkerInfo, samples: int, meta: dict[str, Any]) -> None:
+    def _record(
+        self,
+        worker: int,
+        info: WorkerInfo,
+        samples: int,
+        meta: dict[str, Any],
+        applied: bool = True,
+    ) -> None:
         info.last_push = time.time()
         info.first_push = info.first_push or info.last_push
-        info.pushes += 1
-        info.samples += samples
-        self._samples_seen += samples
+        info.attempt_first_push = info.attempt_first_push or info.last_push
+        if applied:
+            info.pushes += 1
+            info.samples += samples
+            self._samples_seen += samples
+        else:
+            info.late += 1
+            info.late_samples += samples
+        epoch, step = meta.get("epoch"), meta.get("step")
+        if isinstance(epoch, int) and isinstance(step, int) and epoch >= 0 and step >= 0:
+            info.position = (epoch, step)
         loss = meta.get("loss")
         if isinstance(loss, (int, float)):
             info.last_loss = float(loss)
@@ -480,13 +622,19 @@ class WeightStore:
             }
             n = _count(meta.get("epoch_samples"))
             val_n = _count(meta.get("val_samples"))
+            if epoch < self._epochs_done():
+                return  # a late report for an epoch the quorum already closed
             report = self._epochs.setdefault(epoch, _Epoch())
             report.reports[worker] = (n, val_n, clean)
             self._close_epochs()
 
+    def _epochs_done(self) -> int:
+        return len(next(iter(self._history.values()), []))
+
     def _close_epochs(self) -> None:
-        done = len(next(iter(self._history.values()), []))
-        while done in self._epochs and len(self._epochs[done].reports) >= self.num_workers:
+        done = self._epochs_done()
+        quorum = self.quorum if self.mode == "synchronous" else self.num_workers
+        while done in self._epochs and len(self._epochs[done].reports) >= quorum:
             reports = list(self._epochs.pop(done).reports.values())
             keys = sorted({k for _, _, logs in reports for k in logs})
             for key in keys:
@@ -501,6 +649,18 @@ class WeightStore:
                 )
                 self._history.setdefault(key, [float("nan")] * done).append(float(value))
             done += 1
+        if (
+            self.quorum < self.num_workers
+            and self.epochs is not None
+            and done >= self.epochs
+            and not self._finished
+        ):
+            # Backup workers: the quorum did every epoch. Close the open round and
+            # tell the stragglers to stop (the stop flag travels with every answer).
+            self._finished = True
+            self._merge_round()
+            self._encoded = None
+            self._cond.notify_all()
 
     def _check_worker(self, worker: int) -> None:
         if not 0 <= worker < max(self.num_workers, 1) or worker >= MAX_WORKERS:
@@ -537,9 +697,14 @@ class WeightStore:
         started = self._round_started
         if started is not None and time.monotonic() - started > self.round_timeout:
             missing = sorted(set(range(self.num_workers)) - set(self._round))
-            self._aborted = (
-                f"round {self._version} waited more than round_timeout={self.round_timeout}s "
-                f"for workers {missing}; raise round_timeout if their epochs are that slow"
+            _log.warning(
+                "round %d waited more than round_timeout=%ss for workers %s; it closes with "
+                "workers %s, and the late pushes will be dropped. Raise round_timeout if "
+                "their steps are that slow, or set backup_workers= for stragglers.",
+                self._version,
+                self.round_timeout,
+                missing,
+                sorted(self._round),
             )
-            self._cond.notify_all()
-            self._check_aborted()
+            self._timed_out_rounds += 1
+            self._merge_round()

@@ -5,6 +5,7 @@ import threading
 import numpy as np
 import pytest
 
+from sparkdl.server import wire
 from sparkdl.server.rules import AverageRule, DeltaRule, ElasticRule
 from sparkdl.server.store import StoreError, WeightStore
 
@@ -111,19 +112,108 @@ def test_epoch_logs_are_averaged_by_samples() -> None:
 def test_join_returns_all_row_counts() -> None:
     store = make_store()
     assert store.join(0, 10, wait=0.0) is None
-    assert store.join(1, 12, wait=1.0) == {"rows": [10, 12], "seq": 0, "version": 0}
+    assert store.join(1, 12, wait=1.0) == {
+        "rows": [10, 12],
+        "seq": 0,
+        "version": 0,
+        "position": None,
+        "generation": 0,
+    }
     assert store.join(0, 10, wait=0.0)["rows"] == [10, 12]
 
 
-def test_round_timeout_aborts() -> None:
+def test_round_timeout_closes_the_round_with_the_workers_present(caplog) -> None:
     store = WeightStore(
         [np.zeros(1, np.float32)], num_workers=2, rule=AverageRule(), round_timeout=0.2
     )
     store.push_sync(
         0, seq=1, round_no=0, arrays=[np.ones(1, np.float32)], samples=1, meta={}, wait=0
     )
-    with pytest.raises(StoreError, match="round_timeout"):
-        store.pull(1, wait=3.0)
+    with caplog.at_level("WARNING", logger="sparkdl.server.store"):
+        weights, version = store.pull(1, wait=3.0)
+    assert version == 1 and weights[0].tolist() == [1.0]
+    assert "round_timeout" in caplog.text and "[1]" in caplog.text
+    # Worker 1's push for the closed round is dropped; it gets the current weights.
+    late = store.push_sync(
+        1, seq=1, round_no=0, arrays=[np.full(1, 9.0, np.float32)], samples=1, meta={}, wait=0
+    )
+    assert late is not None and late[1] == 1 and late[0][0].tolist() == [1.0]
+    status = store.status()
+    assert status["timed_out_rounds"] == 1 and status["workers"]["1"]["late"] == 1
+
+
+def sync_push(store: WeightStore, worker: int, value: float, **kw):  # type: ignore[no-untyped-def]
+    kw.setdefault("meta", {})
+    return store.push_sync(worker, arrays=[np.full(1, value, np.float32)], samples=1, wait=0, **kw)
+
+
+def test_a_retried_barrier_stage_starts_a_generation_and_fences_the_old_one() -> None:
+    store = WeightStore([np.zeros(1, np.float32)], num_workers=2, rule=AverageRule())
+    store.join(0, 10, wait=0.0, attempt=0)
+    store.join(1, 10, wait=0.0, attempt=1)
+    sync_push(store, 0, 2.0, seq=1, round_no=0, attempt=0)
+    assert sync_push(store, 1, 4.0, seq=1, round_no=0, attempt=1)[1] == 1
+    sync_push(store, 0, 50.0, seq=2, round_no=1, attempt=0)  # then worker 1 dies
+    # Spark retries the stage: new task attempts 3 and 2, in any order.
+    assert store.join(1, 10, wait=0.0, attempt=3) is None  # waits for worker 0
+    with pytest.raises(StoreError, match="superseded") as zombie:
+        sync_push(store, 0, 99.0, seq=3, round_no=1, attempt=0)  # old attempt of worker 0
+    assert zombie.value.status == 409
+    joined = store.join(0, 10, wait=0.0, attempt=2)
+    assert joined is not None and joined["version"] == 1 and joined["generation"] == 1
+    assert store.weights()[0].tolist() == [3.0]  # the open round's push was dropped
+    sync_push(store, 0, 5.0, seq=3, round_no=1, attempt=2)
+    assert sync_push(store, 1, 7.0, seq=2, round_no=1, attempt=3)[0][0].tolist() == [6.0]
+    status = store.status()
+    assert status["restarts"] == 2 and status["generation"] == 1
+
+
+def test_backup_workers_close_rounds_on_a_quorum_and_drop_late_pushes() -> None:
+    store = WeightStore(
+        [np.zeros(1, np.float32)], num_workers=3, rule=AverageRule(), backup_workers=1, epochs=1
+    )
+    sync_push(store, 0, 3.0, seq=1, round_no=0)
+    weights, version = sync_push(store, 1, 5.0, seq=1, round_no=0)  # quorum: 2 of 3
+    assert version == 1 and weights[0].tolist() == [4.0]
+    late = sync_push(store, 2, 100.0, seq=1, round_no=0)  # the straggler: dropped
+    assert late[1] == 1 and store.weights()[0].tolist() == [4.0]
+    assert store.status()["workers"]["2"]["late"] == 1
+    # The epoch closes on the quorum's logs; then every answer says stop.
+    for worker in (0, 1):
+        logs = {"epoch_logs": {"loss": float(worker)}, "epoch": 0, "epoch_samples": 1}
+        sync_push(store, worker, 4.0, seq=2, round_no=1, meta=logs)
+    assert store.history() == {"loss": [0.5]}
+    assert store.status()["finished"]
+    chunks, _ = store.encoded()
+    assert wire.decode(b"".join(bytes(c) for c in chunks))[1]["stop"] is True
+    answer = sync_push(store, 2, 1.0, seq=2, round_no=2)  # straggler: answered at once
+    assert answer is not None
+
+
+def test_async_rejoin_learns_its_position() -> None:
+    store = make_async()
+    store.join(0, 10, wait=0.0)
+    store.push_async(
+        0,
+        seq=1,
+        base_version=0,
+        arrays=[np.ones(3, np.float32)],
+        samples=4,
+        meta={"epoch": 2, "step": 5},
+    )
+    joined = store.join(0, 10, wait=0.0, attempt=1)
+    assert joined["position"] == [2, 5] and joined["seq"] == 1
+
+
+def test_only_fatal_failures_abort_and_later_reports_keep_the_first() -> None:
+    store = make_async()
+    store.report_failure(0, "ServiceError: unreachable", fatal=False)
+    assert store.status()["aborted"] is None and not store.aborted_event.is_set()
+    push_async(store, 1, 1.0, seq=1)  # training goes on
+    store.report_failure(1, "ValueError: bad loss", fatal=True)
+    store.report_failure(0, "TrainingError: aborted", fatal=True)
+    assert store.aborted_event.is_set()
+    assert store.failures() == {0: "ServiceError: unreachable", 1: "ValueError: bad loss"}
 
 
 def make_async(staleness: str = "none") -> WeightStore:
