@@ -408,10 +408,11 @@ def _with_url(payload: WorkerPayload, url: str) -> WorkerPayload:
 
 
 def _worker_error(exc: Exception, failures: dict[int, str]) -> SparkDLError:
-    if failures:
+    text = str(exc)
+    ran_out = _retries_ran_out(text)
+    if failures and ran_out is None:  # a fatal error a worker reported
         first = next(iter(failures.values())).strip().splitlines()[-1]
         return WorkerError(f"{len(failures)} worker(s) failed during training: {first}", failures)
-    text = str(exc)
     match = re.search(
         r"Traceback \(most recent call last\):.*?(?=\n\tat |\n\s*at org\.|\Z)", text, re.S
     )
@@ -423,12 +424,43 @@ def _worker_error(exc: Exception, failures: dict[int, str]) -> SparkDLError:
             ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("\tat ")
         ]
         trace = "\n".join(lines[:6]) or type(exc).__name__
-        causes = [ln for ln in lines if re.match(r"^:?\s*[\w.$]+(Exception|Error)\b", ln)]
-        last = (causes[0] if causes else lines[0] if lines else type(exc).__name__).lstrip(": ")
+        causes = [ln for ln in lines if re.search(r"^:?\s*[\w.$]+(Exception|Error)\b", ln)]
+        crashed = [ln for ln in lines if "Python worker exited unexpectedly" in ln]
+        last = (crashed or causes or lines or [type(exc).__name__])[0].lstrip(": ")
+        last = re.sub(r"^.*?(?=Python worker exited)", "", last)
     if "ModuleNotFoundError" in last:
         last += (
             ". Spark's Python workers run another Python than the driver's; set the "
             "environment variable PYSPARK_PYTHON (or spark.pyspark.python) to a Python "
             "that has sparkdl installed before the SparkSession starts"
         )
+    if ran_out is not None:
+        worker, times, setting = ran_out
+        traces = dict(failures)
+        traces.setdefault(worker, trace)
+        return WorkerError(
+            f"Worker {worker} failed {times} times, the last time with: {last}. Spark's "
+            f"retries ran out ({setting}); each retry rejoined where training stood, so "
+            "the failure repeats. Check the executor logs for what kills the process "
+            "(memory limits, pre-emption) or raise the retry setting.",
+            traces,
+        )
     return WorkerError(f"The training job failed: {last}", {-1: trace})
+
+
+def _retries_ran_out(text: str) -> tuple[int, int, str] | None:
+    """``(worker, attempts, the setting)`` when Spark gave up retrying a task or stage.
+
+    Example:
+        >>> _retries_ran_out("Task 1 in stage 4.0 failed 4 times, most recent failure")
+        (1, 4, 'spark.task.maxFailures')
+    """
+    task = re.search(r"Task (\d+) in stage [\d.]+ failed (\d+) times", text)
+    if task:
+        return int(task.group(1)), int(task.group(2)), "spark.task.maxFailures"
+    stage = re.search(r"has failed the maximum allowable number of times: (\d+)", text)
+    if stage:
+        barrier = re.search(r"barrier task \w+\(\d+, (\d+)\)", text)
+        worker = int(barrier.group(1)) if barrier else -1
+        return worker, int(stage.group(1)), "spark.stage.maxConsecutiveAttempts"
+    return None

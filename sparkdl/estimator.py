@@ -194,7 +194,18 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
                 "workers": result.reports,
                 "service": {
                     key: result.status.get(key)
-                    for key in ("version", "samples_seen", "duplicates", "epochs_done", "workers")
+                    for key in (
+                        "version",
+                        "samples_seen",
+                        "duplicates",
+                        "epochs_done",
+                        "workers",
+                        "restarts",
+                        "generation",
+                        "late_pushes",
+                        "timed_out_rounds",
+                        "failures",
+                    )
                 },
             },
         )

@@ -1,0 +1,97 @@
+"""Real failures: a Python worker process exits mid-epoch, or one is slow on purpose.
+
+The fits run in one subprocess on ``local[3,4]`` (4 attempts per task, as
+``spark.task.maxFailures`` on a cluster; 3 slots for the 3-worker straggler fit),
+since a process has one SparkContext and the session's ``local[2]`` never retries.
+See tests/integration/failure_fit.py for the scenarios.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+ROWS = 1437
+EPOCHS = 20
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[str, dict[str, Any]]:
+    script = os.path.join(os.path.dirname(__file__), "failure_fit.py")
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYTHONUNBUFFERED="1")
+    scenarios = ["sync-kill", "async-kill", "async-always", "sync-backup"]
+    proc = subprocess.run(
+        [sys.executable, script, "local[3,4]", *scenarios],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    found = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            result = json.loads(line[len("RESULT ") :])
+            found[result["scenario"]] = result
+    assert set(found) == set(scenarios), proc.stdout[-3000:]
+    return found
+
+
+@pytest.mark.parametrize("scenario", ["sync-kill", "async-kill"])
+def test_a_killed_worker_rejoins_and_the_fit_completes(results, scenario) -> None:
+    result = results[scenario]
+    assert "error" not in result, result.get("error")
+    assert len(result["kills"]) == 1  # the process really died, once
+    assert result["epochs"] == EPOCHS and result["accuracy"] >= 0.95
+    worker = result["workers"][0]
+    # The new attempt resumed in epoch 6, where the old one died, not at epoch 0.
+    assert worker["resumed_at"] is not None and worker["resumed_at"][0] == 5, worker
+    assert result["service_workers"]["0"]["attempts"] == 2
+    assert result["restarts"] >= 1
+    seen = result["samples_seen"]
+    if scenario == "async-kill":
+        # Pushes carry the samples since the last one: the batches the dead process
+        # trained but never pushed were redone once, and nothing was counted twice.
+        assert seen == EPOCHS * ROWS
+        assert result["service_workers"]["1"]["attempts"] == 1  # never waited or restarted
+    else:
+        # The whole barrier stage is retried and rejoins at the last completed round:
+        # only the dropped open round (at most 4 batches a worker) is counted again,
+        # far less than one epoch, where a restart from scratch would add 5 epochs.
+        assert result["generation"] == 1 and result["restarts"] == 2
+        assert EPOCHS * ROWS <= seen <= EPOCHS * ROWS + 2 * 4 * 32
+
+
+def test_retries_running_out_raise_worker_error_and_stop_the_service(results) -> None:
+    result = results["async-always"]
+    assert len(result["kills"]) == 4  # local[3,4]: four attempts, each killed
+    assert "Worker 0 failed 4 times" in result["error"]
+    assert "Python worker exited unexpectedly" in result["error"]
+    assert "spark.task.maxFailures" in result["error"]
+    assert "0" in result["failures"]
+    with pytest.raises(ConnectionRefusedError):  # the service was shut down
+        socket.create_connection(("127.0.0.1", result["port"]), timeout=2)
+
+
+def test_backup_workers_do_not_wait_for_a_straggler(results) -> None:
+    result = results["sync-backup"]
+    assert "error" not in result, result.get("error")
+    assert result["epochs"] == EPOCHS and result["accuracy"] >= 0.95
+    workers = result["service_workers"]
+    slow = workers["2"]  # sleeps 150 ms per batch: about 10x slower than the others
+    # 479 rows a worker: 4 rounds an epoch
+    assert workers["0"]["pushes"] == workers["1"]["pushes"] == EPOCHS * 4
+    # Rounds closed on the two fast workers: the straggler's pushes came late and
+    # were dropped, and the fit ended (stopping it) when the others had done every
+    # epoch. Had rounds waited for it, it would have run all 20 epochs.
+    assert slow["late"] >= 1 and slow["pushes"] < workers["0"]["pushes"]
+    assert result["workers"][2]["epochs_run"] < EPOCHS
+    assert result["late_pushes"] == slow["late"]
