@@ -33,7 +33,10 @@ def _wait_for_port(port: int, seconds: float) -> None:
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {seconds}s")
 
 
-def test_fit_on_a_standalone_cluster(tmp_path) -> None:
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """A master and two 1-core workers on 127.0.0.1: ``(master_url, env, processes)``."""
+    tmp_path = tmp_path_factory.mktemp("standalone")
     spark_class = os.path.join(os.path.dirname(sys.executable), "spark-class")
     env = dict(
         os.environ,
@@ -91,18 +94,7 @@ def test_fit_on_a_standalone_cluster(tmp_path) -> None:
                     stderr=subprocess.STDOUT,
                 )
             )
-        script = os.path.join(os.path.dirname(__file__), "local_cluster_fit.py")
-        fit = subprocess.run(
-            [sys.executable, script, master_url],
-            capture_output=True,
-            text=True,
-            timeout=900,
-            env=env,
-        )
-        assert fit.returncode == 0, fit.stdout[-3000:] + fit.stderr[-5000:]
-        match = re.search(r"ACCURACY ([0-9.]+)", fit.stdout)
-        assert match and float(match.group(1)) >= 0.95, fit.stdout
-        assert "EXECUTOR_PIDS 2" in fit.stdout
+        yield master_url, env, procs
     finally:
         for proc in reversed(procs):
             proc.terminate()
@@ -115,3 +107,50 @@ def test_fit_on_a_standalone_cluster(tmp_path) -> None:
             log.close()
     with pytest.raises(ConnectionRefusedError):  # the master is gone
         socket.create_connection(("127.0.0.1", port), timeout=2)
+
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "local_cluster_fit.py")
+
+
+def test_fit_on_a_standalone_cluster(cluster) -> None:
+    master_url, env, _ = cluster
+    fit = subprocess.run(
+        [sys.executable, SCRIPT, master_url], capture_output=True, text=True, timeout=900, env=env
+    )
+    assert fit.returncode == 0, fit.stdout[-3000:] + fit.stderr[-5000:]
+    match = re.search(r"ACCURACY ([0-9.]+)", fit.stdout)
+    assert match and float(match.group(1)) >= 0.95, fit.stdout
+    assert "EXECUTOR_PIDS 2" in fit.stdout
+
+
+def test_a_worker_machine_lost_mid_fit_is_rescheduled(cluster, tmp_path) -> None:
+    """SIGKILL one worker JVM after epoch 3: its executor goes with it, Spark reschedules
+    the lost task on the other worker, and that attempt rejoins where training stood."""
+    master_url, env, procs = cluster
+    marker = tmp_path / "epoch3"
+    fit = subprocess.Popen(
+        [sys.executable, SCRIPT, master_url, str(marker)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 600
+        while not marker.exists() and fit.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert marker.exists(), "the fit never reached epoch 3"
+        procs[2].kill()  # the second worker's JVM: a machine lost
+        procs[2].wait(timeout=30)
+        out, err = fit.communicate(timeout=600)
+    finally:
+        if fit.poll() is None:
+            fit.kill()
+    assert fit.returncode == 0, out[-3000:] + err[-5000:]
+    match = re.search(r"ACCURACY ([0-9.]+)", out)
+    assert match and float(match.group(1)) >= 0.95, out
+    restarts = re.search(r"RESTARTS (\d+) EPOCHS (\d+)", out)
+    assert restarts, out
+    assert int(restarts.group(1)) >= 1 and int(restarts.group(2)) == 20, out
+    samples = re.search(r"SAMPLES (\d+)", out)
+    assert samples and int(samples.group(1)) == 20 * 1437, out  # redone once, from its place
