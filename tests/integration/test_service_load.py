@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 
 from sparkdl.errors import TrainingError
 from sparkdl.server.client import ServiceClient
-from sparkdl.server.rules import DeltaRule
+from sparkdl.server.rules import AverageRule, DeltaRule
 from sparkdl.server.service import ParameterService
 from sparkdl.server.store import WeightStore
 from tests.integration.dropping_proxy import DroppingProxy
@@ -82,3 +83,40 @@ def test_retried_task_rejoins_under_its_id_and_the_zombie_is_fenced() -> None:
         assert status["attempt"] == 1 and status["seq"] == 4 and status["pushes"] == 4
         first.close()
         retry.close()
+
+
+def test_zombie_of_a_retried_barrier_stage_is_fenced_over_http() -> None:
+    store = WeightStore([np.zeros(4, np.float32)], num_workers=2, rule=AverageRule())
+    with ParameterService(store, host="127.0.0.1") as service:
+        old = [ServiceClient(service.url, service.token, worker=w, attempt=w) for w in (0, 1)]
+        threads = [threading.Thread(target=c.join, args=(10,)) for c in old]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        # Round 0 merges; then worker 1's process dies before pushing for round 1.
+        pushes = [
+            threading.Thread(
+                target=c.push_sync,
+                args=([np.full(4, 2.0 * w, np.float32)],),
+                kwargs={"round_no": 0, "samples": 1},
+            )
+            for w, c in enumerate(old)
+        ]
+        for t in pushes:
+            t.start()
+        for t in pushes:
+            t.join()
+        assert store.weights()[0].tolist() == [1.0] * 4
+        # Spark retries the barrier stage: both workers rejoin with newer attempts.
+        new = [ServiceClient(service.url, service.token, worker=w, attempt=2 + w) for w in (0, 1)]
+        joins = [threading.Thread(target=c.join, args=(10,)) for c in new]
+        for t in joins:
+            t.start()
+        for t in joins:
+            t.join()
+        with pytest.raises(TrainingError, match="superseded"):
+            old[0].push_sync([np.full(4, 100.0, np.float32)], round_no=1, samples=1)
+        assert store.weights()[0].tolist() == [1.0] * 4 and store.status()["round_pushed"] == []
+        for c in old + new:
+            c.close()
