@@ -30,6 +30,7 @@ from sparkdl.progress import Progress
 from sparkdl.server.rules import make_rule
 from sparkdl.server.service import ParameterService
 from sparkdl.server.store import WeightStore
+from sparkdl.spark_ui import EpochMarks
 from sparkdl.worker import RESULT_SCHEMA, WorkerPayload, make_train_function
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ class FitResult:
         seconds: Wall seconds of the fit on the driver.
         input_shapes: Per-sample shape of every input the model was fed.
         status: The service's final status.
+        job_group: The Spark job group of the fit (its jobs in the Spark UI).
     """
 
     weights: list[np.ndarray]
@@ -64,6 +66,7 @@ class FitResult:
     seconds: float
     input_shapes: tuple[tuple[int, ...], ...]
     status: dict[str, Any] = field(default_factory=dict)
+    job_group: str = ""
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -248,26 +251,28 @@ def run_fit(
         if driver_callbacks
         else None
     )
+    fit_name = (
+        f"sparkdl fit: {config.mode}/{config.merge}, {num_workers} workers, "
+        f"{config.epochs} epochs, {train_rows} rows"
+    )
+    group = f"sparkdl-fit-{store.started:.0f}-{id(store):x}"
+    # A fatal worker error (or a raising driver callback) aborts the store: cancel the
+    # job then, rather than let Spark retry tasks that can only fail again.
+    job_over = threading.Event()
+    canceller = threading.Thread(
+        target=_cancel_on_abort,
+        args=(sc, store, group, job_over),
+        name="sparkdl-cancel",
+        daemon=True,
+    )
+    marks = EpochMarks(sc, store, group, fit_name, config.epochs, initial_epoch)
     service.start()
     try:
         payload = _with_url(payload, service.url)
-        fit_name = (
-            f"sparkdl fit: {config.mode}/{config.merge}, {num_workers} workers, "
-            f"{config.epochs} epochs, {train_rows} rows"
-        )
-        group = f"sparkdl-fit-{store.started:.0f}-{id(store):x}"
         sc.setJobGroup(group, fit_name)
         sc.setJobDescription(fit_name)
-        # A fatal worker error (or a raising driver callback) aborts the store: cancel
-        # the job then, rather than let Spark retry tasks that can only fail again.
-        job_over = threading.Event()
-        canceller = threading.Thread(
-            target=_cancel_on_abort,
-            args=(sc, store, group, job_over),
-            name="sparkdl-cancel",
-            daemon=True,
-        )
         canceller.start()
+        marks.start()  # one described empty job per closed epoch, in the Spark UI
         if progress:
             progress.start()
         if runner:
@@ -291,6 +296,7 @@ def run_fit(
         if progress:
             progress.stop()
         job_over.set()
+        marks.stop()
         service.stop()
         sc.setJobDescription(None)  # type: ignore[arg-type]
         sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
@@ -308,6 +314,7 @@ def run_fit(
         seconds=time.perf_counter() - started,
         input_shapes=prepared.input_shapes,
         status=status,
+        job_group=group,
     )
 
 

@@ -191,6 +191,7 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
                 "seconds": result.seconds,
                 "rows": result.rows,
                 "communication_share": result.communication_share,
+                "job_group": result.job_group,
                 "workers": result.reports,
                 "service": {
                     key: result.status.get(key)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import glob
 import os
+import time
 
 import keras
 import numpy as np
@@ -171,3 +172,33 @@ def test_mlflow_run_logs_params_metrics_and_model(digits, tmp_path, monkeypatch)
     logged = mlflow.keras.load_model(f"runs:/{run.info.run_id}/model")
     for got, want in zip(logged.get_weights(), fitted.get_model().get_weights(), strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+def _jobs_of_group(spark, group: str) -> list[str]:  # type: ignore[no-untyped-def]
+    """Descriptions of the group's jobs, from Spark's status store (what the UI shows)."""
+    jobs = spark.sparkContext._jsc.sc().statusStore().jobsList(None)
+    found = []
+    for i in range(jobs.size()):
+        job = jobs.apply(i)
+        if job.jobGroup().isDefined() and job.jobGroup().get() == group:
+            found.append(job.description().get() if job.description().isDefined() else "")
+    return found
+
+
+@pytest.mark.parametrize("mode", ["synchronous", "asynchronous"])
+def test_spark_ui_names_the_fit_and_each_epoch(digits, spark, mode) -> None:
+    train_df, _, _ = digits
+    fitted = KerasEstimator(model=digits_model(), mode=mode, num_workers=2, epochs=3, seed=0).fit(
+        train_df
+    )
+    group = fitted.fit_report["job_group"]
+    deadline = time.monotonic() + 10  # the listener bus delivers events asynchronously
+    while True:
+        names = _jobs_of_group(spark, group)
+        if sum(": epoch " in name for name in names) >= 3 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    fit = f"sparkdl fit: {mode}/{'average' if mode == 'synchronous' else 'delta'}, 2 workers"
+    assert sum(name.startswith(fit) and ": epoch " not in name for name in names) >= 1, names
+    for epoch in (1, 2, 3):
+        assert any(f"epoch {epoch}/3 done, loss " in name for name in names), names
