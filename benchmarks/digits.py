@@ -83,11 +83,8 @@ def main() -> None:
     def run(mode: str, merge: str, frequency: str | int, extra: dict[str, Any]) -> tuple:
         if merge == "elastic" and args.alpha is not None:
             extra = {**extra, "elastic_alpha": args.alpha}
-        # Downpour at epoch frequency adds both workers' epoch deltas in full: the README
-        # advises the learning rate divided by num_workers, and so does this run.
-        downpour = mode != "synchronous" and merge == "delta" and frequency == "epoch"
         est = KerasEstimator(
-            model=digits_model(seed=0, learning_rate=0.0015 if downpour else 0.003),
+            model=digits_model(seed=0, learning_rate=0.003),
             mode=mode,
             merge=merge,
             frequency=frequency,
@@ -118,8 +115,6 @@ def main() -> None:
             if args.only and f"{mode}/{merge}" not in args.only:
                 continue
             name = f"{mode}/{merge}" + "".join(f", {k}={v}" for k, v in extra.items())
-            if mode != "synchronous" and merge == "delta" and frequency == "epoch":
-                name += ", lr=0.0015"
             seconds, acc, rate, comm = run(mode, merge, freq, extra)
             rows.append((f"{name}, frequency={frequency}", seconds, acc, rate, comm))
             print(f"{rows[-1][0]}: {seconds:.2f} s, acc {acc:.4f}", file=sys.stderr, flush=True)

@@ -49,6 +49,13 @@ class TrainConfig:
         staleness: ``"none"`` or ``"inverse"``: an asynchronous delta computed against
             a center k versions old is scaled by 1/k.
         elastic_alpha: The EASGD moving rate; ``None`` uses 0.9 / num_workers.
+        delta_scale: Asynchronous ``merge="delta"``: each worker multiplies its delta
+            by this before pushing it. ``None``: 1/num_workers when a push spans a whole
+            epoch (``frequency="epoch"``, or N at least an epoch's batches), where every
+            worker's delta is a full epoch's travel from nearly the same center and
+            adding them all overshoots by num_workers - 1 times; else 1 (Downpour: the
+            service adds the delta as it is). Synchronous mode averages the round's
+            deltas and ignores it.
         frequency: When workers sync: ``"epoch"``, ``"batch"`` or an int N (every N
             batches). Every epoch also ends with a sync.
         num_workers: Number of Spark tasks that train; ``None`` uses every task slot.
@@ -101,6 +108,7 @@ class TrainConfig:
     merge: str | None = None
     staleness: str = "none"
     elastic_alpha: float | None = None
+    delta_scale: float | None = None
     frequency: str | int = "epoch"
     num_workers: int | None = None
     epochs: int = 1
@@ -144,6 +152,14 @@ class TrainConfig:
             raise ConfigError(
                 f"Expected elastic_alpha to be a number in (0, 1] or None. Received: "
                 f"elastic_alpha={alpha!r}"
+            )
+        scale = self.delta_scale
+        if scale is not None and (
+            isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale <= 1
+        ):
+            raise ConfigError(
+                f"Expected delta_scale to be a number in (0, 1] or None. Received: "
+                f"delta_scale={scale!r}"
             )
         freq = self.frequency
         if isinstance(freq, bool) or not (

@@ -211,6 +211,7 @@ def run_fit(
         mode=config.mode,
         merge=str(config.merge),
         elastic_alpha=config.alpha_for(num_workers),
+        delta_scale=config.delta_scale,
         validation_split=config.validation_split,
         validation=held_out,
         num_workers=num_workers,
@@ -229,12 +230,12 @@ def run_fit(
         else None
     )
     downpour = config.mode != "synchronous" and config.merge == "delta"
-    if downpour and config.frequency == "epoch" and num_workers > 1:
+    if downpour and config.frequency == "epoch" and num_workers > 1 and config.delta_scale == 1:
         _log.warning(
-            "merge='delta' adds each worker's whole-epoch delta in full, so the center "
-            "moves about num_workers=%d times as far per epoch as one worker would. If "
-            "the loss oscillates, divide the learning rate by num_workers, push more "
-            "often (frequency='batch' or an int), or use merge='elastic'/'average'.",
+            "merge='delta' with delta_scale=1 adds each worker's whole-epoch delta in full, "
+            "so the center moves about num_workers=%d times as far per epoch as one worker "
+            "would, and may oscillate. The default delta_scale (None) divides whole-epoch "
+            "deltas by num_workers.",
             num_workers,
         )
     driver_callbacks = list(callbacks or [])

@@ -3,7 +3,7 @@
 The service's half is in :mod:`sparkdl.server.rules`. Per merge:
 
 * ``"average"``: push the weights; continue from the center in the answer.
-* ``"delta"``: push ``w - w_pulled``; continue from the center in the answer.
+* ``"delta"``: push ``scale * (w - w_pulled)``; continue from the center in the answer.
 * ``"elastic"``: push ``d = alpha * (w - center_seen)`` and move ``w -= d``; keep the
   local weights (moved toward the center) and remember the answer's center for the
   next difference.
@@ -35,13 +35,17 @@ class WorkerMerge:
         merge: ``"average"``, ``"delta"`` or ``"elastic"``.
         center: The center weights the worker starts from.
         alpha: The elastic moving rate (``merge="elastic"`` only).
+        scale: Factor of a pushed delta (``merge="delta"`` only).
     """
 
-    def __init__(self, merge: str, center: Sequence[np.ndarray], alpha: float = 0.0) -> None:
+    def __init__(
+        self, merge: str, center: Sequence[np.ndarray], alpha: float = 0.0, scale: float = 1.0
+    ) -> None:
         if merge not in ("average", "delta", "elastic"):
             raise ValueError(f"Unknown merge {merge!r}")
         self.merge = merge
         self.alpha = alpha
+        self.scale = scale
         self.center = list(center)
         self._moves: list[np.ndarray] | None = None
 
@@ -54,7 +58,8 @@ class WorkerMerge:
             if not np.issubdtype(w.dtype, np.floating):
                 out.append(w)
             elif self.merge == "delta":
-                out.append(w - c)
+                delta = w - c
+                out.append(delta if self.scale == 1.0 else delta * w.dtype.type(self.scale))
             else:
                 out.append((w - c) * w.dtype.type(self.alpha))
         self._moves = out

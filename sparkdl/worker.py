@@ -38,6 +38,7 @@ import pyarrow as pa
 __all__ = [
     "RESULT_SCHEMA",
     "WorkerPayload",
+    "delta_scale_for",
     "make_train_function",
     "resume_point",
     "rounds_per_epoch",
@@ -70,6 +71,8 @@ class WorkerPayload:
         mode: ``"synchronous"``, ``"asynchronous"`` or ``"hogwild"``.
         merge: ``"average"``, ``"delta"`` or ``"elastic"``.
         elastic_alpha: The elastic moving rate (``merge="elastic"``).
+        delta_scale: Factor of an asynchronous delta, or ``None`` for
+            :func:`delta_scale_for`'s default.
         validation_split: Fraction of this worker's rows held out for ``val_*`` logs.
         validation: A broadcast of ``(x, y)`` validation arrays, or ``None``; worker i
             evaluates rows ``i::num_workers``.
@@ -95,6 +98,7 @@ class WorkerPayload:
     mode: str = "synchronous"
     merge: str = "average"
     elastic_alpha: float = 0.0
+    delta_scale: float | None = None
     validation_split: float = 0.0
     validation: Any = None
     num_workers: int = 1
@@ -138,6 +142,25 @@ def rounds_per_epoch(steps: list[int], every: int | None) -> int:
     if every is None:
         return 1
     return max(1, math.ceil(longest / every))
+
+
+def delta_scale_for(
+    scale: float | None, *, synchronous: bool, every: int | None, steps: int, num_workers: int
+) -> float:
+    """The factor of an asynchronous delta (``TrainConfig.delta_scale``).
+
+    Example:
+        >>> delta_scale_for(None, synchronous=False, every=None, steps=23, num_workers=2)
+        0.5
+        >>> delta_scale_for(None, synchronous=False, every=4, steps=23, num_workers=2)
+        1.0
+    """
+    if synchronous:
+        return 1.0  # the service averages the round's deltas
+    if scale is not None:
+        return float(scale)
+    whole_epoch = every is None or every >= steps
+    return 1.0 / max(num_workers, 1) if whole_epoch else 1.0
 
 
 def resume_point(
@@ -311,9 +334,16 @@ def _train(
         version=int(joined.get("version", 0)),
         position=joined.get("position"),
     )
+    scale = delta_scale_for(
+        payload.delta_scale,
+        synchronous=synchronous,
+        every=payload.sync_every,
+        steps=steps,
+        num_workers=payload.num_workers,
+    )
     sync = _SyncCallback(
         client,
-        merge=WorkerMerge(payload.merge, weights, payload.elastic_alpha),
+        merge=WorkerMerge(payload.merge, weights, payload.elastic_alpha, scale),
         synchronous=synchronous,
         rows=held_in,
         batch_size=payload.batch_size,
@@ -388,6 +418,7 @@ def _train(
         "syncs": sync.syncs,
         "epochs_run": sync.epochs_run,
         "resumed_at": resumed_at,
+        "delta_scale": scale if payload.merge == "delta" else None,
         "compute_dtypes": sorted({str(layer.compute_dtype) for layer in model.layers}),
         "learning_rate": learning_rate(model),
     }
