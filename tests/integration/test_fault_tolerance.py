@@ -1,8 +1,8 @@
 """Real failures: a Python worker process exits mid-epoch, or one is slow on purpose.
 
-The fits run in one subprocess on ``local[3,4]`` (4 attempts per task, as
-``spark.task.maxFailures`` on a cluster; 3 slots for the 3-worker straggler fit),
-since a process has one SparkContext and the session's ``local[2]`` never retries.
+The fits run in subprocesses on ``local[2,4]`` and ``local[3,4]`` (4 attempts per
+task, as ``spark.task.maxFailures`` on a cluster), since a process has one
+SparkContext and the session's ``local[2]`` never retries a task.
 See tests/integration/failure_fit.py for the scenarios.
 """
 
@@ -23,13 +23,11 @@ ROWS = 1437
 EPOCHS = 20
 
 
-@pytest.fixture(scope="module")
-def results() -> dict[str, dict[str, Any]]:
+def _run(master: str, scenarios: list[str]) -> dict[str, dict[str, Any]]:
     script = os.path.join(os.path.dirname(__file__), "failure_fit.py")
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYTHONUNBUFFERED="1")
-    scenarios = ["sync-kill", "async-kill", "async-always", "sync-backup"]
     proc = subprocess.run(
-        [sys.executable, script, "local[3,4]", *scenarios],
+        [sys.executable, script, master, *scenarios],
         capture_output=True,
         text=True,
         timeout=900,
@@ -42,6 +40,15 @@ def results() -> dict[str, dict[str, Any]]:
             result = json.loads(line[len("RESULT ") :])
             found[result["scenario"]] = result
     assert set(found) == set(scenarios), proc.stdout[-3000:]
+    return found
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[str, dict[str, Any]]:
+    # local[2,4]: 2 task slots, 4 attempts per task (as spark.task.maxFailures on a
+    # cluster); the straggler fit has 3 workers, so it needs local[3,4].
+    found = _run("local[2,4]", ["sync-kill", "async-kill", "async-always"])
+    found.update(_run("local[3,4]", ["sync-backup"]))
     return found
 
 
@@ -72,7 +79,7 @@ def test_a_killed_worker_rejoins_and_the_fit_completes(results, scenario) -> Non
 
 def test_retries_running_out_raise_worker_error_and_stop_the_service(results) -> None:
     result = results["async-always"]
-    assert len(result["kills"]) == 4  # local[3,4]: four attempts, each killed
+    assert len(result["kills"]) == 4  # local[2,4]: four attempts, each killed
     assert "Worker 0 failed 4 times" in result["error"]
     assert "Python worker exited unexpectedly" in result["error"]
     assert "spark.task.maxFailures" in result["error"]
