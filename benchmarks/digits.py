@@ -9,6 +9,10 @@ the parameter service, waiting for other workers included).
 The first sparkdl fit in a session is "cold" (Spark starts Python workers, which import
 TensorFlow); it is run first and printed on its own row. Every other row is warm.
 
+The machine is shared and noisy, so the whole set (plain Keras included) runs
+``--repeats`` times in turn, and each row shows the median of its runs (accuracy: the
+median and the range).
+
 Run:
     .venv/bin/python benchmarks/digits.py
     .venv/bin/python benchmarks/digits.py --frequencies epoch --only hogwild/delta
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 from typing import Any
@@ -51,6 +56,7 @@ def main() -> None:
     parser.add_argument("--frequencies", nargs="+", default=["epoch", "batch"])
     parser.add_argument("--only", nargs="*", default=None, help="mode/merge names to run")
     parser.add_argument("--alpha", type=float, default=None, help="elastic_alpha")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each row (median)")
     args = parser.parse_args()
 
     from pyspark.sql import SparkSession
@@ -58,15 +64,20 @@ def main() -> None:
     from sparkdl import KerasEstimator
 
     x_train, x_test, y_train, y_test = digits_arrays()
-    rows: list[tuple[str, float, float, float | None, float | None]] = []
+    runs: dict[str, list[tuple[float, float, float | None, float | None]]] = {}
 
-    model = digits_model(seed=0)
-    start = time.perf_counter()
-    model.fit(x_train, y_train, epochs=args.epochs, batch_size=args.batch_size, verbose=0)
-    keras_seconds = time.perf_counter() - start
-    rows.append(
-        ("plain Keras (1 process)", keras_seconds, accuracy(model, x_test, y_test), None, None)
-    )
+    def plain_keras() -> None:
+        model = digits_model(seed=0)
+        start = time.perf_counter()
+        model.fit(x_train, y_train, epochs=args.epochs, batch_size=args.batch_size, verbose=0)
+        seconds = time.perf_counter() - start
+        record("plain Keras (1 process)", seconds, accuracy(model, x_test, y_test), None, None)
+
+    def record(name: str, *figures: Any) -> None:
+        runs.setdefault(name, []).append(figures)
+        print(f"{name}: {figures[0]:.2f} s, acc {figures[1]:.4f}", file=sys.stderr, flush=True)
+
+    plain_keras()
 
     spark = (
         SparkSession.builder.master("local[2]")
@@ -107,31 +118,38 @@ def main() -> None:
             report["communication_share"],
         )
 
-    seconds, acc, rate, comm = run("synchronous", "average", "epoch", {})
-    rows.append(("synchronous/average, frequency=epoch (cold)", seconds, acc, rate, comm))
-    for frequency in args.frequencies:
-        freq: str | int = int(frequency) if frequency.isdigit() else frequency
-        for mode, merge, extra in COMBINATIONS:
-            if args.only and f"{mode}/{merge}" not in args.only:
-                continue
-            name = f"{mode}/{merge}" + "".join(f", {k}={v}" for k, v in extra.items())
-            seconds, acc, rate, comm = run(mode, merge, freq, extra)
-            rows.append((f"{name}, frequency={frequency}", seconds, acc, rate, comm))
-            print(f"{rows[-1][0]}: {seconds:.2f} s, acc {acc:.4f}", file=sys.stderr, flush=True)
+    cold = run("synchronous", "average", "epoch", {})
+    record("synchronous/average, frequency=epoch (cold)", *cold)
+    for repeat in range(args.repeats):
+        if repeat:
+            plain_keras()
+        for frequency in args.frequencies:
+            freq: str | int = int(frequency) if frequency.isdigit() else frequency
+            for mode, merge, extra in COMBINATIONS:
+                if args.only and f"{mode}/{merge}" not in args.only:
+                    continue
+                name = f"{mode}/{merge}" + "".join(f", {k}={v}" for k, v in extra.items())
+                record(f"{name}, frequency={frequency}", *run(mode, merge, freq, extra))
     spark.stop()
 
     print(
         f"\ndigits: {len(x_train)} train / {len(x_test)} test rows, {args.epochs} epochs, "
-        f"batch {args.batch_size}, 2 workers, local[2]\n"
+        f"batch {args.batch_size}, 2 workers, local[2], median of {args.repeats} runs\n"
     )
-    print("| run | fit s | x Keras | test acc | updates/s | comm share |")
+    keras_seconds = statistics.median(r[0] for r in runs["plain Keras (1 process)"])
+    print("| run | fit s | x Keras | test acc (range) | updates/s | comm share |")
     print("|---|---:|---:|---:|---:|---:|")
-    for name, seconds, acc, rate, comm in rows:
-        updates = "" if rate is None else f"{rate:.0f}"
-        share = "" if comm is None else f"{comm:.1%}"
+    for name, figures in runs.items():
+        seconds = statistics.median(f[0] for f in figures)
+        accs = [f[1] for f in figures]
+        spread = f" ({min(accs):.4f}-{max(accs):.4f})" if len(accs) > 1 else ""
+        rates = [f[2] for f in figures if f[2] is not None]
+        comms = [f[3] for f in figures if f[3] is not None]
+        updates = f"{statistics.median(rates):.0f}" if rates else ""
+        share = f"{statistics.median(comms):.1%}" if comms else ""
         print(
-            f"| {name} | {seconds:.2f} | {seconds / keras_seconds:.2f} | {acc:.4f} "
-            f"| {updates} | {share} |"
+            f"| {name} | {seconds:.2f} | {seconds / keras_seconds:.2f} | "
+            f"{statistics.median(accs):.4f}{spread} | {updates} | {share} |"
         )
 
 

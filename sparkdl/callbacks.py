@@ -5,8 +5,11 @@ every worker has reported an epoch, the master takes the service's current weigh
 the callbacks see ``on_epoch_begin`` / ``on_epoch_end`` with the epoch's logs averaged
 over workers (``loss``, metrics, ``val_*``), as in ``model.fit``. What they do travels
 back: ``model.stop_training = True`` (EarlyStopping) stops every worker at its next
-sync (the epoch's remaining synchronous rounds still close), and a changed optimizer
-learning rate (ReduceLROnPlateau) reaches the workers with their next sync. After
+sync, and a changed optimizer learning rate (ReduceLROnPlateau) reaches the workers
+with their next sync. In synchronous mode the workers wait at each epoch's end until
+the callbacks have run on it (the store's epoch gate), so both take effect from the
+next epoch, exactly as in ``model.fit``; asynchronous workers never wait, so a fast one
+may be an epoch or more ahead when the callbacks see an epoch. After
 training, ``on_train_end`` runs and the master's weights (EarlyStopping's restored best
 ones, say) become the fitted model's.
 
@@ -97,7 +100,8 @@ class DriverCallbacks:
         self._thread.join(timeout=5)
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.POLL_SECONDS):
+        while not self._stop.is_set():
+            self.store.wait_epochs(self.done + 1, self.POLL_SECONDS)
             try:
                 self._catch_up()
             except BaseException as exc:  # a callback failed: stop the fit, re-raise later
@@ -111,7 +115,7 @@ class DriverCallbacks:
         while self.done < closed:
             epoch = self.done
             self.logs = {k: v[epoch] for k, v in history.items() if epoch < len(v)}
-            self.master.set_weights(self.store.weights())
+            self.master.set_weights(self.store.epoch_weights(epoch, wait=60.0))
             self.callbacks.on_epoch_begin(epoch)
             self.callbacks.on_epoch_end(epoch, dict(self.logs))
             self.done += 1
@@ -121,3 +125,4 @@ class DriverCallbacks:
             if rate is not None and rate != self._rate:
                 self._rate = rate
                 self.store.set_learning_rate(rate)
+            self.store.release(epoch)

@@ -184,6 +184,8 @@ def run_fit(
         history=history,
         backup_workers=config.backup_workers,
         epochs=config.epochs,
+        # Driver callbacks see each synchronous epoch before the workers go on.
+        gate_epochs=bool(callbacks or config.checkpoint_dir),
     )
     service = ParameterService(store, host=_service_host(spark, config), port=config.port)
     broadcast = sc.broadcast(model_bytes)

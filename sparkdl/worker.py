@@ -251,6 +251,34 @@ def _unwrap(arrays: list[Any]) -> Any:
     return arrays[0] if len(arrays) == 1 else arrays
 
 
+def batches(x: Any, y: Any, batch_size: int, shuffle: bool) -> Any:
+    """An endless ``tf.data`` pipeline of the epochs' batches, as ``model.fit`` cuts them.
+
+    Every epoch is one pass in a new random order (the last batch may be short), as
+    ``model.fit(x, y, shuffle=True)`` does, but one iterator serves every epoch: Keras
+    builds a new one per epoch for numpy input, which costs more than the training
+    steps of a small partition. Rows are shuffled as indices and gathered, so the
+    shuffle buffer holds 8 bytes a row rather than a copy of the data.
+    """
+    import tensorflow as tf
+
+    def tensors(arrays: Any) -> Any:  # several inputs or outputs: a tuple, in order
+        if isinstance(arrays, list):
+            return tuple(tf.convert_to_tensor(a) for a in arrays)
+        return tf.convert_to_tensor(arrays)
+
+    data = (tensors(x), tensors(y))
+    order = tf.data.Dataset.range(_rows(x))
+    if shuffle:
+        order = order.shuffle(_rows(x), reshuffle_each_iteration=True)
+    return (
+        order.batch(batch_size)
+        .map(lambda index: tf.nest.map_structure(lambda t: tf.gather(t, index), data))
+        .repeat()
+        .prefetch(2)
+    )
+
+
 def _transient(exc: BaseException) -> bool:
     """Whether a retry of the task may succeed (else the fit stops at once).
 
@@ -369,13 +397,13 @@ def _train(
         sync.val_rows = _rows(x) - held_in
 
     def fit(xs: Any, ys: Any, first: int, last: int) -> None:
+        rows = _rows(xs)
         model.fit(
-            xs,
-            ys,
-            batch_size=payload.batch_size,
+            batches(xs, ys, payload.batch_size, payload.shuffle),
+            steps_per_epoch=math.ceil(rows / payload.batch_size),
             epochs=last,
             initial_epoch=first,
-            shuffle=payload.shuffle,
+            shuffle=False,  # the pipeline shuffles
             verbose=0,
             callbacks=[sync.keras_callback],
             validation_data=validation_data,

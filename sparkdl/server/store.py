@@ -116,6 +116,10 @@ class WeightStore:
             workers pushed; later pushes for it are dropped. Epochs close on the same
             quorum, and once ``epochs`` epochs closed every answer says stop.
         epochs: The epoch count the fit ends at (with ``backup_workers``).
+        gate_epochs: Synchronous mode with driver callbacks: the answer to the round
+            that closes an epoch waits until :meth:`release` (the callbacks ran on that
+            epoch), so ``stop_training`` and a new learning rate take effect at the next
+            epoch, as in ``model.fit``.
     """
 
     def __init__(
@@ -129,6 +133,7 @@ class WeightStore:
         history: dict[str, list[float]] | None = None,
         backup_workers: int = 0,
         epochs: int | None = None,
+        gate_epochs: bool = False,
     ) -> None:
         if mode not in STORE_MODES:
             raise ValueError(f"Expected mode to be one of {STORE_MODES}. Received: {mode!r}")
@@ -147,6 +152,10 @@ class WeightStore:
         self.quorum = max(num_workers - backup_workers, 1)
         self.epochs = epochs
         self._finished = False
+        self.gate_epochs = gate_epochs and mode == "synchronous"
+        self._gate_pending: int | None = None  # an epoch closed; hold its last round
+        self._hold: int | None = None  # a merged version not yet answered
+        self._epoch_version: dict[int, int] = {}
         self._generation = 0
         self._floor = 0  # attempts below this belong to a fenced-off generation
         self._joined: set[int] = set()
@@ -188,7 +197,7 @@ class WeightStore:
         with self._cond:
             while True:
                 self._check_aborted()
-                if self._version >= min_version:
+                if self._visible() >= min_version:
                     return self._weights, self._version
                 self._check_round_timeout()
                 left = deadline - time.monotonic()
@@ -220,6 +229,41 @@ class WeightStore:
                 chunks = wire.encode(self._weights, self._answer_meta(self._version))
                 cached = self._encoded = (self._version, chunks)
             return cached[1], cached[0]
+
+    def _visible(self) -> int:
+        """The newest version answers may carry (one held for the callbacks is not)."""
+        return self._version if self._hold is None else self._hold - 1
+
+    def epoch_weights(self, epoch: int, wait: float) -> list[np.ndarray]:
+        """The weights as epoch ``epoch`` ended (gated: once its last round merged)."""
+        deadline = time.monotonic() + wait
+        with self._cond:
+            while self.gate_epochs and epoch not in self._epoch_version:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._aborted is not None:
+                    break
+                self._cond.wait(min(left, 1.0))
+            return self._weights
+
+    def wait_epochs(self, count: int, wait: float) -> int:
+        """Waits up to ``wait`` seconds until ``count`` epochs closed; returns how many."""
+        deadline = time.monotonic() + wait
+        with self._cond:
+            while self._epochs_done() < count and self._aborted is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(min(left, 1.0))
+            return self._epochs_done()
+
+    def release(self, epoch: int) -> None:
+        """The driver's callbacks ran on ``epoch``: answer the round that closed it."""
+        with self._cond:
+            held = self._epoch_version.get(epoch)
+            if self._hold is not None and held is not None and held >= self._hold:
+                self._hold = None
+                self._encoded = None  # the answers carry what the callbacks decided
+                self._cond.notify_all()
 
     def _answer_meta(self, version: int) -> dict[str, Any]:
         meta: dict[str, Any] = {
@@ -580,6 +624,10 @@ class WeightStore:
         updates = [self._round[w] for w in sorted(self._round)]
         self._weights = self.rule.combine(self._weights, updates)
         self._version += 1
+        if self._gate_pending is not None:
+            self._epoch_version[self._gate_pending] = self._version
+            self._hold = self._version
+            self._gate_pending = None
         self._round = {}
         self._round_started = None
         self._cond.notify_all()
@@ -648,7 +696,10 @@ class WeightStore:
                     else sum(v for _, v in pairs) / len(pairs)
                 )
                 self._history.setdefault(key, [float("nan")] * done).append(float(value))
+            if self.gate_epochs:
+                self._gate_pending = done
             done += 1
+            self._cond.notify_all()
         if (
             self.quorum < self.num_workers
             and self.epochs is not None

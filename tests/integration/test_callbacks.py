@@ -46,6 +46,9 @@ def test_keras_callbacks_behave_as_in_model_fit(digits, tmp_path) -> None:
 
     epochs = len(fitted.history["loss"])
     assert epochs < 12 and stopper.stopped_epoch > 0  # stopped early
+    # Synchronous workers wait for the driver's callbacks at each epoch's end, so the
+    # fit stops right after the epoch EarlyStopping stopped at, as model.fit does.
+    assert epochs == stopper.stopped_epoch + 1
     assert [e for e, _, _ in seen] == list(range(epochs))
     assert [round(loss, 6) for _, loss, _ in seen] == [round(v, 6) for v in fitted.history["loss"]]
     best = next(w for e, _, w in seen if e == stopper.best_epoch)

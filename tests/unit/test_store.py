@@ -317,3 +317,19 @@ def test_hogwild_pushes_in_sequence_are_exact() -> None:
     push_async(store, 0, 0.5, seq=1)
     push_async(store, 1, -0.25, seq=1)
     np.testing.assert_array_equal(store.weights()[0], [0.25, 0.25, 0.25])
+
+
+def test_epoch_gate_holds_the_closing_round_until_the_callbacks_ran() -> None:
+    store = WeightStore(
+        [np.zeros(1, np.float32)], num_workers=2, rule=AverageRule(), gate_epochs=True
+    )
+    logs = {"epoch": 0, "epoch_logs": {"loss": 1.0}, "epoch_samples": 1}
+    sync_push(store, 0, 2.0, seq=1, round_no=0, meta=logs)
+    assert sync_push(store, 1, 4.0, seq=1, round_no=0, meta=logs) is None  # held
+    assert store.history() == {"loss": [1.0]} and store.version == 1
+    assert store.epoch_weights(0, wait=1.0)[0].tolist() == [3.0]  # what callbacks see
+    store.request_stop()  # EarlyStopping decided on epoch 0
+    assert store.pull(1, wait=0.0) is None
+    store.release(0)
+    chunks, version = store.encoded(1, wait=1.0)
+    assert version == 1 and wire.decode(b"".join(bytes(c) for c in chunks))[1]["stop"] is True
