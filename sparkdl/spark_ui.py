@@ -72,11 +72,10 @@ class EpochMarks:
         # Local properties are per thread (PySpark pins each Python thread to a JVM one).
         self.sc.setJobGroup(self.group, self.name)
         try:
-            while True:
-                stopping = self._stop.wait(0.25)
+            while not self._stop.is_set():
+                self.store.wait_epochs(self.marked + 1, 0.25)  # wakes as an epoch closes
                 self._mark_closed()
-                if stopping:
-                    return
+            self._mark_closed()
         except Exception as exc:  # the UI is a nicety: never let it break a fit
             _log.debug("could not mark epochs in the Spark UI: %s", exc)
 

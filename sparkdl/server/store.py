@@ -302,7 +302,7 @@ class WeightStore:
                 "num_workers": self.num_workers,
                 "samples_seen": self._samples_seen,
                 "duplicates": sum(info.duplicates for info in self._workers.values()),
-                "epochs_done": len(next(iter(self._history.values()), [])),
+                "epochs_done": self._epochs_done(),
                 "elapsed": now - self.started,
                 "workers": {
                     str(w): {
@@ -660,7 +660,6 @@ class WeightStore:
         if isinstance(comm, (int, float)):
             info.comm_seconds = float(comm)
         logs = meta.get("epoch_logs")
-        epoch = meta.get("epoch")
         if isinstance(logs, dict) and isinstance(epoch, int) and 0 <= epoch < 1_000_000:
             info.epoch = epoch + 1
             clean = {

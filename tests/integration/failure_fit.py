@@ -47,51 +47,47 @@ def crash_loss(marker: str, partition: int, after_steps: int, every_attempt: boo
     """
     counter = [0]
 
-    def crash_loss(y_true, y_pred):  # type: ignore[no-untyped-def]
-        import tensorflow as tf
-        from pyspark import TaskContext
+    def tick() -> None:
+        counter[0] += 1
+        if counter[0] >= after_steps and (every_attempt or not os.path.exists(marker)):
+            with open(marker, "a") as out:
+                out.write(f"{time.time()}\n")
+            os._exit(1)
 
-        loss = keras.losses.sparse_categorical_crossentropy(y_true, y_pred)
-        ctx = TaskContext.get()
-        if ctx is None or ctx.partitionId() != partition:
-            return loss
-
-        def tick() -> np.float32:
-            counter[0] += 1
-            if counter[0] >= after_steps and (every_attempt or not os.path.exists(marker)):
-                with open(marker, "a") as out:
-                    out.write(f"{time.time()}\n")
-                os._exit(1)
-            return np.float32(0.0)
-
-        zero = tf.py_function(tick, [], tf.float32)
-        zero.set_shape(())
-        return loss + zero
-
-    return crash_loss
+    return _loss_with_hook("crash_loss", partition, tick)
 
 
 def slow_loss(partition: int, seconds: float):  # type: ignore[no-untyped-def]
     """Cross-entropy that sleeps ``seconds`` per batch in ``partition``."""
+    return _loss_with_hook("slow_loss", partition, lambda: time.sleep(seconds))
 
-    def slow_loss(y_true, y_pred):  # type: ignore[no-untyped-def]
+
+def _loss_with_hook(name: str, partition: int, hook: Any):  # type: ignore[no-untyped-def]
+    """Sparse cross-entropy that calls ``hook()`` every batch of ``partition`` only.
+
+    Named ``name``: pass it as ``custom_objects={name: loss}``. Compile the model with
+    ``jit_compile=False`` (the hook is a ``tf.py_function``).
+    """
+
+    def loss(y_true, y_pred):  # type: ignore[no-untyped-def]
         import tensorflow as tf
         from pyspark import TaskContext
 
-        loss = keras.losses.sparse_categorical_crossentropy(y_true, y_pred)
+        base = keras.losses.sparse_categorical_crossentropy(y_true, y_pred)
         ctx = TaskContext.get()
         if ctx is None or ctx.partitionId() != partition:
-            return loss
+            return base
 
-        def nap() -> np.float32:
-            time.sleep(seconds)
+        def call() -> np.float32:
+            hook()
             return np.float32(0.0)
 
-        zero = tf.py_function(nap, [], tf.float32)
+        zero = tf.py_function(call, [], tf.float32)
         zero.set_shape(())
-        return loss + zero
+        return base + zero
 
-    return slow_loss
+    loss.__name__ = loss.__qualname__ = name
+    return loss
 
 
 def run(spark: Any, scenario: str, workdir: str) -> dict[str, Any]:

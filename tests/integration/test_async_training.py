@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import time
-
-import keras
-import numpy as np
 import pytest
 
 from examples.digits import accuracy, digits_model
 from sparkdl import KerasEstimator
+from tests.integration.failure_fit import slow_loss
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -65,23 +62,8 @@ def test_every_mode_and_merge_reaches_accuracy(digits, mode, merge, extra, frequ
         assert all(w["delta_scale"] == expected for w in report["workers"])
 
 
-def _slow_loss(y_true, y_pred):  # type: ignore[no-untyped-def]
-    """Cross-entropy that sleeps 40 ms per batch in partition 0 only."""
-    import tensorflow as tf
-    from pyspark import TaskContext
-
-    loss = keras.losses.sparse_categorical_crossentropy(y_true, y_pred)
-    ctx = TaskContext.get()
-    if ctx is not None and ctx.partitionId() == 0:
-
-        def nap() -> np.float32:
-            time.sleep(0.04)
-            return np.float32(0.0)
-
-        pause = tf.py_function(nap, [], tf.float32)
-        pause.set_shape(())
-        loss = loss + pause
-    return loss
+#: Cross-entropy that sleeps 40 ms per batch in partition 0 only.
+_slow_loss = slow_loss(0, 0.04)
 
 
 @pytest.mark.parametrize("mode", ["asynchronous", "hogwild", "synchronous"])
@@ -96,7 +78,7 @@ def test_a_slow_worker_does_not_slow_the_other(digits, mode) -> None:
         num_workers=2,
         epochs=3,
         seed=0,
-        custom_objects={"_slow_loss": _slow_loss},
+        custom_objects={"slow_loss": _slow_loss},
     ).fit(train_df)
     workers = fitted.fit_report["service"]["workers"]
     slow, fast = workers["0"], workers["1"]
