@@ -95,6 +95,11 @@ class TrainConfig:
         mixed_precision: Workers compute in float16 with float32 variables (Keras's
             ``mixed_float16``; output layers stay float32, the loss is scaled). Worth it
             on GPUs with tensor cores; the fitted model computes in float32.
+        overlap: Asynchronous and hogwild modes: a worker pushes in a background thread
+            and keeps training; the answer is folded in at its next sync (the center
+            plus the progress made meanwhile), so the round trip hides behind compute
+            at the cost of one more update of staleness. ``None``: on for asynchronous
+            and hogwild modes. Synchronous rounds always wait for their result.
 
     Raises:
         ConfigError: A value is out of range or unknown.
@@ -131,6 +136,7 @@ class TrainConfig:
     resume: bool = False
     mlflow_run: bool | str | None = None
     mixed_precision: bool = False
+    overlap: bool | None = None
 
     def __post_init__(self) -> None:
         _one_of("mode", self.mode, MODES)
@@ -203,6 +209,16 @@ class TrainConfig:
             raise ConfigError(
                 f"Expected backup_workers to be an int >= 0. Received: backup_workers={backup!r}"
             )
+        if self.overlap is not None and not isinstance(self.overlap, bool):
+            raise ConfigError(
+                f"Expected overlap to be True, False or None. Received: overlap={self.overlap!r}"
+            )
+        if self.overlap and self.mode == "synchronous":
+            raise ConfigError(
+                "overlap=True applies to mode='asynchronous' or 'hogwild' only: a "
+                "synchronous round's workers all continue from its merged result. Drop "
+                "overlap or pick an asynchronous mode."
+            )
         if backup and self.mode != "synchronous":
             raise ConfigError(
                 f"backup_workers={backup} applies to mode='synchronous' only: asynchronous "
@@ -233,6 +249,18 @@ class TrainConfig:
         if self.elastic_alpha is not None:
             return float(self.elastic_alpha)
         return ELASTIC_BETA / max(num_workers, 1)
+
+    @property
+    def overlaps(self) -> bool:
+        """Whether workers push in the background (``overlap``, resolved).
+
+        Example:
+            >>> TrainConfig(mode="hogwild").overlaps, TrainConfig().overlaps
+            (True, False)
+        """
+        if self.overlap is None:
+            return self.mode != "synchronous"
+        return self.overlap
 
     @property
     def sync_every(self) -> int | None:

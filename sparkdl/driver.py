@@ -219,6 +219,7 @@ def run_fit(
         num_workers=num_workers,
         initial_epoch=initial_epoch,
         mixed_precision=config.mixed_precision,
+        overlap=config.overlaps,
     )
     frame = prepared.frame
     if frame.rdd.getNumPartitions() != num_workers:

@@ -10,6 +10,12 @@ The service's half is in :mod:`sparkdl.server.rules`. Per merge:
 
 Integer weights (counters, seed states) are pushed as they are.
 
+With ``overlap`` (asynchronous modes) a worker does not wait for the answer: it takes
+the step the push implies at once (:meth:`WorkerMerge.pushed`; elastic moves toward
+the center, the others keep their weights), trains on, and folds the answer in at its
+next sync (:meth:`WorkerMerge.settle`): the center in the answer plus the local
+progress made since the push, so every step is pushed exactly once.
+
 Example:
     >>> import numpy as np
     >>> side = WorkerMerge("elastic", [np.zeros(2, np.float32)], alpha=0.5)
@@ -17,6 +23,10 @@ Example:
     [2.0, 2.0]
     >>> side.incoming([np.full(2, 4.0, np.float32)], [np.full(2, 2.0, np.float32)])[0].tolist()
     [2.0, 2.0]
+    >>> side = WorkerMerge("delta", [np.zeros(2, np.float32)])
+    >>> side.settle([np.full(2, 5.0, np.float32)], [np.full(2, 4.0, np.float32)],
+    ...             [np.full(2, 10.0, np.float32)])[0].tolist()
+    [11.0, 11.0]
 """
 
 from __future__ import annotations
@@ -64,6 +74,45 @@ class WorkerMerge:
                 out.append((w - c) * w.dtype.type(self.alpha))
         self._moves = out
         return out
+
+    def pushed(self, local: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The worker's weights right after a push it does not wait for.
+
+        Elastic: moved by the pushed difference (``w - d``); otherwise unchanged.
+        Call after :meth:`outgoing`.
+        """
+        if self.merge != "elastic" or self._moves is None:
+            return list(local)
+        moves, self._moves = self._moves, None
+        return [
+            w - d if np.issubdtype(w.dtype, np.floating) else w
+            for w, d in zip(local, moves, strict=True)
+        ]
+
+    def settle(
+        self,
+        local: Sequence[np.ndarray],
+        at_push: Sequence[np.ndarray],
+        answer: Sequence[np.ndarray],
+    ) -> list[np.ndarray]:
+        """The worker's weights once the answer to an earlier push arrives.
+
+        Args:
+            local: The weights now.
+            at_push: The weights right after the push (what :meth:`pushed` returned).
+            answer: The service's center in its answer.
+
+        Average and delta continue from the center plus what the worker learned since
+        the push (``answer + local - at_push``); elastic keeps its weights and only
+        remembers the center for its next difference.
+        """
+        self.center = list(answer)
+        if self.merge == "elastic":
+            return list(local)
+        return [
+            c + (w - p) if np.issubdtype(c.dtype, np.floating) else c
+            for w, p, c in zip(local, at_push, answer, strict=True)
+        ]
 
     def incoming(
         self, local: Sequence[np.ndarray], answer: Sequence[np.ndarray]

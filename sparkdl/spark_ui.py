@@ -72,7 +72,7 @@ class EpochMarks:
         # Local properties are per thread (PySpark pins each Python thread to a JVM one).
         self.sc.setJobGroup(self.group, self.name)
         try:
-            while not self._stop.is_set():
+            while not self._stop.is_set() and self.marked < self.epochs:
                 self.store.wait_epochs(self.marked + 1, 0.25)  # wakes as an epoch closes
                 self._mark_closed()
             self._mark_closed()

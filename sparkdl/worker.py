@@ -79,6 +79,8 @@ class WorkerPayload:
         num_workers: Number of workers.
         initial_epoch: Epochs done before this fit (a resumed fit starts after them).
         mixed_precision: Compute in float16 with float32 variables.
+        overlap: Asynchronous modes: push in the background and fold the answer in at
+            the next sync (see :class:`sparkdl.merging.WorkerMerge`).
     """
 
     model_bytes: Any
@@ -104,6 +106,7 @@ class WorkerPayload:
     num_workers: int = 1
     initial_epoch: int = 0
     mixed_precision: bool = False
+    overlap: bool = False
 
 
 def make_train_function(
@@ -204,6 +207,7 @@ def _run(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> dict[str,
     from sparkdl import gpu
 
     started = time.perf_counter()
+    started_at = time.time()
     ctx = TaskContext.get()
     if ctx is None:
         raise RuntimeError("sparkdl's train function runs only inside a Spark task.")
@@ -234,6 +238,8 @@ def _run(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> dict[str,
         report["gpu_ids"] = gpu_ids
         report["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
         report["attempt"] = client.attempt
+        report["started_at"] = started_at
+        report["ended_at"] = time.time()
         return report
     except BaseException as exc:
         client.report_failure(exc, fatal=not _transient(exc))
@@ -327,6 +333,7 @@ def _train(
     from sparkdl import gpu
     from sparkdl.keras_io import learning_rate, model_from_bytes
     from sparkdl.merging import WorkerMerge
+    from sparkdl.weight_access import WeightAccess
 
     gpus = gpu.configure_tensorflow(payload.threads)
     if payload.seed is not None:
@@ -379,8 +386,10 @@ def _train(
         rounds=rounds,
         every=payload.sync_every,
         version=version,
+        overlap=payload.overlap and not synchronous,
     )
     sync.keras_callback.set_model(model)
+    sync.weights = WeightAccess(model)
     x_fit, y_fit = x, y
     validation_data = None
     if payload.validation is not None:
@@ -412,26 +421,30 @@ def _train(
     resumed_at = [epoch, skip] if (epoch, skip) != (payload.initial_epoch, 0) else None
     train_start = time.perf_counter()
     setup_comm, setup_calls = client.comm_seconds, client.calls  # join and first pull
-    if skip and epoch < payload.epochs:  # finish the epoch this worker was in
-        sync.resume(skip, synced)
-        left = held_in - min(skip * payload.batch_size, held_in)
-        if left:
-            rng = np.random.default_rng((payload.seed or 0) + 7919 * worker + epoch)
-            pick = np.sort(rng.permutation(held_in)[:left])
-            fit(_take(x_fit, pick), _take(y_fit, pick), epoch, epoch + 1)
-        else:  # its batches were done; only the epoch's last rounds are left
-            sync.on_epoch_begin(epoch)
-            sync.on_epoch_end(epoch, {})
-        epoch += 1
-    if epoch < payload.epochs and not sync.stop:
-        if held_in:
-            fit(x_fit, y_fit, epoch, payload.epochs)
-        else:  # an empty partition still takes part in every round
-            for each in range(epoch, payload.epochs):
-                sync.on_epoch_begin(each)
-                sync.on_epoch_end(each, {})
-                if sync.stop:
-                    break
+    try:
+        if skip and epoch < payload.epochs:  # finish the epoch this worker was in
+            sync.resume(skip, synced)
+            left = held_in - min(skip * payload.batch_size, held_in)
+            if left:
+                rng = np.random.default_rng((payload.seed or 0) + 7919 * worker + epoch)
+                pick = np.sort(rng.permutation(held_in)[:left])
+                fit(_take(x_fit, pick), _take(y_fit, pick), epoch, epoch + 1)
+            else:  # its batches were done; only the epoch's last rounds are left
+                sync.on_epoch_begin(epoch)
+                sync.on_epoch_end(epoch, {})
+            epoch += 1
+        if epoch < payload.epochs and not sync.stop:
+            if held_in:
+                fit(x_fit, y_fit, epoch, payload.epochs)
+            else:  # an empty partition still takes part in every round
+                for each in range(epoch, payload.epochs):
+                    sync.on_epoch_begin(each)
+                    sync.on_epoch_end(each, {})
+                    if sync.stop:
+                        break
+        sync.flush()  # the last push's answer (overlap)
+    finally:
+        sync.close()
     train_seconds = time.perf_counter() - train_start
     return {
         "worker": worker,
@@ -441,6 +454,8 @@ def _train(
         "train_seconds": train_seconds,
         "task_seconds": time.perf_counter() - started,
         "comm_seconds": client.comm_seconds - setup_comm,
+        "wait_seconds": sync.wait_seconds,
+        "overlap": sync.overlap,
         "calls": client.calls - setup_calls,
         "setup_comm_seconds": setup_comm,
         "syncs": sync.syncs,
@@ -467,6 +482,7 @@ class _SyncCallback:
         rounds: int,
         every: int | None,
         version: int,
+        overlap: bool = False,
     ) -> None:
         import keras
 
@@ -499,7 +515,15 @@ class _SyncCallback:
         self.stop = False
         self.epochs_run = 0
         self.learning_rate: float | None = None
+        self.weights: Any = None  # a WeightAccess of the model
         self.syncs = 0
+        #: Push in a background thread; the answer is folded in at the next sync.
+        self.overlap = overlap
+        #: Seconds training stood still waiting for the service.
+        self.wait_seconds = 0.0
+        self._pool: Any = None
+        self._inflight: Any = None  # the Future of the push in flight
+        self._at_push: list[Any] = []  # the weights right after that push
         self._done = 0
         self._sent = 0
         self._epoch = 0
@@ -558,21 +582,71 @@ class _SyncCallback:
             meta["epoch_logs"] = {k: float(v) for k, v in epoch_logs.items()}
             meta["epoch_samples"] = self.rows
             meta["val_samples"] = self.val_rows
-        model = self.model
-        local = model.get_weights()
+        local = self.weights.get()
+        settled = self._inflight is not None
+        if settled:
+            local = self._settle(local)
         update = self.merge.outgoing(local)
         samples = seen - self._sent
-        if self.synchronous:
-            answer, version = self.client.push_sync(
-                update, round_no=self.version, samples=samples, meta=meta
+        if self.overlap:
+            after = self.merge.pushed(local)
+            if settled or self.merge.merge == "elastic":
+                self.weights.set(after)
+            self._at_push = after
+            if self._pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="sparkdl-push")
+            self._inflight = self._pool.submit(
+                self.client.push_async,
+                update,
+                base_version=self.version,
+                samples=samples,
+                meta=meta,
             )
         else:
-            answer, version = self.client.push_async(
-                update, base_version=self.version, samples=samples, meta=meta
-            )
-        model.set_weights(self.merge.incoming(local, answer))
-        self.version = version
+            start = time.perf_counter()
+            if self.synchronous:
+                answer, version = self.client.push_sync(
+                    update, round_no=self.version, samples=samples, meta=meta
+                )
+            else:
+                answer, version = self.client.push_async(
+                    update, base_version=self.version, samples=samples, meta=meta
+                )
+            self.wait_seconds += time.perf_counter() - start
+            self.weights.set(self.merge.incoming(local, answer))
+            self._answered(version)
         self._sent = seen
+        self._done += 1
+        self.syncs += 1
+
+    def flush(self) -> None:
+        """Waits for the answer to the push in flight, if any, and folds it in."""
+        if self._inflight is not None:
+            self.weights.set(self._settle(self.weights.get()))
+
+    def close(self) -> None:
+        """Waits for a push in flight (its error, if any, is the caller's to see)."""
+        future, self._inflight = self._inflight, None
+        if future is not None:
+            future.exception()  # the client serves one call at a time
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def _settle(self, local: list[Any]) -> list[Any]:
+        """Waits for the push in flight and returns ``local`` with its answer folded in."""
+        future, self._inflight = self._inflight, None
+        start = time.perf_counter()
+        answer, version = future.result()
+        self.wait_seconds += time.perf_counter() - start
+        self._answered(version)
+        return self.merge.settle(local, self._at_push, answer)
+
+    def _answered(self, version: int) -> None:
+        """Takes the version and the control fields of an answer."""
+        self.version = version
         control = self.client.control
         if control.get("stop"):
             # Stop at this sync: Keras leaves the epoch after this batch, and
@@ -583,7 +657,5 @@ class _SyncCallback:
                 self.model.stop_training = True
         rate = control.get("learning_rate")
         if isinstance(rate, (int, float)) and rate != self.learning_rate:
-            model.optimizer.learning_rate = float(rate)  # ReduceLROnPlateau on the driver
+            self.model.optimizer.learning_rate = float(rate)  # ReduceLROnPlateau
             self.learning_rate = float(rate)
-        self._done += 1
-        self.syncs += 1

@@ -45,6 +45,8 @@ _LONG_POLL = 20.0
 _STALE_ERRORS = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 #: Large arrays go to the socket in slices, so the timeout bounds each slice.
 _SEND_SLICE_BYTES = 4 << 20
+#: A request up to this size leaves in one send (headers and body copied together).
+_COALESCE_BYTES = 256 * 1024
 
 
 class ServiceClient:
@@ -320,7 +322,7 @@ class _KeepAlive:
         """Sends one request; returns ``(status, body)`` with the body in a numpy buffer."""
         conn = self._conn
         if conn is None:
-            conn = http.client.HTTPConnection(self._host, self._port, timeout=self._connect_timeout)
+            conn = _Connection(self._host, self._port, timeout=self._connect_timeout)
             conn.connect()  # sets TCP_NODELAY
             if conn.sock is not None:
                 conn.sock.settimeout(self._read_timeout)
@@ -340,6 +342,28 @@ class _KeepAlive:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
+
+
+class _Connection(http.client.HTTPConnection):
+    """``http.client``'s connection, sending a small request in one ``send``.
+
+    The standard library sends the headers, then each body chunk, in separate calls;
+    with ``TCP_NODELAY`` each is its own packet and wakes the server. A push of a
+    small model (a header and four arrays) went out in six sends; joined, one copy
+    of a few KiB costs less than the five extra round trips through the kernel.
+    """
+
+    def _send_output(self, message_body: Any = None, encode_chunked: bool = False) -> None:
+        if isinstance(message_body, list) and not encode_chunked:
+            size = sum(memoryview(chunk).nbytes for chunk in message_body)
+            if size <= _COALESCE_BYTES:
+                buffered: list[bytes] = self._buffer  # type: ignore[attr-defined]
+                buffered.extend((b"", b""))
+                head = b"\r\n".join(buffered)
+                del buffered[:]
+                self.send(b"".join([head, *message_body]))
+                return
+        super()._send_output(message_body, encode_chunked)  # type: ignore[misc]
 
 
 def _read_all(response: http.client.HTTPResponse) -> Any:

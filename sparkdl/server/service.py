@@ -35,6 +35,7 @@ __all__ = ["MAX_HEADER_BYTES", "ParameterService"]
 
 #: Bound on a request's line and headers (cheroot's default is unbounded).
 MAX_HEADER_BYTES = 64 * 1024
+_SELECT_SECONDS = 0.02
 
 _log = logging.getLogger(__name__)
 
@@ -104,6 +105,9 @@ class ParameterService:
         # nothing larger than the bound is ever read or drained.
         server.max_request_body_size = max_body_bytes(self.store)
         server.max_request_header_size = MAX_HEADER_BYTES
+        # The selector loop's select() timeout, which is also how long stop() may wait
+        # for it (cheroot's 0.5 s would add up to half a second to every fit).
+        server.expiration_interval = _SELECT_SECONDS
         use_bulk_io(server)
         try:
             server.prepare()

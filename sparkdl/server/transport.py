@@ -11,6 +11,13 @@ the socket into one preallocated buffer (``recv_into``), and a write of at least
 :data:`BULK_BYTES` goes out with one ``sendall`` of the caller's buffer. With them the
 same transfer ran at 1651 MB/s (58% of the plain socket; ``benchmarks/service.py``).
 
+Small answers go the other way: cheroot sends every write at once, so the status line,
+the headers and each array of a small model left in separate ``send`` calls (six for
+a 4-array model), each waking the worker. :class:`BulkGateway` corks the writer for
+the whole answer, which then leaves in one ``send`` when smaller than
+:data:`BULK_BYTES`; and a connection reads requests through a 64 KiB buffer, so a
+small push arrives in one ``recv``.
+
 Example:
     >>> from cheroot import wsgi
     >>> server = wsgi.Server(("127.0.0.1", 0), lambda environ, start: [])
@@ -31,6 +38,7 @@ from cheroot import makefile, server, wsgi
 __all__ = [
     "BULK_BYTES",
     "LINGER_SECONDS",
+    "READ_BUFFER_BYTES",
     "SEND_SLICE_BYTES",
     "BulkConnection",
     "BulkGateway",
@@ -40,6 +48,8 @@ __all__ = [
 ]
 
 BULK_BYTES = 256 * 1024
+#: Read buffer of a connection: a small request (headers and body) fits in one recv.
+READ_BUFFER_BYTES = 64 * 1024
 LINGER_SECONDS = 0.05
 #: Large writes go out in slices of this size, so the socket timeout bounds each slice
 #: (as with stock cheroot's small writes), not the whole body.
@@ -69,6 +79,10 @@ class BulkGateway(wsgi.Gateway_10):
         # connection is never parsed from leftover body bytes.
         if self.req.chunked_read or getattr(self.req.rfile, "remaining", 0):
             self.req.close_connection = True
+        wfile = self.req.conn.wfile
+        corked = isinstance(wfile, BulkWriter)
+        if corked:
+            wfile.cork()  # the headers and a small body leave in one send
         try:
             for chunk in response:
                 if not isinstance(chunk, (bytes, bytearray, memoryview)):
@@ -78,9 +92,13 @@ class BulkGateway(wsgi.Gateway_10):
                 if len(chunk):
                     self.write(chunk)
         finally:
-            self.req.ensure_headers_sent()
-            if hasattr(response, "close"):
-                response.close()
+            try:
+                self.req.ensure_headers_sent()
+            finally:
+                if corked:
+                    wfile.uncork()
+                if hasattr(response, "close"):
+                    response.close()
 
 
 class BulkReader(makefile.StreamReader):
@@ -113,17 +131,41 @@ class BulkReader(makefile.StreamReader):
 
 
 class BulkWriter(makefile.StreamWriter):
-    """cheroot's socket writer, with large writes sent by one ``sendall`` (no copy)."""
+    """cheroot's socket writer, with large writes sent by one ``sendall`` (no copy).
+
+    While corked (:meth:`cork`), small writes gather in the buffer until
+    :meth:`uncork`, or until they pass :data:`BULK_BYTES`, instead of each going out
+    at once.
+    """
 
     def __init__(self, sock: socket.socket, mode: str = "w", bufsize: int = 8192) -> None:
         super().__init__(sock, mode, bufsize)
         self._sock = sock
+        self._corked = False
+
+    def cork(self) -> None:
+        """Holds small writes back until :meth:`uncork`."""
+        self._corked = True
+
+    def uncork(self) -> None:
+        """Sends what the cork held back."""
+        self._corked = False
+        state: Any = self  # _pyio.BufferedWriter's buffer, which cheroot's stubs omit
+        with state._write_lock:
+            state._flush_unlocked()
 
     def write(self, data: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         size = len(data)
+        state: Any = self
         if size < BULK_BYTES:
-            return super().write(data, *args, **kwargs)
-        state: Any = self  # _pyio.BufferedWriter's buffer, which cheroot's stubs omit
+            if not self._corked:
+                return super().write(data, *args, **kwargs)
+            with state._write_lock:
+                state._write_buf.extend(data)
+                if len(state._write_buf) >= BULK_BYTES:
+                    state._flush_unlocked()
+            self.bytes_written += size
+            return size
         view = memoryview(data).cast("B")
         with state._write_lock:
             state._flush_unlocked()
@@ -143,6 +185,8 @@ class BulkConnection(server.HTTPConnection):
     request. The service runs more threads than workers, so a lingering connection
     never starves another.
     """
+
+    rbufsize = READ_BUFFER_BYTES
 
     def __init__(self, http_server: server.HTTPServer, sock: socket.socket, makefile: Any = None):
         super().__init__(http_server, sock, _bulk_makefile)

@@ -1,0 +1,98 @@
+"""Reads and writes a Keras model's weights with one TensorFlow op per variable.
+
+A worker that syncs every batch reads and writes all weights hundreds of times an
+epoch. ``model.get_weights()`` / ``model.set_weights()`` go through Keras's variable
+wrappers (dtype and shape checks, a ``read_value`` after each assign): measured on a
+64-64-10 MLP on this project's 2-core machine, 0.15 ms to read and 0.43 ms to write,
+and 1.1-1.4 ms a step inside ``model.fit``. Reading with ``ReadVariableOp`` and
+writing with ``AssignVariableOp`` on the TensorFlow variables underneath took 0.04 ms
+and 0.06 ms, and 0.2-0.35 ms a step inside ``model.fit``.
+
+The fast path is taken only when every weight is a plain TensorFlow resource variable
+(the TensorFlow backend, no distribution strategy); otherwise the Keras methods are
+used. Arrays written must have the weights' shapes and dtypes, as those the service
+answers with do (it checks every push against the model's weights); the first write
+of a fit goes through ``model.set_weights`` and its checks.
+
+Example:
+    >>> import keras, numpy as np
+    >>> net = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    >>> access = WeightAccess(net)
+    >>> access.set([np.ones((3, 2), np.float32), np.zeros(2, np.float32)])
+    >>> [w.shape for w in access.get()], float(net.get_weights()[0].sum())
+    ([(3, 2), (2,)], 6.0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["WeightAccess"]
+
+
+class WeightAccess:
+    """Fast ``get_weights`` / ``set_weights`` for one model.
+
+    Args:
+        model: A built Keras model; its weight list must not change afterwards.
+    """
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self._handles = _resource_variables(model)
+
+    @property
+    def fast(self) -> bool:
+        """Whether the one-op-per-variable path is in use."""
+        return self._handles is not None
+
+    def get(self) -> list[np.ndarray]:
+        """The current weights, as ``model.get_weights()`` returns them."""
+        if self._handles is None:
+            return list(self.model.get_weights())
+        import tensorflow as tf
+
+        read = tf.raw_ops.ReadVariableOp
+        return [read(resource=v.handle, dtype=v.dtype).numpy() for v in self._handles]
+
+    def set(self, arrays: Sequence[np.ndarray]) -> None:
+        """Writes ``arrays`` (the weights' shapes and dtypes, in their order)."""
+        if self._handles is None:
+            self.model.set_weights(list(arrays))
+            return
+        import tensorflow as tf
+
+        if len(arrays) != len(self._handles):
+            raise ValueError(
+                f"Expected {len(self._handles)} weight arrays. Received: {len(arrays)}"
+            )
+        assign = tf.raw_ops.AssignVariableOp
+        for variable, value in zip(self._handles, arrays, strict=True):
+            assign(resource=variable.handle, value=value)
+
+
+def _resource_variables(model: Any) -> list[Any] | None:
+    """The TensorFlow resource variables under ``model.weights``, or ``None``."""
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        return None
+    import tensorflow as tf
+
+    if tf.distribute.has_strategy():
+        return None
+    found = []
+    for weight in model.weights:
+        inner = getattr(weight, "value", weight)
+        if (
+            type(inner).__name__ != "ResourceVariable"
+            or not isinstance(inner, tf.Variable)
+            or getattr(inner, "handle", None) is None
+            or tuple(inner.shape) != tuple(weight.shape)
+        ):
+            return None
+        found.append(inner)
+    return found
