@@ -98,8 +98,10 @@ class TrainConfig:
         overlap: Asynchronous and hogwild modes: a worker pushes in a background thread
             and keeps training; the answer is folded in at its next sync (the center
             plus the progress made meanwhile), so the round trip hides behind compute
-            at the cost of one more update of staleness. ``None``: on for asynchronous
-            and hogwild modes. Synchronous rounds always wait for their result.
+            at the cost of one more update of staleness. An epoch's last push always
+            waits for its answer, so every epoch starts from the center (and
+            ``frequency="epoch"`` never overlaps). ``None``: on for asynchronous and
+            hogwild modes. Synchronous rounds always wait for their result.
 
     Raises:
         ConfigError: A value is out of range or unknown.

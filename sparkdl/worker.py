@@ -588,7 +588,7 @@ class _SyncCallback:
             local = self._settle(local)
         update = self.merge.outgoing(local)
         samples = seen - self._sent
-        if self.overlap:
+        if self.overlap and epoch_logs is None:  # an epoch's last push waits (below)
             after = self.merge.pushed(local)
             if settled or self.merge.merge == "elastic":
                 self.weights.set(after)
