@@ -14,6 +14,11 @@ used. Arrays written must have the weights' shapes and dtypes, as those the serv
 answers with do (it checks every push against the model's weights); the first write
 of a fit goes through ``model.set_weights`` and its checks.
 
+A write copies its arrays first: TensorFlow adopts a suitably aligned numpy buffer
+instead of copying it, and the optimizer would then update the caller's array (a
+worker's remembered center, say) in place. A read is a snapshot: TensorFlow copies a
+variable's buffer before updating it while a read of it is alive.
+
 Example:
     >>> import keras, numpy as np
     >>> net = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
@@ -71,7 +76,7 @@ class WeightAccess:
             )
         assign = tf.raw_ops.AssignVariableOp
         for variable, value in zip(self._handles, arrays, strict=True):
-            assign(resource=variable.handle, value=value)
+            assign(resource=variable.handle, value=np.array(value, copy=True))
 
 
 def _resource_variables(model: Any) -> list[Any] | None:

@@ -24,6 +24,8 @@ from sparkdl.errors import ConfigError, SchemaError, SparkDLError, WorkerError
         ({"request_timeout": 0}, "request_timeout"),
         ({"seed": 1.5}, "seed"),
         ({"request_retries": -1}, "request_retries"),
+        ({"overlap": True}, "overlap"),  # synchronous rounds wait for their result
+        ({"overlap": "yes", "mode": "hogwild"}, "overlap"),
     ],
 )
 def test_invalid_settings_fail_at_once(kwargs: dict, match: str) -> None:
@@ -36,6 +38,9 @@ def test_defaults_and_sync_every() -> None:
     assert TrainConfig().sync_every is None
     assert TrainConfig(frequency="batch").sync_every == 1
     assert TrainConfig(frequency=4).sync_every == 4
+    assert not TrainConfig().overlaps
+    assert TrainConfig(mode="asynchronous").overlaps
+    assert not TrainConfig(mode="hogwild", overlap=False).overlaps
 
 
 def test_config_is_keyword_only_and_frozen() -> None:

@@ -139,6 +139,31 @@ def test_worker_side_of_each_merge() -> None:
     assert elastic.outgoing([np.array([2.5, 4.0], np.float32)])[0].tolist() == [0.125, 0.5]
 
 
+def test_overlapped_worker_side_keeps_the_progress_made_during_the_push() -> None:
+    """overlap: push, train on, then fold in the answer (hand-computed)."""
+    center = [np.array([1.0, 1.0], np.float32), np.array([7], np.int64)]
+    at_push = [np.array([3.0, 5.0], np.float32), np.array([8], np.int64)]
+    later = [np.array([4.0, 4.0], np.float32), np.array([9], np.int64)]  # trained on
+    answer = [np.array([2.0, 2.0], np.float32), np.array([8], np.int64)]
+    delta = WorkerMerge("delta", center, scale=0.5)
+    assert delta.outgoing(at_push)[0].tolist() == [1.0, 2.0]
+    assert delta.pushed(at_push)[0].tolist() == [3.0, 5.0]  # keeps its weights
+    settled = delta.settle(later, at_push, answer)
+    assert settled[0].tolist() == [3.0, 1.0]  # answer + (later - at_push)
+    assert settled[1].tolist() == [8]  # integer state: the answer's
+    # The next delta is against the answer: exactly the progress not pushed yet.
+    assert delta.outgoing(settled)[0].tolist() == [0.5, -0.5]
+    average = WorkerMerge("average", center)
+    average.outgoing(at_push)
+    assert average.settle(later, at_push, answer)[0].tolist() == [3.0, 1.0]
+    elastic = WorkerMerge("elastic", center, alpha=0.25)
+    assert elastic.outgoing(at_push)[0].tolist() == [0.5, 1.0]
+    moved = elastic.pushed(at_push)
+    assert moved[0].tolist() == [2.5, 4.0] and moved[1].tolist() == [8]  # w - d at once
+    assert elastic.settle(later, moved, answer)[0].tolist() == [4.0, 4.0]  # keeps its own
+    assert elastic.outgoing(later)[0].tolist() == [0.5, 0.5]  # against the new center
+
+
 def test_make_rule_builds_each_merge() -> None:
     assert isinstance(make_rule("delta", staleness="inverse"), DeltaRule)
     assert isinstance(make_rule("elastic"), ElasticRule)
