@@ -16,7 +16,9 @@ TensorFlow); it is run first and printed on its own row. Every other row is warm
 
 The machine is shared and noisy, so the whole set (plain Keras included) runs
 ``--repeats`` times in turn, and each row shows the median of its runs (accuracy: the
-median and the range).
+median and the range). Repeat r seeds everything with r (the model's initial weights,
+plain Keras's and each worker's sample order), so an accuracy is judged over seeds, not
+on one lucky or unlucky initialisation; plain Keras gets the same seeds.
 
 Run:
     .venv/bin/python benchmarks/digits.py
@@ -71,8 +73,8 @@ def main() -> None:
     x_train, x_test, y_train, y_test = digits_arrays()
     runs: dict[str, list[tuple[float, float, float | None, float | None, float | None]]] = {}
 
-    def plain_keras() -> None:
-        model = digits_model(seed=0)
+    def plain_keras(seed: int) -> None:
+        model = digits_model(seed=seed)
         start = time.perf_counter()
         model.fit(x_train, y_train, epochs=args.epochs, batch_size=args.batch_size, verbose=0)
         seconds = time.perf_counter() - start
@@ -83,7 +85,7 @@ def main() -> None:
         runs.setdefault(name, []).append(figures)
         print(f"{name}: {figures[0]:.2f} s, acc {figures[1]:.4f}", file=sys.stderr, flush=True)
 
-    plain_keras()
+    plain_keras(0)
 
     spark = (
         SparkSession.builder.master("local[2]")
@@ -97,18 +99,18 @@ def main() -> None:
     train_df = train_df.cache()
     train_df.count()
 
-    def run(mode: str, merge: str, frequency: str | int, extra: dict[str, Any]) -> tuple:
+    def run(mode: str, merge: str, frequency: str | int, extra: dict[str, Any], seed: int) -> tuple:
         if merge == "elastic" and args.alpha is not None:
             extra = {**extra, "elastic_alpha": args.alpha}
         est = KerasEstimator(
-            model=digits_model(seed=0, learning_rate=0.003),
+            model=digits_model(seed=seed, learning_rate=0.003),
             mode=mode,
             merge=merge,
             frequency=frequency,
             num_workers=2,
             epochs=args.epochs,
             batch_size=args.batch_size,
-            seed=0,
+            seed=seed,
             **extra,
         )
         start = time.perf_counter()
@@ -127,23 +129,25 @@ def main() -> None:
             waited / trained if trained > 0 else None,
         )
 
-    cold = run("synchronous", "average", "epoch", {})
+    cold = run("synchronous", "average", "epoch", {}, 0)
     record("synchronous/average, frequency=epoch (cold)", *cold)
     for repeat in range(args.repeats):
         if repeat:
-            plain_keras()
+            plain_keras(repeat)
         for frequency in args.frequencies:
             freq: str | int = int(frequency) if frequency.isdigit() else frequency
             for mode, merge, extra in COMBINATIONS:
                 if args.only and f"{mode}/{merge}" not in args.only:
                     continue
                 name = f"{mode}/{merge}" + "".join(f", {k}={v}" for k, v in extra.items())
-                record(f"{name}, frequency={frequency}", *run(mode, merge, freq, extra))
+                figures = run(mode, merge, freq, extra, repeat)
+                record(f"{name}, frequency={frequency}", *figures)
     spark.stop()
 
     print(
         f"\ndigits: {len(x_train)} train / {len(x_test)} test rows, {args.epochs} epochs, "
-        f"batch {args.batch_size}, 2 workers, local[2], median of {args.repeats} runs\n"
+        f"batch {args.batch_size}, 2 workers, local[2], median of {args.repeats} runs "
+        f"(seeds 0-{args.repeats - 1})\n"
     )
     keras_seconds = statistics.median(r[0] for r in runs["plain Keras (1 process)"])
     print("| run | fit s | x Keras | test acc (range) | updates/s | in calls | waited |")
