@@ -456,6 +456,7 @@ def _train(
         "comm_seconds": client.comm_seconds - setup_comm,
         "wait_seconds": sync.wait_seconds,
         "overlap": sync.overlap,
+        "fast_weights": sync.weights.fast,
         "calls": client.calls - setup_calls,
         "setup_comm_seconds": setup_comm,
         "syncs": sync.syncs,

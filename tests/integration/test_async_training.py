@@ -60,6 +60,31 @@ def test_every_mode_and_merge_reaches_accuracy(digits, mode, merge, extra, frequ
         # in full would overshoot by the other worker's step and oscillate.
         expected = 0.5 if frequency == "epoch" else 1.0
         assert all(w["delta_scale"] == expected for w in report["workers"])
+    for worker in report["workers"]:
+        assert worker["fast_weights"]  # one TensorFlow op per variable
+        # Asynchronous workers push in the background by default; rounds always wait.
+        assert worker["overlap"] is (mode != "synchronous")
+
+
+@pytest.mark.parametrize(("mode", "merge"), [("asynchronous", "delta"), ("hogwild", "elastic")])
+def test_waiting_for_every_answer_also_reaches_accuracy(digits, mode, merge) -> None:
+    """overlap=False: each push waits for its answer before training goes on."""
+    train_df, _, (_, x_test, _, y_test) = digits
+    fitted = KerasEstimator(
+        model=digits_model(),
+        mode=mode,
+        merge=merge,
+        frequency="batch",
+        overlap=False,
+        num_workers=2,
+        epochs=20,
+        seed=0,
+    ).fit(train_df)
+    assert accuracy(fitted.get_model(), x_test, y_test) >= 0.95
+    report = fitted.fit_report
+    assert not any(w["overlap"] for w in report["workers"])
+    assert report["service"]["version"] == sum(w["syncs"] for w in report["workers"])
+    assert report["service"]["samples_seen"] == 20 * 1437
 
 
 #: Cross-entropy that sleeps 40 ms per batch in partition 0 only.
