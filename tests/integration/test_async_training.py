@@ -33,8 +33,13 @@ def test_every_mode_and_merge_reaches_accuracy(digits, mode, merge, extra, frequ
     if mode == "synchronous" and frequency == "batch":
         frequency = 4  # every batch is covered asynchronously; a small N here
     train_df, _, (_, x_test, _, y_test) = digits
+    # Elastic averaging's center advances n / (n + 1) of a worker's step per round
+    # while the workers drift together (whatever elastic_alpha): the README's advice
+    # is a learning rate (n + 1) / n times higher, here 1.5x for 2 workers. At the
+    # same rate it trails the other merges by about half a point at 20 epochs.
+    rate = 0.003 * 1.5 if merge == "elastic" else 0.003
     fitted = KerasEstimator(
-        model=digits_model(),
+        model=digits_model(learning_rate=rate),
         mode=mode,
         merge=merge,
         frequency=frequency,
