@@ -80,7 +80,10 @@ class TrainConfig:
             ``spark.task.cpus``.
         slot_wait_timeout: Seconds to wait for executors to register before failing
             for lack of task slots (non-local masters only).
-        validate: Scan the data once for nulls, NaNs and ragged rows before training.
+        validate: Before training, look at every feature and label value for NaNs
+            (one pass over the data, in the aggregate job that also counts rows, nulls
+            and ragged rows, which always runs). ``False`` skips that pass over every
+            value; a NaN then shows up as a diverged loss.
         validation_split: Fraction in [0, 1) of each worker's rows (its last ones, as
             in ``model.fit``) held out to report ``val_*`` logs every epoch.
         checkpoint_dir: A local directory on the driver; after every epoch the center

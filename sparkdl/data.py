@@ -233,7 +233,13 @@ def label_kind(dtype: DataType) -> str:
     )
 
 
-def summarize(prepared: DataFrame, kinds: Sequence[str] | str, inputs: int = 1) -> DataSummary:
+def summarize(
+    prepared: DataFrame,
+    kinds: Sequence[str] | str,
+    inputs: int = 1,
+    *,
+    scan_values: bool = True,
+) -> DataSummary:
     """Scans the prepared data once and checks it: rows, nulls, NaNs, ragged widths.
 
     Args:
@@ -241,6 +247,9 @@ def summarize(prepared: DataFrame, kinds: Sequence[str] | str, inputs: int = 1) 
             (:func:`feature_name`, :func:`label_name`).
         kinds: The label kind of each output (from :func:`label_column`).
         inputs: Number of prepared feature columns.
+        scan_values: Look at every feature and label value for nulls and NaNs
+            (``TrainConfig.validate``). ``False`` still counts rows and reads widths
+            and label ranges, which the fit needs, but skips the pass over every value.
 
     Raises:
         SchemaError: The data is empty, or has nulls, NaNs or rows of differing width.
@@ -249,30 +258,28 @@ def summarize(prepared: DataFrame, kinds: Sequence[str] | str, inputs: int = 1) 
     aggs = [F.count(F.lit(1)).alias("rows")]
     for i in range(inputs):
         f = F.col(feature_name(i))
-        bad_value = F.exists(f, lambda v: v.isNull() | F.isnan(v))
         aggs += [
             F.sum(F.when(f.isNull(), 1).otherwise(0)).alias(f"f_null{i}"),
-            F.sum(F.when(bad_value, 1).otherwise(0)).alias(f"f_nan{i}"),
             F.min(F.size(f)).alias(f"f_min{i}"),
             F.max(F.size(f)).alias(f"f_max{i}"),
         ]
+        if scan_values:
+            bad_value = F.exists(f, lambda v: v.isNull() | F.isnan(v))
+            aggs.append(F.sum(F.when(bad_value, 1).otherwise(0)).alias(f"f_nan{i}"))
     for j, kind in enumerate(kinds):
         y = F.col(label_name(j))
         aggs.append(F.sum(F.when(y.isNull(), 1).otherwise(0)).alias(f"y_null{j}"))
         if kind == "array":
+            aggs += [F.min(F.size(y)).alias(f"y_min_w{j}"), F.max(F.size(y)).alias(f"y_max_w{j}")]
             y_bad = F.exists(y, lambda v: v.isNull() | F.isnan(v))
-            aggs += [
-                F.sum(F.when(y_bad, 1).otherwise(0)).alias(f"y_nan{j}"),
-                F.min(F.size(y)).alias(f"y_min_w{j}"),
-                F.max(F.size(y)).alias(f"y_max_w{j}"),
-            ]
         else:
-            y_bad = F.isnan(y) if kind == "float" else F.lit(False)
             aggs += [
-                F.sum(F.when(y_bad, 1).otherwise(0)).alias(f"y_nan{j}"),
                 F.min(y).cast("double").alias(f"y_min{j}"),
                 F.max(y).cast("double").alias(f"y_max{j}"),
             ]
+            y_bad = F.isnan(y) if kind == "float" else F.lit(False)
+        if scan_values:
+            aggs.append(F.sum(F.when(y_bad, 1).otherwise(0)).alias(f"y_nan{j}"))
     row = prepared.agg(*aggs).first()
     assert row is not None
     stats: dict[str, Any] = row.asDict()
@@ -284,13 +291,13 @@ def summarize(prepared: DataFrame, kinds: Sequence[str] | str, inputs: int = 1) 
         where = f" (input {i})" if inputs > 1 else ""
         if stats[f"f_null{i}"]:
             problems.append(f"{stats[f'f_null{i}']} row(s) with null features{where}")
-        if stats[f"f_nan{i}"]:
+        if stats.get(f"f_nan{i}"):
             problems.append(f"{stats[f'f_nan{i}']} row(s) with NaN or null feature values{where}")
     for j in range(len(kinds)):
         where = f" (output {j})" if len(kinds) > 1 else ""
         if stats[f"y_null{j}"]:
             problems.append(f"{stats[f'y_null{j}']} row(s) with a null label{where}")
-        if stats[f"y_nan{j}"]:
+        if stats.get(f"y_nan{j}"):
             problems.append(f"{stats[f'y_nan{j}']} row(s) with a NaN label{where}")
     if problems:
         raise SchemaError(

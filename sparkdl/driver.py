@@ -102,14 +102,22 @@ class Prepared:
         return self.label_kinds[0]
 
 
-def prepare(df: DataFrame, model: keras.Model, features_col: Any, label_col: Any) -> Prepared:
+def prepare(
+    df: DataFrame,
+    model: keras.Model,
+    features_col: Any,
+    label_col: Any,
+    *,
+    validate: bool = True,
+) -> Prepared:
     """Checks the model and the data and selects the prepared columns.
 
     A model with several inputs takes ``features_col`` as a list (one column per input,
     in order) or a dict from input name to column; ``label_col`` likewise for several
     outputs.
 
-    Runs one Spark job (an aggregate) to count rows and find nulls, NaNs and ragged rows.
+    Runs one Spark job (an aggregate) to count rows and find nulls, NaNs and ragged rows;
+    ``validate=False`` skips its look at every value for NaNs.
 
     Raises:
         SchemaError: A column is missing or has a wrong type, or the data is bad.
@@ -127,7 +135,7 @@ def prepare(df: DataFrame, model: keras.Model, features_col: Any, label_col: Any
         *[y.alias(data.label_name(j)) for j, (y, _) in enumerate(labels)],
     )
     kinds = tuple(kind for _, kind in labels)
-    summary = data.summarize(frame, kinds, len(features))
+    summary = data.summarize(frame, kinds, len(features), scan_values=validate)
     shapes = tuple(
         keras_io.resolve_input_shape(model, width, i) for i, width in enumerate(summary.widths)
     )

@@ -151,11 +151,17 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
                 )
         model = self._model_to_train(found.weights if found else None)
         initial_epoch, history = (found.epoch, found.history) if found else (0, None)
-        prepared = driver.prepare(dataset, model, self.features_col, self.label_col)
+        prepared = driver.prepare(
+            dataset, model, self.features_col, self.label_col, validate=config.validate
+        )
         validation = None
         if self.validation_data is not None:
             validation = driver.prepare(
-                self.validation_data, model, self.features_col, self.label_col
+                self.validation_data,
+                model,
+                self.features_col,
+                self.label_col,
+                validate=config.validate,
             )
         tracker = None
         callbacks = list(self.callbacks)

@@ -142,6 +142,21 @@ def test_nulls_and_nans_are_counted(spark) -> None:
         fit(df)
 
 
+def test_validate_false_skips_the_nan_scan_but_not_nulls(spark) -> None:
+    feats = [r.tolist() for r in X]
+    feats[1] = [float("nan"), 1.0, 2.0]
+    df = frame(spark, feats, schema="features array<double>, label long, id string")
+    with pytest.raises(SchemaError, match=r"1 row\(s\) with NaN"):
+        fit(df)
+    # Without the scan the NaN reaches training, where the loss names it.
+    with pytest.raises(WorkerError, match=r"training diverged|NaN or infinite"):
+        fit(df, validate=False)
+    feats[0] = None  # nulls are still counted: a worker could not convert the row
+    df = frame(spark, feats, schema="features array<double>, label long, id string")
+    with pytest.raises(SchemaError, match=r"1 row\(s\) with null features"):
+        fit(df, validate=False)
+
+
 def test_empty_dataframe(good) -> None:
     with pytest.raises(SchemaError, match="empty"):
         fit(good.limit(0))
