@@ -75,14 +75,15 @@ class WorkerMerge:
         self._moves = out
         return out
 
-    def pushed(self, local: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def pushed(self, local: list[np.ndarray]) -> list[np.ndarray]:
         """The worker's weights right after a push it does not wait for.
 
-        Elastic: moved by the pushed difference (``w - d``); otherwise unchanged.
+        Elastic: moved by the pushed difference (``w - d``), as a new list; otherwise
+        ``local`` itself, unchanged (so ``pushed(local) is local`` says nothing moved).
         Call after :meth:`outgoing`.
         """
         if self.merge != "elastic" or self._moves is None:
-            return list(local)
+            return local
         moves, self._moves = self._moves, None
         return [
             w - d if np.issubdtype(w.dtype, np.floating) else w

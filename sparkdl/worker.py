@@ -333,7 +333,6 @@ def _train(
     from sparkdl import gpu
     from sparkdl.keras_io import learning_rate, model_from_bytes
     from sparkdl.merging import WorkerMerge
-    from sparkdl.weight_access import WeightAccess
 
     gpus = gpu.configure_tensorflow(payload.threads)
     if payload.seed is not None:
@@ -388,8 +387,7 @@ def _train(
         version=version,
         overlap=payload.overlap and not synchronous,
     )
-    sync.keras_callback.set_model(model)
-    sync.weights = WeightAccess(model)
+    sync.set_model(model)
     x_fit, y_fit = x, y
     validation_data = None
     if payload.validation is not None:
@@ -535,6 +533,13 @@ class _SyncCallback:
     def model(self) -> Any:
         return self.keras_callback.model
 
+    def set_model(self, model: Any) -> None:
+        """The model this callback syncs, and its fast weight access."""
+        from sparkdl.weight_access import WeightAccess
+
+        self.keras_callback.set_model(model)
+        self.weights = WeightAccess(model)
+
     def resume(self, batches: int, syncs: int) -> None:
         """The next epoch starts with ``batches`` done and ``syncs`` pushed (a retry)."""
         self._resume = (batches, syncs)
@@ -591,7 +596,7 @@ class _SyncCallback:
         samples = seen - self._sent
         if self.overlap and epoch_logs is None:  # an epoch's last push waits (below)
             after = self.merge.pushed(local)
-            if settled or self.merge.merge == "elastic":
+            if settled or after is not local:
                 self.weights.set(after)
             self._at_push = after
             if self._pool is None:
