@@ -36,9 +36,9 @@ import numpy as np
 
 from sparkdl.server import wire
 from sparkdl.server.app import create_app, max_body_bytes
-from sparkdl.server.rules import AverageRule, DeltaRule
 from sparkdl.server.service import ParameterService
 from sparkdl.server.store import WeightStore
+from sparkdl.sync.merges import Average, Delta
 
 Serve = Callable[[WeightStore, str], AbstractContextManager[str]]
 
@@ -108,9 +108,9 @@ def _run(
     """Serves a fresh store and times ``clients`` client processes against it."""
     weights = _model(n)
     if mode == "asynchronous":
-        store = WeightStore(weights, num_workers=8, rule=DeltaRule(), mode=mode)
+        store = WeightStore(weights, num_workers=8, merge=Delta(), mode=mode)
     else:
-        store = WeightStore(weights, num_workers=1, rule=AverageRule(), mode=mode)
+        store = WeightStore(weights, num_workers=1, merge=Average(), mode=mode)
     with serve(store, "token") as url:
         return _in_processes(
             _service_client, [(url, n, mode, client, seconds, i) for i in range(clients)]
@@ -136,10 +136,7 @@ def _service_client(
 
     def step() -> None:
         nonlocal version
-        if mode == "asynchronous":
-            _, version = service.push_async(weights, base_version=version, samples=1)
-        else:
-            _, version = service.push_sync(weights, round_no=version, samples=1)
+        _, version = service.push(weights, base_version=version, samples=1)
 
     try:
         return _timed(step, seconds)

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from sparkdl import keras_io
-from sparkdl.server.store import WeightStore
+from sparkdl.server.events import FitEvents
 
 __all__ = ["DriverCallbacks"]
 
@@ -39,7 +39,7 @@ class DriverCallbacks:
         callbacks: Keras callbacks.
         model_bytes: The compiled model as ``.keras`` bytes (the master is built from it).
         custom_objects: Custom layers and losses, as for the model.
-        store: The fit's training state.
+        store: The running fit.
         epochs: Epochs of the fit.
         initial_epoch: Epochs done before (a resumed fit).
     """
@@ -51,7 +51,7 @@ class DriverCallbacks:
         callbacks: Sequence[Any],
         model_bytes: bytes,
         custom_objects: dict[str, Any] | None,
-        store: WeightStore,
+        store: FitEvents,
         epochs: int,
         initial_epoch: int = 0,
     ) -> None:
@@ -78,6 +78,14 @@ class DriverCallbacks:
         """Calls ``on_train_begin`` and starts following the service."""
         self.callbacks.on_train_begin()
         self._thread.start()
+
+    def __enter__(self) -> DriverCallbacks:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is not None:
+            self.abandon()
 
     def finish(self) -> list[np.ndarray]:
         """Catches up with the last epochs, calls ``on_train_end``; returns the weights.

@@ -1,12 +1,18 @@
-"""Validated settings of one fit.
+"""Validated settings of one fit, grouped by concern behind one flat keyword API.
 
-A :class:`TrainConfig` is frozen and keyword-only; it checks every value when it is
-built, so a wrong setting fails on the driver before any Spark job starts.
+:class:`TrainConfig` is what users pass (as keywords, or as the estimator's Spark ML
+Params); it is frozen and keyword-only. Building it builds one small group per concern,
+each validated at once (as Ray Train splits scaling, run and failure configs), so a
+wrong setting fails on the driver before any Spark job starts:
+:class:`SyncConfig` (mode, merge and their knobs), :class:`ScalingConfig`,
+:class:`RunConfig`, :class:`FailureConfig`, :class:`ServiceConfig` and
+:class:`CheckpointConfig`. What a fit then runs with, settings plus the cluster's facts,
+is resolved once into a :class:`sparkdl.plan.FitPlan`.
 
 Example:
-    >>> from sparkdl.config import TrainConfig
-    >>> TrainConfig(epochs=5, num_workers=2, frequency=4).frequency
-    4
+    >>> config = TrainConfig(epochs=5, num_workers=2, frequency=4)
+    >>> config.frequency, config.sync.resolved_frequency, config.scaling.num_workers
+    (4, 4, 2)
 """
 
 from __future__ import annotations
@@ -16,19 +22,214 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkdl.errors import ConfigError
+from sparkdl.sync.merges import STALENESS, merge_class
+from sparkdl.sync.modes import MODES, Synchronous, mode_class
 
-__all__ = ["FREQUENCIES", "MERGES", "MODES", "STALENESS", "TrainConfig"]
+__all__ = [
+    "FREQUENCIES",
+    "CheckpointConfig",
+    "FailureConfig",
+    "RunConfig",
+    "ScalingConfig",
+    "ServiceConfig",
+    "SyncConfig",
+    "TrainConfig",
+]
 
-#: How updates are scheduled.
-MODES: tuple[str, ...] = ("synchronous", "asynchronous", "hogwild")
-#: How the service combines pushed updates.
-MERGES: tuple[str, ...] = ("average", "delta", "elastic")
-#: How an asynchronous delta is scaled by its age.
-STALENESS: tuple[str, ...] = ("none", "inverse")
-#: ``elastic_alpha`` when none is given is this divided by ``num_workers``.
-ELASTIC_BETA = 0.9
 #: Named sync frequencies; an int N means "every N batches".
 FREQUENCIES: tuple[str, ...] = ("epoch", "batch")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SyncConfig:
+    """How workers sync: see :class:`TrainConfig` for each setting."""
+
+    mode: str = Synchronous.name
+    merge: str | None = None
+    staleness: str = "none"
+    elastic_alpha: float | None = None
+    delta_scale: float | None = None
+    frequency: str | int = "epoch"
+    overlap: bool | None = None
+    backup_workers: int = 0
+
+    def __post_init__(self) -> None:
+        mode = mode_class(self.mode)
+        if self.merge is None:
+            object.__setattr__(self, "merge", mode.default_merge)
+        merge_class(str(self.merge))
+        if self.staleness not in STALENESS:
+            raise ConfigError(
+                f"Expected staleness to be one of {STALENESS}. "
+                f"Received: staleness={self.staleness!r}"
+            )
+        _fraction("elastic_alpha", self.elastic_alpha)
+        _fraction("delta_scale", self.delta_scale)
+        freq = self.frequency
+        if isinstance(freq, bool) or not (
+            (isinstance(freq, int) and freq >= 1) or freq in FREQUENCIES
+        ):
+            raise ConfigError(
+                f"Expected frequency to be one of {FREQUENCIES} or an int >= 1 (sync every "
+                f"N batches). Received: frequency={freq!r}"
+            )
+        if self.overlap is not None and not isinstance(self.overlap, bool):
+            raise ConfigError(
+                f"Expected overlap to be True, False or None. Received: overlap={self.overlap!r}"
+            )
+        overlapping = tuple(m for m, c in _modes() if c.can_overlap)
+        if self.overlap and not mode.can_overlap:
+            raise ConfigError(
+                f"overlap=True applies to mode= one of {overlapping} only: a {self.mode} "
+                "round's workers all continue from its merged result. Drop overlap or pick "
+                "another mode."
+            )
+        backup = self.backup_workers
+        if isinstance(backup, bool) or not isinstance(backup, int) or backup < 0:
+            raise ConfigError(
+                f"Expected backup_workers to be an int >= 0. Received: backup_workers={backup!r}"
+            )
+        if backup and not mode.barrier:
+            barrier = tuple(m for m, c in _modes() if c.barrier)
+            raise ConfigError(
+                f"backup_workers={backup} applies to mode= one of {barrier} only: "
+                f"mode={self.mode!r} never waits for a slow worker. Drop backup_workers or "
+                "change mode."
+            )
+
+    @property
+    def resolved_frequency(self) -> int | None:
+        """Batches between syncs, or ``None`` when syncing only at epoch ends.
+
+        Example:
+            >>> SyncConfig(frequency="batch").resolved_frequency
+            1
+        """
+        if self.frequency == "epoch":
+            return None
+        if self.frequency == "batch":
+            return 1
+        assert isinstance(self.frequency, int)
+        return self.frequency
+
+    @property
+    def resolved_overlap(self) -> bool:
+        """``overlap``, with ``None`` resolved to what the mode allows.
+
+        Example:
+            >>> SyncConfig(mode="hogwild").resolved_overlap, SyncConfig().resolved_overlap
+            (True, False)
+        """
+        if self.overlap is None:
+            return mode_class(self.mode).can_overlap
+        return self.overlap
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScalingConfig:
+    """How many workers and what each computes with."""
+
+    num_workers: int | None = None
+    threads_per_worker: int | None = None
+    mixed_precision: bool = False
+    slot_wait_timeout: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.num_workers is not None:
+            _positive_int("num_workers", self.num_workers)
+        if self.threads_per_worker is not None:
+            _positive_int("threads_per_worker", self.threads_per_worker)
+        _positive_number("slot_wait_timeout", self.slot_wait_timeout)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    """What one fit trains: epochs, batches, seeds, validation, reporting."""
+
+    epochs: int = 1
+    batch_size: int = 32
+    seed: int | None = None
+    verbose: int = 0
+    shuffle: bool = True
+    validate: bool = True
+    validation_split: float = 0.0
+    mlflow_run: bool | str | None = None
+
+    def __post_init__(self) -> None:
+        split = self.validation_split
+        if isinstance(split, bool) or not isinstance(split, (int, float)) or not 0 <= split < 1:
+            raise ConfigError(
+                f"Expected validation_split to be a number in [0, 1). Received: "
+                f"validation_split={split!r}"
+            )
+        _positive_int("epochs", self.epochs)
+        _positive_int("batch_size", self.batch_size)
+        if self.seed is not None and (
+            isinstance(self.seed, bool) or not isinstance(self.seed, int)
+        ):
+            raise ConfigError(f"Expected seed to be an int or None. Received: seed={self.seed!r}")
+        if self.verbose not in (0, 1, 2):
+            raise ConfigError(
+                f"Expected verbose to be 0, 1 or 2. Received: verbose={self.verbose!r}"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class FailureConfig:
+    """How long to wait and how often to retry."""
+
+    request_timeout: float = 60.0
+    round_timeout: float = 3600.0
+    request_retries: int = 5
+
+    def __post_init__(self) -> None:
+        _positive_number("request_timeout", self.request_timeout)
+        _positive_number("round_timeout", self.round_timeout)
+        retries = self.request_retries
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ConfigError(f"Expected request_retries to be an int >= 0. Received: {retries!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServiceConfig:
+    """Where the parameter service listens."""
+
+    service_host: str | None = None
+    port: int = 0
+
+    def __post_init__(self) -> None:
+        if (
+            isinstance(self.port, bool)
+            or not isinstance(self.port, int)
+            or not 0 <= self.port < 65536
+        ):
+            raise ConfigError(
+                f"Expected port to be an int in [0, 65535]. Received: port={self.port!r}"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointConfig:
+    """Where checkpoints go and whether the fit resumes from them."""
+
+    checkpoint_dir: str | None = None
+    checkpoint_keep: int = 3
+    resume: bool = False
+
+    def __post_init__(self) -> None:
+        _positive_int("checkpoint_keep", self.checkpoint_keep)
+        if self.resume and not self.checkpoint_dir:
+            raise ConfigError("resume=True needs checkpoint_dir= (where the checkpoints are).")
+
+
+_GROUPS = {
+    "sync": SyncConfig,
+    "scaling": ScalingConfig,
+    "run": RunConfig,
+    "failure": FailureConfig,
+    "service": ServiceConfig,
+    "checkpointing": CheckpointConfig,
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,7 +315,7 @@ class TrainConfig:
         3
     """
 
-    mode: str = "synchronous"
+    mode: str = Synchronous.name
     merge: str | None = None
     staleness: str = "none"
     elastic_alpha: float | None = None
@@ -144,138 +345,46 @@ class TrainConfig:
     overlap: bool | None = None
 
     def __post_init__(self) -> None:
-        _one_of("mode", self.mode, MODES)
-        if self.merge is None:
-            default = "average" if self.mode == "synchronous" else "delta"
-            object.__setattr__(self, "merge", default)
-        _one_of("merge", self.merge, MERGES)
-        _one_of("staleness", self.staleness, STALENESS)
-        split = self.validation_split
-        if isinstance(split, bool) or not isinstance(split, (int, float)) or not 0 <= split < 1:
+        for attr, group in _GROUPS.items():
+            fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(group)}
+            object.__setattr__(self, f"_{attr}", group(**fields))
+        object.__setattr__(self, "merge", self.sync.merge)  # the mode's default, resolved
+        backup, workers = self.backup_workers, self.num_workers
+        if backup and workers is not None and backup >= workers:
             raise ConfigError(
-                f"Expected validation_split to be a number in [0, 1). Received: "
-                f"validation_split={split!r}"
+                f"backup_workers={backup} must be smaller than num_workers={workers}: a "
+                "round needs at least one worker."
             )
-        alpha = self.elastic_alpha
-        if alpha is not None and (
-            isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha <= 1
-        ):
-            raise ConfigError(
-                f"Expected elastic_alpha to be a number in (0, 1] or None. Received: "
-                f"elastic_alpha={alpha!r}"
-            )
-        scale = self.delta_scale
-        if scale is not None and (
-            isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale <= 1
-        ):
-            raise ConfigError(
-                f"Expected delta_scale to be a number in (0, 1] or None. Received: "
-                f"delta_scale={scale!r}"
-            )
-        freq = self.frequency
-        if isinstance(freq, bool) or not (
-            (isinstance(freq, int) and freq >= 1) or freq in FREQUENCIES
-        ):
-            raise ConfigError(
-                f"Expected frequency to be one of {FREQUENCIES} or an int >= 1 (sync every "
-                f"N batches). Received: frequency={freq!r}"
-            )
-        _positive_int("epochs", self.epochs)
-        _positive_int("checkpoint_keep", self.checkpoint_keep)
-        if self.resume and not self.checkpoint_dir:
-            raise ConfigError("resume=True needs checkpoint_dir= (where the checkpoints are).")
-        _positive_int("batch_size", self.batch_size)
-        if self.num_workers is not None:
-            _positive_int("num_workers", self.num_workers)
-        if self.threads_per_worker is not None:
-            _positive_int("threads_per_worker", self.threads_per_worker)
-        if self.seed is not None and (
-            isinstance(self.seed, bool) or not isinstance(self.seed, int)
-        ):
-            raise ConfigError(f"Expected seed to be an int or None. Received: seed={self.seed!r}")
-        if self.verbose not in (0, 1, 2):
-            raise ConfigError(
-                f"Expected verbose to be 0, 1 or 2. Received: verbose={self.verbose!r}"
-            )
-        if (
-            isinstance(self.port, bool)
-            or not isinstance(self.port, int)
-            or not 0 <= self.port < 65536
-        ):
-            raise ConfigError(
-                f"Expected port to be an int in [0, 65535]. Received: port={self.port!r}"
-            )
-        for name in ("request_timeout", "round_timeout", "slot_wait_timeout"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ConfigError(f"Expected {name} to be a number > 0. Received: {name}={value!r}")
-        backup = self.backup_workers
-        if isinstance(backup, bool) or not isinstance(backup, int) or backup < 0:
-            raise ConfigError(
-                f"Expected backup_workers to be an int >= 0. Received: backup_workers={backup!r}"
-            )
-        if self.overlap is not None and not isinstance(self.overlap, bool):
-            raise ConfigError(
-                f"Expected overlap to be True, False or None. Received: overlap={self.overlap!r}"
-            )
-        if self.overlap and self.mode == "synchronous":
-            raise ConfigError(
-                "overlap=True applies to mode='asynchronous' or 'hogwild' only: a "
-                "synchronous round's workers all continue from its merged result. Drop "
-                "overlap or pick an asynchronous mode."
-            )
-        if backup and self.mode != "synchronous":
-            raise ConfigError(
-                f"backup_workers={backup} applies to mode='synchronous' only: asynchronous "
-                "modes never wait for a slow worker. Drop backup_workers or use "
-                "mode='synchronous'."
-            )
-        if backup and self.num_workers is not None and backup >= self.num_workers:
-            raise ConfigError(
-                f"backup_workers={backup} must be smaller than num_workers="
-                f"{self.num_workers}: a round needs at least one worker."
-            )
-        if (
-            isinstance(self.request_retries, bool)
-            or not isinstance(self.request_retries, int)
-            or (self.request_retries < 0)
-        ):
-            raise ConfigError(
-                f"Expected request_retries to be an int >= 0. Received: {self.request_retries!r}"
-            )
-
-    def alpha_for(self, num_workers: int) -> float:
-        """The elastic moving rate for ``num_workers`` workers.
-
-        Example:
-            >>> TrainConfig(merge="elastic").alpha_for(2)
-            0.45
-        """
-        if self.elastic_alpha is not None:
-            return float(self.elastic_alpha)
-        return ELASTIC_BETA / max(num_workers, 1)
 
     @property
-    def overlaps(self) -> bool:
-        """Whether workers push in the background (``overlap``, resolved).
-
-        Example:
-            >>> TrainConfig(mode="hogwild").overlaps, TrainConfig().overlaps
-            (True, False)
-        """
-        if self.overlap is None:
-            return self.mode != "synchronous"
-        return self.overlap
+    def sync(self) -> SyncConfig:
+        """Mode, merge and their settings."""
+        return self._sync  # type: ignore[attr-defined]
 
     @property
-    def sync_every(self) -> int | None:
-        """Batches between syncs, or ``None`` when syncing only at epoch ends."""
-        if self.frequency == "epoch":
-            return None
-        if self.frequency == "batch":
-            return 1
-        assert isinstance(self.frequency, int)
-        return self.frequency
+    def scaling(self) -> ScalingConfig:
+        """Workers, threads, precision."""
+        return self._scaling  # type: ignore[attr-defined]
+
+    @property
+    def run(self) -> RunConfig:
+        """Epochs, batches, seeds, validation, reporting."""
+        return self._run  # type: ignore[attr-defined]
+
+    @property
+    def failure(self) -> FailureConfig:
+        """Timeouts and retries."""
+        return self._failure  # type: ignore[attr-defined]
+
+    @property
+    def service(self) -> ServiceConfig:
+        """The parameter service's address."""
+        return self._service  # type: ignore[attr-defined]
+
+    @property
+    def checkpointing(self) -> CheckpointConfig:
+        """Checkpoints and resuming."""
+        return self._checkpointing  # type: ignore[attr-defined]
 
     def replace(self, **changes: Any) -> TrainConfig:
         """Returns a copy with ``changes`` applied (and validated)."""
@@ -286,9 +395,22 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
-def _one_of(name: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(f"Expected {name} to be one of {allowed}. Received: {name}={value!r}")
+def _modes() -> list[tuple[str, Any]]:
+    return list(MODES.items())
+
+
+def _fraction(name: str, value: Any) -> None:
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1
+    ):
+        raise ConfigError(
+            f"Expected {name} to be a number in (0, 1] or None. Received: {name}={value!r}"
+        )
+
+
+def _positive_number(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ConfigError(f"Expected {name} to be a number > 0. Received: {name}={value!r}")
 
 
 def _positive_int(name: str, value: Any) -> None:

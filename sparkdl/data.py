@@ -25,6 +25,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, BooleanType, DataType, FloatType, NumericType
 
+from sparkdl import keras_io
 from sparkdl.errors import SchemaError
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "LABEL",
     "ColumnTypeError",
     "DataSummary",
+    "Prepared",
     "feature_column",
     "feature_columns",
     "feature_name",
@@ -39,8 +41,8 @@ __all__ = [
     "label_columns",
     "label_kind",
     "label_name",
+    "prepare",
     "summarize",
-    "to_numpy",
     "to_numpy_multi",
 ]
 
@@ -85,6 +87,63 @@ class DataSummary:
     def width(self) -> int:
         """Feature values per row of the first input."""
         return self.widths[0]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The validated input of a fit: one prepared column per model input and output."""
+
+    frame: DataFrame
+    summary: DataSummary
+    label_kinds: tuple[str, ...]
+    input_shapes: tuple[tuple[int, ...], ...]
+
+
+def prepare(
+    df: DataFrame,
+    model: Any,
+    features_col: Any,
+    label_col: Any,
+    *,
+    validate: bool = True,
+) -> Prepared:
+    """Checks the model and the data and selects the prepared columns.
+
+    A model with several inputs takes ``features_col`` as a list (one column per input,
+    in order) or a dict from input name to column; ``label_col`` likewise for several
+    outputs.
+
+    Runs one Spark job (an aggregate) to count rows and find nulls, NaNs and ragged rows;
+    ``validate=False`` skips its look at every value for NaNs.
+
+    Raises:
+        SchemaError: A column is missing or has a wrong type, or the data is bad.
+        ModelError: The model is not compiled, or its input does not fit the features.
+    """
+    keras_io.check_compiled(model)
+    if not isinstance(df, DataFrame):
+        raise ColumnTypeError(f"Expected a pyspark.sql.DataFrame. Received: {type(df).__name__}")
+    features = feature_columns(df, features_col, keras_io.input_names(model))
+    labels = label_columns(df, label_col, keras_io.output_names(model))
+    frame = df.select(
+        *[f.alias(feature_name(i)) for i, f in enumerate(features)],
+        *[y.alias(label_name(j)) for j, (y, _) in enumerate(labels)],
+    )
+    kinds = tuple(kind for _, kind in labels)
+    summary = summarize(frame, kinds, len(features), scan_values=validate)
+    shapes = tuple(
+        keras_io.resolve_input_shape(model, width, i) for i, width in enumerate(summary.widths)
+    )
+    for j, kind in enumerate(kinds):
+        keras_io.check_labels(
+            model,
+            kind,
+            summary.label_widths[j],
+            summary.label_mins[j],
+            summary.label_maxs[j],
+            index=j,
+        )
+    return Prepared(frame, summary, kinds, shapes)
 
 
 def feature_columns(df: DataFrame, features: Any, input_names: Sequence[str]) -> list[Column]:
@@ -331,32 +390,13 @@ def summarize(
     )
 
 
-def to_numpy(
-    batches: Iterable[pa.RecordBatch], input_shape: Sequence[int], kind: str
-) -> tuple[np.ndarray, np.ndarray]:
-    """Turns the prepared Arrow batches of one partition into ``(x, y)`` arrays.
-
-    Args:
-        batches: Record batches with the :data:`FEATURES` and :data:`LABEL` columns.
-        input_shape: The model's input shape without the batch axis.
-        kind: The label kind.
-
-    Returns:
-        ``x`` as float32 of shape ``(rows, *input_shape)``; ``y`` as int32 or float32.
-
-    Raises:
-        SchemaError: A row's width does not fit ``input_shape``.
-    """
-    xs, ys = to_numpy_multi(batches, [tuple(input_shape)], [kind])
-    return xs[0], ys[0]
-
-
 def to_numpy_multi(
     batches: Iterable[pa.RecordBatch],
     input_shapes: Sequence[tuple[int, ...]],
     kinds: Sequence[str],
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Like :func:`to_numpy` for models with several inputs and outputs.
+    """Turns the prepared Arrow batches of one partition into ``(xs, ys)`` arrays,
+    one per model input and output.
 
     Returns:
         ``(xs, ys)``: one array per input (:func:`feature_name` columns) and per output

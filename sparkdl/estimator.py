@@ -19,9 +19,10 @@ from pyspark.ml import Estimator
 from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame
 
-from sparkdl import checkpoints, driver, keras_io, persistence, tracking
+from sparkdl import checkpoints, data, keras_io, persistence, tracking
 from sparkdl.config import TrainConfig
 from sparkdl.errors import ConfigError
+from sparkdl.fit import Fit
 from sparkdl.model import KerasModel
 from sparkdl.params import TrainingParams, split_settings
 
@@ -151,12 +152,12 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
                 )
         model = self._model_to_train(found.weights if found else None)
         initial_epoch, history = (found.epoch, found.history) if found else (0, None)
-        prepared = driver.prepare(
+        prepared = data.prepare(
             dataset, model, self.features_col, self.label_col, validate=config.validate
         )
         validation = None
         if self.validation_data is not None:
-            validation = driver.prepare(
+            validation = data.prepare(
                 self.validation_data,
                 model,
                 self.features_col,
@@ -170,7 +171,7 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
             tracker = tracking.Tracker(config.mlflow_run, params)
             callbacks.append(tracker.callback())
         try:
-            result = driver.run_fit(
+            result = Fit(
                 prepared,
                 model,
                 config,
@@ -179,7 +180,7 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
                 callbacks=callbacks,
                 initial_epoch=initial_epoch,
                 history=history,
-            )
+            ).run()
         except BaseException:
             if tracker:
                 tracker.fail()
@@ -193,28 +194,7 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
             input_shapes=list(result.input_shapes),
             history=result.history,
             custom_objects=cloudpickle.dumps(custom) if custom else None,
-            fit_report={
-                "seconds": result.seconds,
-                "rows": result.rows,
-                "communication_share": result.communication_share,
-                "job_group": result.job_group,
-                "workers": result.reports,
-                "service": {
-                    key: result.status.get(key)
-                    for key in (
-                        "version",
-                        "samples_seen",
-                        "duplicates",
-                        "epochs_done",
-                        "workers",
-                        "restarts",
-                        "generation",
-                        "late_pushes",
-                        "timed_out_rounds",
-                        "failures",
-                    )
-                },
-            },
+            fit_report=result.report.to_dict(),
         )
         if tracker:
             tracker.finish(fitted.get_model())

@@ -23,6 +23,8 @@ from typing import Any
 from pyspark import SparkContext
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReader, MLWriter
 
+from sparkdl.compat.spark import hadoop_filesystem, read_all_bytes
+
 __all__ = [
     "FILES",
     "Persistable",
@@ -43,7 +45,7 @@ _CHUNK = 8 << 20
 
 def write_bytes(sc: SparkContext, path: str, data: bytes) -> None:
     """Writes ``data`` to ``path`` through Hadoop's FileSystem (overwriting it)."""
-    fs, target = _filesystem(sc, path)
+    fs, target = hadoop_filesystem(sc, path)
     out = fs.create(target, True)
     try:
         for start in range(0, len(data), _CHUNK):
@@ -54,26 +56,18 @@ def write_bytes(sc: SparkContext, path: str, data: bytes) -> None:
 
 def read_bytes(sc: SparkContext, path: str) -> bytes:
     """Reads the whole file at ``path`` through Hadoop's FileSystem."""
-    fs, source = _filesystem(sc, path)
+    fs, source = hadoop_filesystem(sc, path)
     stream = fs.open(source)
     try:
-        jvm: Any = sc._jvm
-        return bytes(jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
+        return read_all_bytes(sc, stream)
     finally:
         stream.close()
 
 
 def exists(sc: SparkContext, path: str) -> bool:
     """Whether ``path`` exists (through Hadoop's FileSystem)."""
-    fs, target = _filesystem(sc, path)
+    fs, target = hadoop_filesystem(sc, path)
     return bool(fs.exists(target))
-
-
-def _filesystem(sc: SparkContext, path: str) -> tuple[Any, Any]:
-    """Hadoop's FileSystem for ``path`` and the path as a Hadoop ``Path``."""
-    jvm: Any = sc._jvm
-    target = jvm.org.apache.hadoop.fs.Path(path)
-    return target.getFileSystem(sc._jsc.hadoopConfiguration()), target
 
 
 class Persistable:

@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any
 
-from sparkdl.server.store import WeightStore
+from sparkdl.server.events import FitEvents
 
 __all__ = ["Progress"]
 
@@ -34,7 +34,7 @@ class Progress:
 
     POLL_SECONDS = 0.25
 
-    def __init__(self, store: WeightStore, *, epochs: int, rows: int, verbose: int) -> None:
+    def __init__(self, store: FitEvents, *, epochs: int, rows: int, verbose: int) -> None:
         self._store = store
         self._epochs = epochs
         self._rows = rows
@@ -54,6 +54,13 @@ class Progress:
     def start(self) -> None:
         """Starts following the service."""
         self._thread.start()
+
+    def __enter__(self) -> Progress:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def stop(self) -> None:
         """Reports the last state and stops."""

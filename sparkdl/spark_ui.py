@@ -18,10 +18,12 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
+from sparkdl.compat.spark import run_empty_job
+
 if TYPE_CHECKING:
     from pyspark import SparkContext
 
-    from sparkdl.server.store import WeightStore
+    from sparkdl.server.events import FitEvents
 
 __all__ = ["EpochMarks", "epoch_description"]
 
@@ -33,7 +35,7 @@ class EpochMarks:
 
     Args:
         sc: The SparkContext.
-        store: The fit's weight store (its history says which epochs closed).
+        store: The running fit (its history says which epochs closed).
         group: The fit's job group id.
         name: The fit's description.
         epochs: The epoch the fit ends at.
@@ -43,7 +45,7 @@ class EpochMarks:
     def __init__(
         self,
         sc: SparkContext,
-        store: WeightStore,
+        store: FitEvents,
         group: str,
         name: str,
         epochs: int,
@@ -61,6 +63,13 @@ class EpochMarks:
     def start(self) -> None:
         """Starts watching the store."""
         self._thread.start()
+
+    def __enter__(self) -> EpochMarks:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def stop(self) -> None:
         """Marks the epochs closed so far and stops."""
@@ -87,7 +96,7 @@ class EpochMarks:
             self.sc.setJobDescription(
                 epoch_description(self.name, self.marked, self.epochs, history)
             )
-            self.sc._jsc.emptyRDD().count()  # a job with no task: recorded, never queued
+            run_empty_job(self.sc)  # a job with no task: recorded, never queued
 
 
 def epoch_description(name: str, epoch: int, epochs: int, history: dict[str, Any]) -> str:

@@ -9,10 +9,11 @@ Routes:
     ``GET /status``: JSON snapshot of the training state.
     ``GET /weights?min_version=V&wait=S``: the center weights once their version is at
         least V (long poll up to S seconds; 202 while not yet).
-    ``POST /push?wait=S``: a worker's push. Synchronous mode: its weights for the open
-        round; answers with the merged weights (202 while the round is still open).
-        Asynchronous and hogwild modes: its update, applied at once; answers with the
-        current weights, so one round trip both pushes and pulls.
+    ``POST /push?wait=S``: a worker's push (header ``worker``, ``seq``, ``attempt``,
+        ``samples``, ``base_version``: the version it was computed against, the open
+        round in synchronous mode); the fit's mode runs it. Answers with the weights
+        after it: at once for an asynchronous push, so one round trip both pushes and
+        pulls; once the round merged for a synchronous one (202 while still open).
     ``POST /join?wait=S``: JSON ``{"worker": id, "rows": n, "attempt": a}``; answers
         ``{"rows": [...], "seq": s, "version": v, "position": [epoch, step] | null}``
         (synchronous mode: once every worker joined; 202 while not yet).
@@ -21,9 +22,9 @@ Routes:
 
 Example:
     >>> import numpy as np
-    >>> from sparkdl.server.rules import AverageRule
     >>> from sparkdl.server.store import WeightStore
-    >>> store = WeightStore([np.zeros(1, np.float32)], num_workers=1, rule=AverageRule())
+    >>> from sparkdl.sync.merges import Average
+    >>> store = WeightStore([np.zeros(1, np.float32)], num_workers=1, merge=Average())
     >>> app = create_app(store, token="secret")
     >>> app.test_client().get("/status").status_code
     401
@@ -105,37 +106,18 @@ def create_app(store: WeightStore, token: str) -> Flask:
         if request.mimetype != wire.CONTENT_TYPE:
             return _json_error(415, f"Expected Content-Type {wire.CONTENT_TYPE}.")
         arrays, meta = wire.decode(_read_body())
-        worker = _meta_int(meta, "worker")
-        seq = _meta_int(meta, "seq")
-        samples = _meta_int(meta, "samples")
-        attempt = _meta_int(meta, "attempt", 0)
-        if store.mode != "synchronous":
-            version = store.push_async(
-                worker,
-                seq=seq,
-                attempt=attempt,
-                base_version=_meta_int(meta, "base_version"),
-                arrays=arrays,
-                samples=samples,
-                meta=meta,
-            )
-            result = store.encoded(version)
-        else:
-            round_no = _meta_int(meta, "round")
-            merged = store.push_sync(
-                worker,
-                seq=seq,
-                attempt=attempt,
-                round_no=round_no,
-                arrays=arrays,
-                samples=samples,
-                meta=meta,
-                wait=0.0,
-            )
-            # A dropped late push (or one after the fit finished) is answered at once
-            # with the current weights; otherwise wait for the round to merge.
-            target = merged[1] if merged is not None else round_no + 1
-            result = store.encoded(target, _wait_arg())
+        target = store.push(
+            _meta_int(meta, "worker"),
+            seq=_meta_int(meta, "seq"),
+            attempt=_meta_int(meta, "attempt", 0),
+            base_version=_meta_int(meta, "base_version"),
+            arrays=arrays,
+            samples=_meta_int(meta, "samples"),
+            meta=meta,
+        )
+        # An asynchronous push, or a late synchronous one, is answered at once; a
+        # synchronous push waits (long poll) for its round to merge.
+        result = store.encoded(target, _wait_arg())
         if result is None:
             return _json(202, {"pending": True, "version": store.version})
         return _weights_response(result[0])

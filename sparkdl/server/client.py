@@ -9,13 +9,13 @@ once and a zombie attempt is refused.
 
 Example:
     >>> import numpy as np
-    >>> from sparkdl.server.rules import AverageRule
     >>> from sparkdl.server.service import ParameterService
     >>> from sparkdl.server.store import WeightStore
-    >>> store = WeightStore([np.zeros(2, np.float32)], num_workers=1, rule=AverageRule())
+    >>> from sparkdl.sync.merges import Average
+    >>> store = WeightStore([np.zeros(2, np.float32)], num_workers=1, merge=Average())
     >>> with ParameterService(store) as service:
     ...     client = ServiceClient(service.url, service.token, worker=0)
-    ...     weights, version = client.push_sync([np.ones(2, np.float32)], round_no=0, samples=3)
+    ...     weights, version = client.push([np.ones(2, np.float32)], base_version=0, samples=3)
     ...     client.close()
     >>> version, weights[0].tolist()
     (1, [1.0, 1.0])
@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from sparkdl.compat.http_client import CoalescingConnection
 from sparkdl.errors import ServiceError, TrainingError
 from sparkdl.server import wire
 
@@ -45,8 +46,6 @@ _LONG_POLL = 20.0
 _STALE_ERRORS = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 #: Large arrays go to the socket in slices, so the timeout bounds each slice.
 _SEND_SLICE_BYTES = 4 << 20
-#: A request up to this size leaves in one send (headers and body copied together).
-_COALESCE_BYTES = 256 * 1024
 
 
 class ServiceClient:
@@ -93,37 +92,7 @@ class ServiceClient:
         self._headers = {"Authorization": f"Bearer {token}"}
         self._conn = _KeepAlive(parts.hostname, parts.port, min(timeout, 10.0), timeout)
 
-    def push_sync(
-        self,
-        arrays: Sequence[np.ndarray],
-        *,
-        round_no: int,
-        samples: int,
-        meta: dict[str, Any] | None = None,
-    ) -> tuple[list[np.ndarray], int]:
-        """Pushes weights for a synchronous round and returns the merged weights.
-
-        Args:
-            arrays: This worker's weights.
-            round_no: The round being closed (the version the worker started from).
-            samples: Samples trained on since the previous push.
-            meta: Extra metadata (loss, epoch logs...).
-
-        Returns:
-            ``(weights, version)`` after the round merged.
-
-        Raises:
-            ServiceError: The service stayed unreachable or refused the push.
-            TrainingError: Training was aborted (another worker failed).
-        """
-        header = dict(meta or {})
-        header.update(round=round_no)
-        status, data = self._push(arrays, samples, header)
-        if status == 202:  # the round is still open: long-poll for its result
-            return self.pull(round_no + 1)
-        return self._arrays(status, data)
-
-    def push_async(
+    def push(
         self,
         arrays: Sequence[np.ndarray],
         *,
@@ -131,16 +100,18 @@ class ServiceClient:
         samples: int,
         meta: dict[str, Any] | None = None,
     ) -> tuple[list[np.ndarray], int]:
-        """Pushes an asynchronous update and returns the weights after it, in one call.
+        """Pushes an update and returns the center weights that answer it.
 
         Args:
-            arrays: The update (a delta for ``merge="delta"``).
-            base_version: The version of the weights the update was computed from.
+            arrays: The update (what the fit's merge pushes).
+            base_version: The version the update was computed against (in synchronous
+                mode, the round it closes).
             samples: Samples trained on since the previous push.
             meta: Extra metadata (loss, epoch logs...).
 
         Returns:
-            ``(weights, version)``: the service's weights with this update applied.
+            ``(weights, version)``: at once after an asynchronous push; after the round
+            merged for a synchronous one (long-polling while it is open).
 
         Raises:
             ServiceError: The service stayed unreachable or refused the push.
@@ -148,7 +119,10 @@ class ServiceClient:
         """
         header = dict(meta or {})
         header.update(base_version=base_version)
-        return self._arrays(*self._push(arrays, samples, header))
+        status, data = self._push(arrays, samples, header)
+        if status == 202:  # the round is still open: long-poll for its result
+            return self.pull(base_version + 1)
+        return self._arrays(status, data)
 
     def pull(self, min_version: int = 0) -> tuple[list[np.ndarray], int]:
         """Returns the center weights once their version is at least ``min_version``."""
@@ -322,7 +296,7 @@ class _KeepAlive:
         """Sends one request; returns ``(status, body)`` with the body in a numpy buffer."""
         conn = self._conn
         if conn is None:
-            conn = _Connection(self._host, self._port, timeout=self._connect_timeout)
+            conn = CoalescingConnection(self._host, self._port, timeout=self._connect_timeout)
             conn.connect()  # sets TCP_NODELAY
             if conn.sock is not None:
                 conn.sock.settimeout(self._read_timeout)
@@ -342,28 +316,6 @@ class _KeepAlive:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
-
-
-class _Connection(http.client.HTTPConnection):
-    """``http.client``'s connection, sending a small request in one ``send``.
-
-    The standard library sends the headers, then each body chunk, in separate calls;
-    with ``TCP_NODELAY`` each is its own packet and wakes the server. A push of a
-    small model (a header and four arrays) went out in six sends; joined, one copy
-    of a few KiB costs less than the five extra round trips through the kernel.
-    """
-
-    def _send_output(self, message_body: Any = None, encode_chunked: bool = False) -> None:
-        if isinstance(message_body, list) and not encode_chunked:
-            size = sum(memoryview(chunk).nbytes for chunk in message_body)
-            if size <= _COALESCE_BYTES:
-                buffered: list[bytes] = self._buffer  # type: ignore[attr-defined]
-                buffered.extend((b"", b""))
-                head = b"\r\n".join(buffered)
-                del buffered[:]
-                self.send(b"".join([head, *message_body]))
-                return
-        super()._send_output(message_body, encode_chunked)  # type: ignore[misc]
 
 
 def _read_all(response: http.client.HTTPResponse) -> Any:

@@ -8,9 +8,9 @@ needs no separate process, so the service lives beside the driver's training sta
 
 Example:
     >>> import numpy as np
-    >>> from sparkdl.server.rules import AverageRule
     >>> from sparkdl.server.store import WeightStore
-    >>> store = WeightStore([np.zeros(1, np.float32)], num_workers=1, rule=AverageRule())
+    >>> from sparkdl.sync.merges import Average
+    >>> store = WeightStore([np.zeros(1, np.float32)], num_workers=1, merge=Average())
     >>> with ParameterService(store, host="127.0.0.1") as service:
     ...     service.url.startswith("http://127.0.0.1:")
     True

@@ -16,18 +16,16 @@ from hypothesis import strategies as st
 from sparkdl.errors import ServiceError
 from sparkdl.server import wire
 from sparkdl.server.client import ServiceClient
-from sparkdl.server.rules import AverageRule, DeltaRule
 from sparkdl.server.service import ParameterService
 from sparkdl.server.store import WeightStore
+from sparkdl.sync.merges import Average, Delta
 
 SHAPES = [(8, 4), (4,)]
 
 
 @pytest.fixture
 def service():
-    store = WeightStore(
-        [np.zeros(s, np.float32) for s in SHAPES], num_workers=1, rule=AverageRule()
-    )
+    store = WeightStore([np.zeros(s, np.float32) for s in SHAPES], num_workers=1, merge=Average())
     with ParameterService(store, host="127.0.0.1") as svc:
         yield svc
 
@@ -45,7 +43,9 @@ def auth(service: ParameterService) -> dict[str, str]:
 
 def good_body(value: float = 1.0, seq: int = 1, round_no: int = 0) -> bytes:
     arrays = [np.full(s, value, np.float32) for s in SHAPES]
-    return wire.encode_bytes(arrays, {"worker": 0, "seq": seq, "round": round_no, "samples": 5})
+    return wire.encode_bytes(
+        arrays, {"worker": 0, "seq": seq, "base_version": round_no, "samples": 5}
+    )
 
 
 def push(http, service, body: bytes, headers: dict | None = None):
@@ -55,8 +55,8 @@ def push(http, service, body: bytes, headers: dict | None = None):
 
 def test_client_push_pull_status(service: ParameterService) -> None:
     client = ServiceClient(service.url, service.token, worker=0)
-    weights, version = client.push_sync(
-        [np.full(s, 2.0, np.float32) for s in SHAPES], round_no=0, samples=3
+    weights, version = client.push(
+        [np.full(s, 2.0, np.float32) for s in SHAPES], base_version=0, samples=3
     )
     assert version == 1 and float(weights[0][0, 0]) == 2.0
     status = client.status()
@@ -102,7 +102,7 @@ def test_pickle_oversize_and_malformed_bodies_get_4xx(service, http) -> None:
     )
     wrong = wire.encode_bytes(
         [np.zeros((3, 3), np.float32), np.zeros(4, np.float32)],
-        {"worker": 0, "seq": 1, "round": 0, "samples": 1},
+        {"worker": 0, "seq": 1, "base_version": 0, "samples": 1},
     )
     assert push(http, service, wrong).status == 400
     bad_meta = wire.encode_bytes([np.zeros(s, np.float32) for s in SHAPES], {"worker": "x"})
@@ -115,16 +115,16 @@ def test_pickle_oversize_and_malformed_bodies_get_4xx(service, http) -> None:
 
 @pytest.fixture(params=["synchronous", "asynchronous"])
 def any_service(request):
-    rule = AverageRule() if request.param == "synchronous" else DeltaRule()
+    merge = Average() if request.param == "synchronous" else Delta()
     store = WeightStore(
-        [np.zeros(s, np.float32) for s in SHAPES], num_workers=2, rule=rule, mode=request.param
+        [np.zeros(s, np.float32) for s in SHAPES], num_workers=2, merge=merge, mode=request.param
     )
     with ParameterService(store, host="127.0.0.1") as svc:
         yield svc
 
 
 def _meta(**overrides) -> dict:
-    meta = {"worker": 0, "seq": 1, "round": 0, "base_version": 0, "samples": 5}
+    meta = {"worker": 0, "seq": 1, "base_version": 0, "samples": 5}
     meta.update(overrides)
     return {k: v for k, v in meta.items() if v is not None}
 
@@ -146,7 +146,7 @@ def _bad_arrays(kind: str) -> list[np.ndarray]:
 # Pushes that are refused for a reason the body states; any mutation keeps them refused.
 _REFUSED_PUSHES = [
     ("unknown worker", _meta(worker=99), "ok"),
-    ("stale round / future version", _meta(round=7, base_version=7), "ok"),
+    ("stale round / future version", _meta(base_version=7), "ok"),
     ("missing seq", _meta(seq=None), "ok"),
     ("negative samples", _meta(samples=-1), "ok"),
     ("wrong dtype", _meta(), "dtype"),
@@ -236,15 +236,15 @@ def test_service_still_works_after_bad_input(any_service) -> None:
             assert response.status == 400
     client = ServiceClient(service.url, service.token, worker=0)
     arrays = [np.ones(s, np.float32) for s in SHAPES]
-    if service.store.mode == "asynchronous":
-        weights, version = client.push_async(arrays, base_version=0, samples=1)
+    if service.store.mode.name == "asynchronous":
+        weights, version = client.push(arrays, base_version=0, samples=1)
         assert version == 1 and float(weights[1][0]) == 1.0
     else:
-        pending = service.store.push_sync(
-            1, seq=1, round_no=0, arrays=arrays, samples=1, meta={}, wait=0
+        target = service.store.push(
+            1, seq=1, attempt=0, base_version=0, arrays=arrays, samples=1, meta={}
         )
-        assert pending is None  # worker 1 waits for worker 0
-        weights, version = client.push_sync(arrays, round_no=0, samples=1)
+        assert service.store.pull(target, 0) is None  # worker 1 waits for worker 0
+        weights, version = client.push(arrays, base_version=0, samples=1)
         assert version == 1 and float(weights[1][0]) == 1.0
     client.close()
 
@@ -315,7 +315,7 @@ def test_client_error_names_url_and_setting() -> None:
 
 
 def test_port_is_released_after_stop() -> None:
-    store = WeightStore([np.zeros(1, np.float32)], num_workers=1, rule=AverageRule())
+    store = WeightStore([np.zeros(1, np.float32)], num_workers=1, merge=Average())
     svc = ParameterService(store, host="127.0.0.1").start()
     port = svc.port
     svc.stop()

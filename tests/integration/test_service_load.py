@@ -10,9 +10,9 @@ import pytest
 
 from sparkdl.errors import TrainingError
 from sparkdl.server.client import ServiceClient
-from sparkdl.server.rules import AverageRule, DeltaRule
 from sparkdl.server.service import ParameterService
 from sparkdl.server.store import WeightStore
+from sparkdl.sync.merges import Average, Delta
 from tests.integration.dropping_proxy import DroppingProxy
 
 SHAPES = [(64, 32), (32,)]
@@ -23,7 +23,7 @@ PUSHES = 200
 def test_concurrent_deltas_through_dropped_answers_apply_exactly_once() -> None:
     rng = np.random.default_rng(0)
     initial = [rng.integers(-100, 100, s).astype(np.float32) for s in SHAPES]
-    store = WeightStore(initial, num_workers=CLIENTS, rule=DeltaRule(), mode="asynchronous")
+    store = WeightStore(initial, num_workers=CLIENTS, merge=Delta(), mode="asynchronous")
     with (
         ParameterService(store, host="127.0.0.1") as service,
         DroppingProxy(service.port, drop_every=17) as proxy,
@@ -38,7 +38,7 @@ def test_concurrent_deltas_through_dropped_answers_apply_exactly_once() -> None:
             version = 0
             for _ in range(PUSHES):
                 delta = [local.integers(-3, 4, s).astype(np.float32) for s in SHAPES]
-                weights, new_version = client.push_async(delta, base_version=version, samples=1)
+                weights, new_version = client.push(delta, base_version=version, samples=1)
                 assert new_version > version
                 assert [w.shape for w in weights] == SHAPES
                 version = new_version
@@ -65,19 +65,19 @@ def test_concurrent_deltas_through_dropped_answers_apply_exactly_once() -> None:
 
 def test_retried_task_rejoins_under_its_id_and_the_zombie_is_fenced() -> None:
     store = WeightStore(
-        [np.zeros(4, np.float32)], num_workers=2, rule=DeltaRule(), mode="asynchronous"
+        [np.zeros(4, np.float32)], num_workers=2, merge=Delta(), mode="asynchronous"
     )
     with ParameterService(store, host="127.0.0.1") as service:
         first = ServiceClient(service.url, service.token, worker=1, attempt=0)
         first.join(rows=10)
         for _ in range(3):
-            first.push_async([np.ones(4, np.float32)], base_version=0, samples=1)
+            first.push([np.ones(4, np.float32)], base_version=0, samples=1)
         retry = ServiceClient(service.url, service.token, worker=1, attempt=1)
         retry.join(rows=10)  # Spark re-ran the task: same worker id, next attempt
-        weights, version = retry.push_async([np.ones(4, np.float32)], base_version=3, samples=1)
+        weights, version = retry.push([np.ones(4, np.float32)], base_version=3, samples=1)
         assert version == 4 and weights[0].tolist() == [4.0] * 4
         with pytest.raises(TrainingError, match="superseded"):
-            first.push_async([np.full(4, 100.0, np.float32)], base_version=3, samples=1)
+            first.push([np.full(4, 100.0, np.float32)], base_version=3, samples=1)
         assert store.weights()[0].tolist() == [4.0] * 4
         status = store.status()["workers"]["1"]
         assert status["attempt"] == 1 and status["seq"] == 4 and status["pushes"] == 4
@@ -86,7 +86,7 @@ def test_retried_task_rejoins_under_its_id_and_the_zombie_is_fenced() -> None:
 
 
 def test_zombie_of_a_retried_barrier_stage_is_fenced_over_http() -> None:
-    store = WeightStore([np.zeros(4, np.float32)], num_workers=2, rule=AverageRule())
+    store = WeightStore([np.zeros(4, np.float32)], num_workers=2, merge=Average())
     with ParameterService(store, host="127.0.0.1") as service:
         old = [ServiceClient(service.url, service.token, worker=w, attempt=w) for w in (0, 1)]
         threads = [threading.Thread(target=c.join, args=(10,)) for c in old]
@@ -97,9 +97,9 @@ def test_zombie_of_a_retried_barrier_stage_is_fenced_over_http() -> None:
         # Round 0 merges; then worker 1's process dies before pushing for round 1.
         pushes = [
             threading.Thread(
-                target=c.push_sync,
+                target=c.push,
                 args=([np.full(4, 2.0 * w, np.float32)],),
-                kwargs={"round_no": 0, "samples": 1},
+                kwargs={"base_version": 0, "samples": 1},
             )
             for w, c in enumerate(old)
         ]
@@ -116,7 +116,7 @@ def test_zombie_of_a_retried_barrier_stage_is_fenced_over_http() -> None:
         for t in joins:
             t.join()
         with pytest.raises(TrainingError, match="superseded"):
-            old[0].push_sync([np.full(4, 100.0, np.float32)], round_no=1, samples=1)
+            old[0].push([np.full(4, 100.0, np.float32)], base_version=1, samples=1)
         assert store.weights()[0].tolist() == [1.0] * 4 and store.status()["round_pushed"] == []
         for c in old + new:
             c.close()

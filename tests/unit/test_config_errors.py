@@ -33,14 +33,14 @@ def test_invalid_settings_fail_at_once(kwargs: dict, match: str) -> None:
         TrainConfig(**kwargs)
 
 
-def test_defaults_and_sync_every() -> None:
+def test_defaults_and_resolved_frequency() -> None:
     assert TrainConfig().merge == "average"
-    assert TrainConfig().sync_every is None
-    assert TrainConfig(frequency="batch").sync_every == 1
-    assert TrainConfig(frequency=4).sync_every == 4
-    assert not TrainConfig().overlaps
-    assert TrainConfig(mode="asynchronous").overlaps
-    assert not TrainConfig(mode="hogwild", overlap=False).overlaps
+    assert TrainConfig().sync.resolved_frequency is None
+    assert TrainConfig(frequency="batch").sync.resolved_frequency == 1
+    assert TrainConfig(frequency=4).sync.resolved_frequency == 4
+    assert not TrainConfig().sync.resolved_overlap
+    assert TrainConfig(mode="asynchronous").sync.resolved_overlap
+    assert not TrainConfig(mode="hogwild", overlap=False).sync.resolved_overlap
 
 
 def test_config_is_keyword_only_and_frozen() -> None:

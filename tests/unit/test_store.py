@@ -6,12 +6,24 @@ import numpy as np
 import pytest
 
 from sparkdl.server import wire
-from sparkdl.server.rules import AverageRule, DeltaRule, ElasticRule
 from sparkdl.server.store import StoreError, WeightStore
+from sparkdl.sync.merges import Average, Delta, Elastic
+
+
+def sync_call(store: WeightStore, worker: int, *, round_no: int, wait: float, **kw):  # type: ignore[no-untyped-def]
+    """A synchronous push as the route runs it: push, then wait for its answer."""
+    kw.setdefault("attempt", 0)
+    target = store.push(worker, base_version=round_no, **kw)
+    return store.pull(target, wait)
+
+
+def async_call(store: WeightStore, worker: int, **kw):  # type: ignore[no-untyped-def]
+    kw.setdefault("attempt", 0)
+    return store.push(worker, **kw)
 
 
 def make_store(workers: int = 2) -> WeightStore:
-    return WeightStore([np.zeros(3, np.float32)], num_workers=workers, rule=AverageRule())
+    return WeightStore([np.zeros(3, np.float32)], num_workers=workers, merge=Average())
 
 
 def push(
@@ -24,7 +36,8 @@ def push(
     samples: int = 1,
     wait: float = 5.0,
 ):
-    return store.push_sync(
+    return sync_call(
+        store,
         worker,
         seq=seq,
         round_no=round_no,
@@ -65,8 +78,15 @@ def test_wrong_round_shape_worker_and_nan_are_refused_and_weights_kept() -> None
         push(store, 0, 1.0, seq=1, round_no=3)
     assert err.value.status == 409
     with pytest.raises(StoreError, match="shape"):
-        store.push_sync(
-            0, seq=1, round_no=0, arrays=[np.zeros(4, np.float32)], samples=1, meta={}, wait=0
+        sync_call(
+            store,
+            0,
+            seq=1,
+            round_no=0,
+            arrays=[np.zeros(4, np.float32)],
+            samples=1,
+            meta={},
+            wait=0,
         )
     with pytest.raises(StoreError, match="Unknown worker"):
         push(store, 7, 1.0, seq=1, round_no=0)
@@ -97,7 +117,8 @@ def test_failure_aborts_waiting_pushes() -> None:
 def test_epoch_logs_are_averaged_by_samples() -> None:
     store = make_store()
     for worker, (n, loss) in enumerate([(100, 1.0), (300, 2.0)]):
-        store.push_sync(
+        sync_call(
+            store,
             worker,
             seq=1,
             round_no=0,
@@ -124,18 +145,25 @@ def test_join_returns_all_row_counts() -> None:
 
 def test_round_timeout_closes_the_round_with_the_workers_present(caplog) -> None:
     store = WeightStore(
-        [np.zeros(1, np.float32)], num_workers=2, rule=AverageRule(), round_timeout=0.2
+        [np.zeros(1, np.float32)], num_workers=2, merge=Average(), round_timeout=0.2
     )
-    store.push_sync(
-        0, seq=1, round_no=0, arrays=[np.ones(1, np.float32)], samples=1, meta={}, wait=0
+    sync_call(
+        store, 0, seq=1, round_no=0, arrays=[np.ones(1, np.float32)], samples=1, meta={}, wait=0
     )
     with caplog.at_level("WARNING", logger="sparkdl.server.store"):
         weights, version = store.pull(1, wait=3.0)
     assert version == 1 and weights[0].tolist() == [1.0]
     assert "round_timeout" in caplog.text and "[1]" in caplog.text
     # Worker 1's push for the closed round is dropped; it gets the current weights.
-    late = store.push_sync(
-        1, seq=1, round_no=0, arrays=[np.full(1, 9.0, np.float32)], samples=1, meta={}, wait=0
+    late = sync_call(
+        store,
+        1,
+        seq=1,
+        round_no=0,
+        arrays=[np.full(1, 9.0, np.float32)],
+        samples=1,
+        meta={},
+        wait=0,
     )
     assert late is not None and late[1] == 1 and late[0][0].tolist() == [1.0]
     status = store.status()
@@ -144,11 +172,11 @@ def test_round_timeout_closes_the_round_with_the_workers_present(caplog) -> None
 
 def sync_push(store: WeightStore, worker: int, value: float, **kw):  # type: ignore[no-untyped-def]
     kw.setdefault("meta", {})
-    return store.push_sync(worker, arrays=[np.full(1, value, np.float32)], samples=1, wait=0, **kw)
+    return sync_call(store, worker, arrays=[np.full(1, value, np.float32)], samples=1, wait=0, **kw)
 
 
 def test_a_retried_barrier_stage_starts_a_generation_and_fences_the_old_one() -> None:
-    store = WeightStore([np.zeros(1, np.float32)], num_workers=2, rule=AverageRule())
+    store = WeightStore([np.zeros(1, np.float32)], num_workers=2, merge=Average())
     store.join(0, 10, wait=0.0, attempt=0)
     store.join(1, 10, wait=0.0, attempt=1)
     sync_push(store, 0, 2.0, seq=1, round_no=0, attempt=0)
@@ -170,7 +198,7 @@ def test_a_retried_barrier_stage_starts_a_generation_and_fences_the_old_one() ->
 
 def test_backup_workers_close_rounds_on_a_quorum_and_drop_late_pushes() -> None:
     store = WeightStore(
-        [np.zeros(1, np.float32)], num_workers=3, rule=AverageRule(), backup_workers=1, epochs=1
+        [np.zeros(1, np.float32)], num_workers=3, merge=Average(), backup_workers=1, epochs=1
     )
     sync_push(store, 0, 3.0, seq=1, round_no=0)
     weights, version = sync_push(store, 1, 5.0, seq=1, round_no=0)  # quorum: 2 of 3
@@ -193,7 +221,8 @@ def test_backup_workers_close_rounds_on_a_quorum_and_drop_late_pushes() -> None:
 def test_async_rejoin_learns_its_position() -> None:
     store = make_async()
     store.join(0, 10, wait=0.0)
-    store.push_async(
+    async_call(
+        store,
         0,
         seq=1,
         base_version=0,
@@ -220,15 +249,15 @@ def make_async(staleness: str = "none") -> WeightStore:
     return WeightStore(
         [np.zeros(3, np.float32)],
         num_workers=2,
-        rule=DeltaRule(staleness),
+        merge=Delta(staleness=staleness),
         mode="asynchronous",
     )
 
 
 def push_async(store: WeightStore, worker: int, value: float, *, seq: int, **kw):
     kw.setdefault("base_version", store.version)
-    return store.push_async(
-        worker, seq=seq, arrays=[np.full(3, value, np.float32)], samples=1, meta={}, **kw
+    return async_call(
+        store, worker, seq=seq, arrays=[np.full(3, value, np.float32)], samples=1, meta={}, **kw
     )
 
 
@@ -268,15 +297,6 @@ def test_retried_task_rejoins_under_its_id_and_fences_the_old_attempt() -> None:
     assert store.status()["workers"]["0"]["attempt"] == 1
 
 
-def test_push_of_the_other_mode_is_refused() -> None:
-    with pytest.raises(StoreError, match="asynchronous mode"):
-        make_async().push_sync(
-            0, seq=1, round_no=0, arrays=[np.ones(3, np.float32)], samples=1, meta={}, wait=0
-        )
-    with pytest.raises(StoreError, match="synchronous mode"):
-        push_async(make_store(), 0, 1.0, seq=1)
-
-
 def test_encoded_snapshot_is_built_once_per_version() -> None:
     store = make_async()
     body, version = store.encoded()
@@ -288,7 +308,7 @@ def test_encoded_snapshot_is_built_once_per_version() -> None:
 
 
 def test_hogwild_adds_into_the_live_arrays_and_counts_every_push_once() -> None:
-    store = WeightStore([np.zeros(3, np.float32)], num_workers=4, rule=DeltaRule(), mode="hogwild")
+    store = WeightStore([np.zeros(3, np.float32)], num_workers=4, merge=Delta(), mode="hogwild")
     live = store.weights()[0]
 
     def work(worker: int) -> None:
@@ -311,18 +331,14 @@ def test_hogwild_adds_into_the_live_arrays_and_counts_every_push_once() -> None:
 
 
 def test_hogwild_pushes_in_sequence_are_exact() -> None:
-    store = WeightStore(
-        [np.zeros(3, np.float32)], num_workers=2, rule=ElasticRule(), mode="hogwild"
-    )
+    store = WeightStore([np.zeros(3, np.float32)], num_workers=2, merge=Elastic(), mode="hogwild")
     push_async(store, 0, 0.5, seq=1)
     push_async(store, 1, -0.25, seq=1)
     np.testing.assert_array_equal(store.weights()[0], [0.25, 0.25, 0.25])
 
 
 def test_epoch_gate_holds_the_closing_round_until_the_callbacks_ran() -> None:
-    store = WeightStore(
-        [np.zeros(1, np.float32)], num_workers=2, rule=AverageRule(), gate_epochs=True
-    )
+    store = WeightStore([np.zeros(1, np.float32)], num_workers=2, merge=Average(), gate_epochs=True)
     logs = {"epoch": 0, "epoch_logs": {"loss": 1.0}, "epoch_samples": 1}
     sync_push(store, 0, 2.0, seq=1, round_no=0, meta=logs)
     assert sync_push(store, 1, 4.0, seq=1, round_no=0, meta=logs) is None  # held

@@ -3,9 +3,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from sparkdl.config import TrainConfig
 from sparkdl.errors import ConfigError
-from sparkdl.merging import WorkerMerge
-from sparkdl.server.rules import AverageRule, DeltaRule, ElasticRule, Update, make_rule
+from sparkdl.sync.merges import Average, Delta, Elastic, Update, merge_class
+
+
+def resolve(name: str, num_workers: int = 1, **settings: object):  # type: ignore[no-untyped-def]
+    config = TrainConfig(mode="asynchronous", merge=name, **settings)  # type: ignore[arg-type]
+    return merge_class(name).resolve(
+        num_workers=num_workers, synchronous=False, whole_epoch=False, settings=config.sync
+    )
 
 
 def test_average_is_weighted_by_samples() -> None:
@@ -22,7 +29,7 @@ def test_average_is_weighted_by_samples() -> None:
             samples=30,
         ),
     ]
-    out = AverageRule().combine(center, ups)
+    out = Average().combine(center, ups)
     np.testing.assert_allclose(out[0], np.full((2, 2), 3.25))
     np.testing.assert_allclose(out[1], [3.25, 4.25, 5.25])
     assert out[0].dtype == np.float32
@@ -33,7 +40,7 @@ def test_zero_sample_workers_weigh_nothing() -> None:
         Update(worker=0, arrays=[np.array([2.0], np.float32)], samples=5),
         Update(worker=1, arrays=[np.array([100.0], np.float32)], samples=0),
     ]
-    assert AverageRule().combine([np.zeros(1, np.float32)], ups)[0].tolist() == [2.0]
+    assert Average().combine([np.zeros(1, np.float32)], ups)[0].tolist() == [2.0]
 
 
 def test_all_zero_samples_takes_plain_mean() -> None:
@@ -41,7 +48,7 @@ def test_all_zero_samples_takes_plain_mean() -> None:
         Update(worker=0, arrays=[np.array([2.0])], samples=0),
         Update(worker=1, arrays=[np.array([4.0])], samples=0),
     ]
-    assert AverageRule().combine([np.zeros(1)], ups)[0].tolist() == [3.0]
+    assert Average().combine([np.zeros(1)], ups)[0].tolist() == [3.0]
 
 
 def test_integer_state_is_not_averaged() -> None:
@@ -49,20 +56,20 @@ def test_integer_state_is_not_averaged() -> None:
         Update(worker=0, arrays=[np.array([7], np.int64)], samples=1),
         Update(worker=1, arrays=[np.array([9], np.int64)], samples=1),
     ]
-    out = AverageRule().combine([np.zeros(1, np.int64)], ups)
+    out = Average().combine([np.zeros(1, np.int64)], ups)
     assert out[0].dtype == np.int64 and out[0].tolist() == [7]
 
 
 def test_float16_weights_keep_their_dtype() -> None:
     ups = [Update(worker=0, arrays=[np.array([1.5], np.float16)], samples=1)]
-    out = AverageRule().combine([np.zeros(1, np.float16)], ups)
+    out = Average().combine([np.zeros(1, np.float16)], ups)
     assert out[0].dtype == np.float16 and out[0].tolist() == [1.5]
 
 
-def test_make_rule() -> None:
-    assert isinstance(make_rule("average"), AverageRule)
+def test_merge_class() -> None:
+    assert merge_class("average") is Average
     with pytest.raises(ConfigError, match="merge"):
-        make_rule("median")
+        merge_class("median")
 
 
 def _up(worker: int, values: list[float], samples: int = 1, base: int = 0) -> Update:
@@ -73,15 +80,15 @@ def _up(worker: int, values: list[float], samples: int = 1, base: int = 0) -> Up
 
 def test_delta_sync_adds_the_sample_weighted_mean_delta() -> None:
     center = [np.array([1.0, 1.0], np.float32)]
-    out = DeltaRule().combine(center, [_up(0, [4.0, 0.0], 1), _up(1, [0.0, 8.0], 3)])
+    out = Delta().combine(center, [_up(0, [4.0, 0.0], 1), _up(1, [0.0, 8.0], 3)])
     np.testing.assert_array_equal(out[0], [2.0, 7.0])  # 1 + (4*1 + 0*3)/4, 1 + (0 + 24)/4
     assert center[0].tolist() == [1.0, 1.0]
 
 
 def test_delta_async_staleness_none_and_inverse() -> None:
     center = [np.array([10.0], np.float32)]
-    assert DeltaRule().apply(center, _up(0, [6.0], base=2), version=8)[0].tolist() == [16.0]
-    inverse = DeltaRule("inverse")
+    assert Delta().apply(center, _up(0, [6.0], base=2), version=8)[0].tolist() == [16.0]
+    inverse = Delta(staleness="inverse")
     assert inverse.apply(center, _up(0, [6.0], base=2), version=8)[0].tolist() == [11.0]
     assert inverse.apply(center, _up(0, [6.0], base=7), version=8)[0].tolist() == [16.0]
     assert inverse.apply(center, _up(0, [6.0], base=8), version=8)[0].tolist() == [16.0]
@@ -92,12 +99,12 @@ def test_sync_easgd_sums_the_elastic_differences() -> None:
     # Two workers at w = [3, 5] and [-1, 1] against center [1, 1], alpha = 0.25:
     # d0 = 0.25 * ([3, 5] - [1, 1]) = [0.5, 1.0]; d1 = 0.25 * ([-1, 1] - [1, 1]) = [-0.5, 0]
     center = [np.array([1.0, 1.0], np.float32)]
-    out = ElasticRule().combine(center, [_up(0, [0.5, 1.0]), _up(1, [-0.5, 0.0])])
+    out = Elastic().combine(center, [_up(0, [0.5, 1.0]), _up(1, [-0.5, 0.0])])
     np.testing.assert_array_equal(out[0], [1.0, 2.0])
 
 
 def test_async_average_moves_the_center_by_one_share() -> None:
-    rule = AverageRule(num_workers=4)
+    rule = Average(share=0.25)
     out = rule.apply([np.array([8.0], np.float32)], _up(0, [0.0]), version=0)
     assert out[0].tolist() == [6.0]  # 8 + (0 - 8) / 4
     unchanged = rule.apply([np.array([8.0], np.float32)], _up(0, [0.0], samples=0), version=0)
@@ -105,7 +112,7 @@ def test_async_average_moves_the_center_by_one_share() -> None:
 
 
 def test_in_place_forms_match_the_copying_forms() -> None:
-    rules = [AverageRule(3), DeltaRule(), DeltaRule("inverse"), ElasticRule()]
+    rules = [Average(share=1 / 3), Delta(), Delta(staleness="inverse"), Elastic()]
     for rule in rules:
         center = [np.array([2.0, -4.0], np.float32), np.array([5], np.int64)]
         update = Update(
@@ -126,17 +133,21 @@ def test_worker_side_of_each_merge() -> None:
     center = [np.array([1.0, 1.0], np.float32)]
     local = [np.array([3.0, 5.0], np.float32)]
     answer = [np.array([2.0, 2.0], np.float32)]
-    average = WorkerMerge("average", center)
-    assert average.outgoing(local)[0].tolist() == [3.0, 5.0]
-    assert average.incoming(local, answer)[0].tolist() == [2.0, 2.0]
-    delta = WorkerMerge("delta", center)
-    assert delta.outgoing(local)[0].tolist() == [2.0, 4.0]
-    assert delta.incoming(local, answer)[0].tolist() == [2.0, 2.0]
-    assert delta.outgoing(local)[0].tolist() == [1.0, 3.0]  # now against the answer
-    elastic = WorkerMerge("elastic", center, alpha=0.25)
-    assert elastic.outgoing(local)[0].tolist() == [0.5, 1.0]
-    assert elastic.incoming(local, answer)[0].tolist() == [2.5, 4.0]  # w - d, not the center
-    assert elastic.outgoing([np.array([2.5, 4.0], np.float32)])[0].tolist() == [0.125, 0.5]
+    average = Average()
+    pushed = average.outgoing(local, center)
+    assert pushed[0].tolist() == [3.0, 5.0]
+    assert average.incoming(local, pushed, answer)[0].tolist() == [2.0, 2.0]
+    delta = Delta()
+    pushed = delta.outgoing(local, center)
+    assert pushed[0].tolist() == [2.0, 4.0]
+    assert delta.incoming(local, pushed, answer)[0].tolist() == [2.0, 2.0]
+    assert delta.outgoing(local, answer)[0].tolist() == [1.0, 3.0]  # now against the answer
+    elastic = Elastic(alpha=0.25)
+    pushed = elastic.outgoing(local, center)
+    assert pushed[0].tolist() == [0.5, 1.0]
+    moved = elastic.incoming(local, pushed, answer)
+    assert moved[0].tolist() == [2.5, 4.0]  # w - d, not the center
+    assert elastic.outgoing(moved, answer)[0].tolist() == [0.125, 0.5]
 
 
 def test_overlapped_worker_side_keeps_the_progress_made_during_the_push() -> None:
@@ -145,28 +156,32 @@ def test_overlapped_worker_side_keeps_the_progress_made_during_the_push() -> Non
     at_push = [np.array([3.0, 5.0], np.float32), np.array([8], np.int64)]
     later = [np.array([4.0, 4.0], np.float32), np.array([9], np.int64)]  # trained on
     answer = [np.array([2.0, 2.0], np.float32), np.array([8], np.int64)]
-    delta = WorkerMerge("delta", center, scale=0.5)
-    assert delta.outgoing(at_push)[0].tolist() == [1.0, 2.0]
-    assert delta.pushed(at_push)[0].tolist() == [3.0, 5.0]  # keeps its weights
+    delta = Delta(scale=0.5)
+    pushed = delta.outgoing(at_push, center)
+    assert pushed[0].tolist() == [1.0, 2.0]
+    assert delta.moved(at_push, pushed) is at_push  # keeps its weights
     settled = delta.settle(later, at_push, answer)
     assert settled[0].tolist() == [3.0, 1.0]  # answer + (later - at_push)
     assert settled[1].tolist() == [8]  # integer state: the answer's
     # The next delta is against the answer: exactly the progress not pushed yet.
-    assert delta.outgoing(settled)[0].tolist() == [0.5, -0.5]
-    average = WorkerMerge("average", center)
-    average.outgoing(at_push)
+    assert delta.outgoing(settled, answer)[0].tolist() == [0.5, -0.5]
+    average = Average()
     assert average.settle(later, at_push, answer)[0].tolist() == [3.0, 1.0]
-    elastic = WorkerMerge("elastic", center, alpha=0.25)
-    assert elastic.outgoing(at_push)[0].tolist() == [0.5, 1.0]
-    moved = elastic.pushed(at_push)
+    elastic = Elastic(alpha=0.25)
+    pushed = elastic.outgoing(at_push, center)
+    assert pushed[0].tolist() == [0.5, 1.0]
+    moved = elastic.moved(at_push, pushed)
     assert moved[0].tolist() == [2.5, 4.0] and moved[1].tolist() == [8]  # w - d at once
     assert elastic.settle(later, moved, answer)[0].tolist() == [4.0, 4.0]  # keeps its own
-    assert elastic.outgoing(later)[0].tolist() == [0.5, 0.5]  # against the new center
+    assert elastic.outgoing(later, answer)[0].tolist() == [0.5, 0.5]  # against the new center
 
 
-def test_make_rule_builds_each_merge() -> None:
-    assert isinstance(make_rule("delta", staleness="inverse"), DeltaRule)
-    assert isinstance(make_rule("elastic"), ElasticRule)
-    assert make_rule("average", num_workers=4).share == 0.25
+def test_resolve_builds_each_merge() -> None:
+    assert resolve("delta", staleness="inverse") == Delta(staleness="inverse", scale=1.0)
+    assert resolve("elastic", num_workers=2).alpha == pytest.approx(0.45)
+    assert resolve("elastic", elastic_alpha=0.3).alpha == pytest.approx(0.3)
+    assert resolve("average", num_workers=4).share == 0.25
     with pytest.raises(ConfigError, match="staleness"):
-        make_rule("delta", staleness="sometimes")
+        Delta(staleness="sometimes")
+    with pytest.raises(ConfigError, match="staleness"):
+        TrainConfig(merge="delta", staleness="sometimes")

@@ -1,0 +1,75 @@
+"""What the driver asks the cluster: task slots, the workers a fit gets, the service host.
+
+Example:
+    >>> parse_local_master("local[4]"), parse_local_master("yarn")
+    (True, False)
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import TYPE_CHECKING
+
+from sparkdl.compat.spark import task_slots
+from sparkdl.config import TrainConfig
+from sparkdl.errors import ClusterError
+from sparkdl.sync.modes import mode_class
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+__all__ = ["num_workers", "parse_local_master", "service_host", "task_cpus", "task_slots"]
+
+
+def parse_local_master(master: str) -> bool:
+    """Whether executors run on the driver's machine (``local``, ``local-cluster``)."""
+    return master.startswith("local")
+
+
+def num_workers(sc: SparkContext, config: TrainConfig) -> int:
+    """The fit's workers; checks the slots a barrier stage needs (waits for executors on
+    real clusters).
+
+    Modes without a barrier run ordinary tasks, which Spark queues when there are more
+    than slots, so a given ``num_workers`` needs no check; the default is one per slot.
+
+    Raises:
+        ClusterError: A barrier stage would need more slots than the cluster has.
+    """
+    barrier = mode_class(config.mode).barrier
+    if not barrier and config.num_workers:
+        return config.num_workers
+    master = str(sc.master)
+    wait_until = time.monotonic() + (
+        0 if re.fullmatch(r"local(\[.*\])?", master) else config.slot_wait_timeout
+    )
+    while True:
+        slots = task_slots(sc)
+        wanted = config.num_workers or slots
+        if slots >= wanted > 0:
+            return wanted
+        if time.monotonic() >= wait_until:
+            raise ClusterError(
+                f"mode={config.mode!r} runs num_workers={wanted} tasks at once as a barrier "
+                f"stage, but the cluster has {slots} task slot(s) (master {master!r}). Lower "
+                "num_workers, add executors or cores, or raise slot_wait_timeout= if "
+                "executors are still starting."
+            )
+        time.sleep(0.5)
+
+
+def service_host(spark: SparkSession) -> str:
+    """The address executors reach the driver at: loopback for local masters."""
+    if parse_local_master(str(spark.sparkContext.master)):
+        return "127.0.0.1"
+    return spark.conf.get("spark.driver.host", "127.0.0.1") or "127.0.0.1"
+
+
+def task_cpus(sc: SparkContext) -> int:
+    """``spark.task.cpus``: the cores each task may use."""
+    try:
+        return max(1, int(sc.getConf().get("spark.task.cpus", "1") or 1))
+    except ValueError:
+        return 1

@@ -1,0 +1,248 @@
+"""Every use sparkdl makes of PySpark's and Spark's private internals.
+
+PySpark has no public API for a few things sparkdl needs, so this module reaches
+through the Py4J handles of the ``SparkContext`` (``sc._jsc``, the JVM
+``JavaSparkContext``, and ``sc._jvm``, the JVM's packages):
+
+* :func:`task_slots`: how many tasks the cluster can run at once, which a barrier
+  stage needs up front (Scala ``SparkContext.maxNumConcurrentTasks``);
+* :func:`run_empty_job`: a job with no task, which Spark records (with the thread's job
+  group and description) without queueing it behind the training job's tasks;
+* :func:`hadoop_filesystem` and :func:`read_all_bytes`: Hadoop's ``FileSystem`` for a
+  path, through which a saved model reaches any store Spark can write to.
+
+A failed Spark job reaches Python as a ``Py4JJavaError`` (or one of PySpark's captured
+exceptions) whose only structured content is its text: the Java message, with the
+Python worker's traceback inside it. :func:`failure_summary`, :func:`retries_ran_out`
+and :func:`is_unsupported_barrier_chain` parse that text.
+
+``tests/integration/test_compat_spark.py`` checks each of these against a real
+SparkSession and fails with a message naming PySpark's version and this module when
+Spark changes shape.
+
+Example:
+    >>> retries_ran_out("Task 1 in stage 4.0 failed 4 times, most recent failure")
+    (1, 4, 'spark.task.maxFailures')
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+
+__all__ = [
+    "failure_summary",
+    "hadoop_filesystem",
+    "is_unsupported_barrier_chain",
+    "read_all_bytes",
+    "retries_ran_out",
+    "run_empty_job",
+    "task_slots",
+]
+
+
+def task_slots(sc: SparkContext) -> int:
+    """Number of tasks the cluster can run at once with the default resource profile.
+
+    Falls back to ``sc.defaultParallelism`` when the JVM methods are not there.
+
+    Args:
+        sc: The SparkContext.
+
+    Returns:
+        The task slots of the executors registered now.
+
+    Example:
+        >>> task_slots(spark.sparkContext)  # doctest: +SKIP
+        2
+    """
+    try:
+        jsc = sc._jsc.sc()
+        profile = jsc.resourceProfileManager().defaultResourceProfile()
+        return int(jsc.maxNumConcurrentTasks(profile))
+    except Exception:
+        return int(sc.defaultParallelism)
+
+
+def run_empty_job(sc: SparkContext) -> None:
+    """Runs a job over an empty RDD: no partition, so no task.
+
+    Spark records the job (started and succeeded at once) under the calling thread's
+    job group and description, and runs no task, so it never waits for a slot.
+
+    Args:
+        sc: The SparkContext.
+
+    Example:
+        >>> sc.setJobDescription("epoch 3/20 done")  # doctest: +SKIP
+        >>> run_empty_job(sc)  # doctest: +SKIP
+    """
+    jsc: Any = sc._jsc
+    jsc.emptyRDD().count()  # a job with no task: recorded, never queued
+
+
+def hadoop_filesystem(sc: SparkContext, path: str) -> tuple[Any, Any]:
+    """Hadoop's FileSystem for ``path`` and the path as a Hadoop ``Path``.
+
+    Args:
+        sc: The SparkContext (its Hadoop configuration picks the FileSystem).
+        path: Any path or URI Spark can write (local, ``file://``, ``hdfs://``...).
+
+    Returns:
+        ``(fs, hadoop_path)``: Py4J handles on ``org.apache.hadoop.fs.FileSystem`` and
+        ``org.apache.hadoop.fs.Path``.
+
+    Example:
+        >>> fs, target = hadoop_filesystem(sc, "/tmp/model/state.json")  # doctest: +SKIP
+        >>> bool(fs.exists(target))  # doctest: +SKIP
+        False
+    """
+    jvm: Any = sc._jvm
+    target = jvm.org.apache.hadoop.fs.Path(path)
+    jsc: Any = sc._jsc
+    return target.getFileSystem(jsc.hadoopConfiguration()), target
+
+
+def read_all_bytes(sc: SparkContext, stream: Any) -> bytes:
+    """Reads a JVM ``InputStream`` (e.g. ``fs.open(path)``) to its end.
+
+    Uses ``org.apache.commons.io.IOUtils``, which Spark ships. The caller closes the
+    stream.
+
+    Args:
+        sc: The SparkContext.
+        stream: A Py4J handle on a ``java.io.InputStream``.
+
+    Returns:
+        The stream's bytes.
+
+    Example:
+        >>> fs, source = hadoop_filesystem(sc, "/tmp/model/state.json")  # doctest: +SKIP
+        >>> read_all_bytes(sc, fs.open(source))  # doctest: +SKIP
+        b'{}'
+    """
+    jvm: Any = sc._jvm
+    return bytes(jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
+
+
+def retries_ran_out(text: str) -> tuple[int, int, str] | None:
+    """``(worker, attempts, the setting)`` when Spark gave up retrying a task or stage.
+
+    Args:
+        text: The text of the failed job's exception.
+
+    Returns:
+        The failing task's partition (``-1`` when a stage failed with no barrier task
+        named), how many times it failed, and the Spark setting that bounds the
+        retries; ``None`` when the text names no exhausted retries.
+
+    Example:
+        >>> retries_ran_out("Task 1 in stage 4.0 failed 4 times, most recent failure")
+        (1, 4, 'spark.task.maxFailures')
+        >>> retries_ran_out(
+        ...     "ResultStage 3 has failed the maximum allowable number of times: 4. "
+        ...     "Most recent failure reason: barrier task ResultTask(3, 1) failed"
+        ... )
+        (1, 4, 'spark.stage.maxConsecutiveAttempts')
+        >>> retries_ran_out("Could not recover from a failed barrier ResultStage") is None
+        True
+    """
+    task = re.search(r"Task (\d+) in stage [\d.]+ failed (\d+) times", text)
+    if task:
+        return int(task.group(1)), int(task.group(2)), "spark.task.maxFailures"
+    stage = re.search(r"has failed the maximum allowable number of times: (\d+)", text)
+    if stage:
+        barrier = re.search(r"barrier task \w+\(\d+, (\d+)\)", text)
+        worker = int(barrier.group(1)) if barrier else -1
+        return worker, int(stage.group(1)), "spark.stage.maxConsecutiveAttempts"
+    return None
+
+
+def failure_summary(exc: BaseException) -> tuple[str, str]:
+    """The Python traceback inside a failed Spark job's exception, and its last line.
+
+    When the text holds a Python traceback, that is the trace and its last line the
+    summary. Otherwise the trace is the first lines of the text that are not Java stack
+    frames, and the summary the first line saying a Python worker crashed, else the
+    first ``...Exception`` / ``...Error`` line, else the first line. A summary naming
+    ``ModuleNotFoundError`` gets a hint about ``PYSPARK_PYTHON`` appended.
+
+    Args:
+        exc: The exception ``collect()`` raised.
+
+    Returns:
+        ``(trace, last)``: the traceback text and its last meaningful line.
+
+    Example:
+        >>> text = (
+        ...     "An error occurred while calling o81.collectToPython.\\n"
+        ...     "Traceback (most recent call last):\\n"
+        ...     '  File "train.py", line 3, in boom\\n'
+        ...     "ValueError: boom-123\\n"
+        ...     "\\n\\tat org.apache.spark.api.python.BasePythonRunner.read(...)"
+        ... )
+        >>> trace, last = failure_summary(RuntimeError(text))
+        >>> last
+        'ValueError: boom-123'
+        >>> trace.splitlines()[0]
+        'Traceback (most recent call last):'
+        >>> failure_summary(RuntimeError(
+        ...     "Job aborted due to stage failure: Task 0 in stage 1.0 failed 1 times\\n"
+        ...     ": org.apache.spark.SparkException: Python worker exited unexpectedly "
+        ...     "(crashed)\\n\\tat org.apache.spark.api.python.BasePythonRunner"
+        ... ))[1]
+        'Python worker exited unexpectedly (crashed)'
+        >>> failure_summary(RuntimeError())
+        ('RuntimeError', 'RuntimeError')
+    """
+    text = str(exc)
+    match = re.search(
+        r"Traceback \(most recent call last\):.*?(?=\n\tat |\n\s*at org\.|\Z)", text, re.S
+    )
+    if match:
+        trace = match.group(0)
+        last = trace.strip().splitlines()[-1]
+    else:
+        lines = [
+            ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("\tat ")
+        ]
+        trace = "\n".join(lines[:6]) or type(exc).__name__
+        causes = [ln for ln in lines if re.search(r"^:?\s*[\w.$]+(Exception|Error)\b", ln)]
+        crashed = [ln for ln in lines if "Python worker exited unexpectedly" in ln]
+        last = (crashed or causes or lines or [type(exc).__name__])[0].lstrip(": ")
+        last = re.sub(r"^.*?(?=Python worker exited)", "", last)
+    if "ModuleNotFoundError" in last:
+        last += (
+            ". Spark's Python workers run another Python than the driver's; set the "
+            "environment variable PYSPARK_PYTHON (or spark.pyspark.python) to a Python "
+            "that has sparkdl installed before the SparkSession starts"
+        )
+    return trace, last
+
+
+def is_unsupported_barrier_chain(exc: BaseException) -> bool:
+    """Whether Spark refused a barrier stage over this RDD chain at submission.
+
+    Spark refuses a barrier stage whose ancestors in the same stage have another
+    partition count (``union``, ``coalesce``...), before any task runs
+    (``BarrierJobUnsupportedRDDChainRunningException``).
+
+    Args:
+        exc: The exception the barrier job's ``collect()`` raised.
+
+    Returns:
+        True when the job failed for that reason (a repartition fixes it).
+
+    Example:
+        >>> is_unsupported_barrier_chain(RuntimeError(
+        ...     "org.apache.spark.scheduler.BarrierJobUnsupportedRDDChainRunningException: "
+        ...     "[SPARK-24820][SPARK-24821]: Barrier execution mode does not allow ..."
+        ... ))
+        True
+        >>> is_unsupported_barrier_chain(ValueError("boom"))
+        False
+    """
+    return "BarrierJobUnsupportedRDDChain" in str(exc)

@@ -1,0 +1,14 @@
+"""The executor side of a fit: code that runs only inside a Spark task, with Keras.
+
+Its modules import Keras and TensorFlow at the top; the driver never imports them
+(:mod:`sparkdl.worker` starts importing them on the executor while it reads the
+partition). One push, from the training loop outwards:
+
+* :mod:`sparkdl.executor.training`: rebuilds the model, works out the schedule and
+  runs ``model.fit`` over the epochs;
+* :mod:`sparkdl.executor.callback`: the Keras callback that syncs at the schedule's
+  points and applies what the driver decided (stop, learning rate);
+* :mod:`sparkdl.executor.pusher`: turns the local weights into a push with the fit's
+  merge, sends it (waiting, or in the background with ``overlap``) and folds the
+  answer in.
+"""

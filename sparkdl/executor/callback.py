@@ -1,0 +1,124 @@
+"""The Keras callback through which a worker's ``model.fit`` syncs with the service.
+
+It pushes at the schedule's points (every ``frequency`` batches, the epoch's closing
+sync with its logs, padding rounds of a short partition), stops training on a diverged
+loss, and applies what the driver decided (``stop_training``, a new learning rate) as
+the answers bring it.
+
+Example:
+    >>> issubclass(SyncCallback, keras.callbacks.Callback)
+    True
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import keras
+
+from sparkdl.errors import TrainingError
+from sparkdl.executor.pusher import Pusher
+from sparkdl.sync.schedule import Schedule
+
+__all__ = ["SyncCallback"]
+
+
+class SyncCallback(keras.callbacks.Callback):
+    """Pushes an update at every sync point of ``schedule``.
+
+    Args:
+        pusher: Sends pushes and folds answers in.
+        schedule: The worker's sync points.
+        val_rows: Validation rows behind the epoch's ``val_*`` logs.
+    """
+
+    def __init__(self, pusher: Pusher, schedule: Schedule, *, val_rows: int = 0) -> None:
+        super().__init__()
+        self.pusher = pusher
+        self.schedule = schedule
+        self.val_rows = val_rows
+        #: A driver callback stopped the fit.
+        self.stop = False
+        #: The epoch the worker is in (1-based) once it began.
+        self.epochs_run = 0
+        self.learning_rate: float | None = None
+        self._epoch = 0
+        self._offset = 0  # batches of the epoch done before this fit call (a resume)
+        self._done = 0  # syncs made this epoch
+        self._sent = 0  # rows of this epoch already pushed
+        self._resume: tuple[int, int] | None = None
+
+    def resume(self, batches: int, syncs: int) -> None:
+        """The next epoch starts with ``batches`` done and ``syncs`` made (a retry)."""
+        self._resume = (batches, syncs)
+
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self.epochs_run = epoch + 1
+        self._epoch = epoch
+        batches, syncs = self._resume or (0, 0)
+        self._resume = None
+        self._offset, self._done = batches, syncs
+        self._sent = self.schedule.seen(batches)
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        step = self._offset + batch + 1
+        while self._done < self.schedule.due(step):
+            self._sync(self.schedule.seen(step), logs or {}, None)
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        logs = logs or {}
+        rows = self.schedule.rows
+        end = self.schedule.epoch_end(self._done)
+        for _ in range(end.mid):
+            self._sync(rows, logs, None)
+        if end.closes:
+            self._sync(rows, logs, logs)
+        for _ in range(end.padding):  # every worker takes part in every round
+            self._sync(rows, {}, None)
+        if self.stop:
+            self.model.stop_training = True  # a driver callback stopped the fit
+
+    def flush(self) -> None:
+        """Folds in the answer to a push still in flight (overlap)."""
+        if self.pusher.flush():
+            self._take_control()
+
+    def _sync(self, seen: int, logs: dict[str, Any], epoch_logs: dict[str, Any] | None) -> None:
+        loss = logs.get("loss")
+        loss = float(loss) if loss is not None else None
+        if loss is not None and not math.isfinite(loss):
+            raise TrainingError(
+                f"The loss became {loss} in epoch {self._epoch + 1}: training diverged. "
+                "Lower the learning rate, clip gradients (clipnorm=...), or scale the features."
+            )
+        # "step": batches of this epoch done, where a retried task resumes from.
+        meta: dict[str, Any] = {
+            "loss": loss,
+            "epoch": self._epoch,
+            "step": self.schedule.step_of(seen),
+        }
+        if epoch_logs is not None:
+            meta["epoch_logs"] = {k: float(v) for k, v in epoch_logs.items()}
+            meta["epoch_samples"] = self.schedule.rows
+            meta["val_samples"] = self.val_rows
+        # An epoch's closing push waits for its answer, so every epoch starts from
+        # the center.
+        if self.pusher.push(seen - self._sent, meta, wait=epoch_logs is not None):
+            self._take_control()
+        self._sent = seen
+        self._done += 1
+
+    def _take_control(self) -> None:
+        """Applies the control fields of the answer just folded in."""
+        control = self.pusher.control
+        if control.get("stop"):
+            # Stop at this sync: Keras leaves the epoch after this batch, and
+            # on_epoch_end still closes the epoch's rounds, the same ones on every
+            # worker, so synchronous rounds stay aligned.
+            self.stop = True
+            self.model.stop_training = True
+        rate = control.get("learning_rate")
+        if isinstance(rate, (int, float)) and rate != self.learning_rate:
+            self.model.optimizer.learning_rate = float(rate)  # ReduceLROnPlateau
+            self.learning_rate = float(rate)

@@ -1,0 +1,134 @@
+"""Sends a worker's pushes and folds the service's answers into its weights.
+
+The fit's merge says what to push and how an answer changes the local weights; the
+pusher keeps what that needs between syncs (the center last received, the push in
+flight) and does the waiting. A push either waits for its answer, or (``overlap``, in
+asynchronous modes) leaves from a background thread while training goes on: the
+worker takes the step the push implies at once (:meth:`Merge.moved`) and folds the
+answer in at its next sync (:meth:`Merge.settle`), so the round trip hides behind
+compute and every step is still pushed exactly once.
+
+Example:
+    >>> Pusher.__name__
+    'Pusher'
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from sparkdl.server.client import ServiceClient
+from sparkdl.sync.merges import Merge
+from sparkdl.weight_access import WeightAccess
+
+__all__ = ["Pusher"]
+
+
+class Pusher:
+    """One worker's pushes.
+
+    Args:
+        client: The worker's service client.
+        merge: The fit's merge.
+        weights: Read and write access to the model's weights.
+        center: The center the worker starts from.
+        version: That center's version.
+        overlap: Push in the background; :meth:`push` with ``wait=True`` still waits.
+    """
+
+    def __init__(
+        self,
+        client: ServiceClient,
+        merge: Merge,
+        weights: WeightAccess,
+        *,
+        center: list[np.ndarray],
+        version: int,
+        overlap: bool,
+    ) -> None:
+        self.client = client
+        self.merge = merge
+        self.weights = weights
+        self.overlap = overlap
+        self.version = version
+        #: Seconds training stood still waiting for the service.
+        self.wait_seconds = 0.0
+        self.pushes = 0
+        #: The control fields of the last answer folded in (stop, learning rate).
+        self.control: dict[str, Any] = {}
+        self._center = center
+        self._pool: ThreadPoolExecutor | None = None
+        self._inflight: Future[tuple[list[np.ndarray], int]] | None = None
+        self._at_push: list[np.ndarray] = []  # the weights right after that push
+
+    def push(self, samples: int, meta: dict[str, Any], *, wait: bool) -> bool:
+        """Pushes the local weights' update; waits for the answer unless overlapping.
+
+        Args:
+            samples: Samples trained on since the previous push.
+            meta: The header's metadata (loss, epoch, epoch logs...).
+            wait: Wait for this push's answer even when overlapping.
+
+        Returns:
+            Whether an answer was folded in (its :attr:`control` is then new).
+        """
+        local = self.weights.get()
+        settled = self._inflight is not None
+        if settled:
+            local = self._settle(local)
+        update = self.merge.outgoing(local, self._center)
+        if self.overlap and not wait:
+            after = self.merge.moved(local, update)
+            if settled or after is not local:
+                self.weights.set(after)
+            self._at_push = after
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="sparkdl-push")
+            self._inflight = self._pool.submit(
+                self.client.push, update, base_version=self.version, samples=samples, meta=meta
+            )
+        else:
+            start = time.perf_counter()
+            answer, self.version = self.client.push(
+                update, base_version=self.version, samples=samples, meta=meta
+            )
+            self.wait_seconds += time.perf_counter() - start
+            self._center, self.control = answer, self.client.control
+            self.weights.set(self.merge.incoming(local, update, answer))
+            settled = True
+        self.pushes += 1
+        return settled
+
+    def flush(self) -> bool:
+        """Waits for the answer to the push in flight, if any, and folds it in.
+
+        Returns:
+            Whether there was one.
+        """
+        if self._inflight is None:
+            return False
+        self.weights.set(self._settle(self.weights.get()))
+        return True
+
+    def close(self) -> None:
+        """Waits for a push in flight (its error, if any, is the caller's to see)."""
+        future, self._inflight = self._inflight, None
+        if future is not None:
+            future.exception()  # the client serves one call at a time
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def _settle(self, local: list[np.ndarray]) -> list[np.ndarray]:
+        """Waits for the push in flight and returns ``local`` with its answer folded in."""
+        future, self._inflight = self._inflight, None
+        assert future is not None
+        start = time.perf_counter()
+        answer, self.version = future.result()
+        self.wait_seconds += time.perf_counter() - start
+        self._center, self.control = answer, self.client.control
+        return self.merge.settle(local, self._at_push, answer)

@@ -1,0 +1,374 @@
+"""One fit on the driver: resolve the plan, serve the weights, run the training job.
+
+:class:`Fit` reads top to bottom as what happens: the settings and the cluster's facts
+are resolved into a :class:`~sparkdl.plan.FitPlan`; the service, the broadcasts, the
+fit's Spark job group, the Spark UI marks, the job canceller, the progress bar and the
+driver's callbacks are each entered into one :class:`contextlib.ExitStack`, so each is
+torn down, in reverse order, however the job ends; then one Spark job trains, and the
+workers' reports and the service's state become a :class:`FitResult`.
+
+Example:
+    >>> FitResult.__dataclass_fields__["history"].type
+    'dict[str, list[float]]'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import cloudpickle
+import numpy as np
+from pyspark.sql import DataFrame
+
+from sparkdl import checkpoints, cluster, data, keras_io
+from sparkdl.callbacks import DriverCallbacks
+from sparkdl.compat.spark import failure_summary, is_unsupported_barrier_chain, retries_ran_out
+from sparkdl.config import TrainConfig
+from sparkdl.errors import SparkDLError, WorkerError
+from sparkdl.plan import FitPlan
+from sparkdl.progress import Progress
+from sparkdl.reports import SERVICE_KEYS, FitReport, WorkerReport
+from sparkdl.server.events import FitEvents
+from sparkdl.server.service import ParameterService
+from sparkdl.server.store import WeightStore
+from sparkdl.spark_ui import EpochMarks
+from sparkdl.sync.schedule import train_rows
+from sparkdl.worker import RESULT_SCHEMA, WorkerPayload, make_train_function
+
+if TYPE_CHECKING:
+    import keras
+    from pyspark import SparkContext
+
+__all__ = ["Fit", "FitResult"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class FitResult:
+    """What one fit produced.
+
+    Attributes:
+        weights: Final center weights.
+        model_bytes: The trained model as a ``.keras`` archive.
+        history: Per-epoch logs averaged over workers.
+        report: Figures of the fit (seconds, per-worker reports, service status).
+        input_shapes: Per-sample shape of every input the model was fed.
+    """
+
+    weights: list[np.ndarray]
+    model_bytes: bytes
+    history: dict[str, list[float]]
+    report: FitReport
+    input_shapes: tuple[tuple[int, ...], ...]
+
+
+class Fit:
+    """Trains ``model`` on ``prepared`` data as ``config`` says.
+
+    Args:
+        prepared: The training data (:func:`sparkdl.data.prepare`).
+        model: The compiled model (not modified).
+        config: The user's settings.
+        custom_objects: Custom layers and losses, shipped with cloudpickle.
+        validation: Validation data prepared like the training data; it is collected
+            to the driver and broadcast; worker i reports ``val_*`` logs on rows
+            ``i::num_workers`` every epoch.
+        callbacks: Keras callbacks run on the driver
+            (:class:`sparkdl.callbacks.DriverCallbacks`); checkpoints run there too.
+        initial_epoch: Epochs done before (a resumed fit).
+        history: Their logs (a resumed fit).
+    """
+
+    def __init__(
+        self,
+        prepared: data.Prepared,
+        model: keras.Model,
+        config: TrainConfig,
+        *,
+        custom_objects: dict[str, Any] | None = None,
+        validation: data.Prepared | None = None,
+        callbacks: Sequence[Any] | None = None,
+        initial_epoch: int = 0,
+        history: dict[str, list[float]] | None = None,
+    ) -> None:
+        self.prepared = prepared
+        self.model = model
+        self.config = config
+        self.custom_objects = custom_objects
+        self.validation = validation
+        self.callbacks = list(callbacks or [])
+        self.initial_epoch = initial_epoch
+        self.history = history
+
+    def run(self) -> FitResult:
+        """Runs the fit.
+
+        Raises:
+            ClusterError: The cluster has fewer task slots than a barrier stage needs.
+            WorkerError: A worker failed; carries each failed worker's traceback.
+        """
+        started = time.perf_counter()
+        spark = self.prepared.frame.sparkSession
+        sc = spark.sparkContext
+        plan = self._plan(sc)
+        model_bytes = keras_io.model_to_bytes(self.model)
+        store = self._store(plan)
+        runner = self._driver_callbacks(model_bytes, store)
+        # The fitted model is rebuilt while the workers train, or is the callbacks'
+        # master model, which already exists.
+        built = None if runner else _build_in_background(model_bytes, self.custom_objects)
+        rows = self._train_rows(plan)
+        name = (
+            f"sparkdl fit: {plan.mode.name}/{plan.merge.name}, {plan.num_workers} workers, "
+            f"{plan.epochs} epochs, {rows} rows"
+        )
+        group = f"sparkdl-fit-{store.started:.0f}-{id(store):x}"
+        with contextlib.ExitStack() as stack:
+            service = stack.enter_context(
+                ParameterService(store, host=plan.service_host, port=plan.port)
+            )
+            payload = WorkerPayload(
+                plan=plan,
+                url=service.url,
+                token=service.token,
+                model_bytes=stack.enter_context(_broadcast(sc, model_bytes)),
+                custom_objects=(
+                    cloudpickle.dumps(self.custom_objects) if self.custom_objects else None
+                ),
+                input_shapes=list(self.prepared.input_shapes),
+                label_kinds=list(self.prepared.label_kinds),
+                validation=stack.enter_context(self._validation_broadcast(sc)),
+            )
+            stack.enter_context(_job_group(sc, group, name))
+            stack.enter_context(EpochMarks(sc, store, group, name, plan.epochs, plan.initial_epoch))
+            stack.enter_context(_cancel_on_abort(sc, store, group))
+            if self.config.verbose:
+                stack.enter_context(
+                    Progress(store, epochs=plan.epochs, rows=rows, verbose=self.config.verbose)
+                )
+            if runner:
+                stack.enter_context(runner)
+            reports = self._launch(payload, store, runner)
+            weights = runner.finish() if runner else store.weights()
+            history, status = store.history(), store.status()
+        trained = runner.master if runner else built.result()  # type: ignore[union-attr]
+        trained.set_weights(weights)
+        return FitResult(
+            weights=weights,
+            model_bytes=keras_io.model_to_bytes(trained),
+            history=history,
+            report=FitReport(
+                seconds=time.perf_counter() - started,
+                rows=self.prepared.summary.rows,
+                job_group=group,
+                workers=reports,
+                service={key: status.get(key) for key in SERVICE_KEYS},
+            ),
+            input_shapes=self.prepared.input_shapes,
+        )
+
+    # ---------------------------------------------------------------- set-up
+    def _plan(self, sc: SparkContext) -> FitPlan:
+        spark = self.prepared.frame.sparkSession
+        return FitPlan.resolve(
+            self.config,
+            num_workers=cluster.num_workers(sc, self.config),
+            rows=self.prepared.summary.rows,
+            threads=cluster.task_cpus(sc),
+            service_host=cluster.service_host(spark),
+            initial_epoch=self.initial_epoch,
+            validation_data=self.validation is not None,
+        )
+
+    def _store(self, plan: FitPlan) -> WeightStore:
+        return WeightStore(
+            self.model.get_weights(),
+            num_workers=plan.num_workers,
+            merge=plan.merge,
+            mode=plan.mode,
+            round_timeout=plan.round_timeout,
+            history=self.history,
+            backup_workers=plan.backup_workers,
+            epochs=plan.epochs,
+            # Driver callbacks see each synchronous epoch before the workers go on.
+            gate_epochs=bool(self.callbacks or self.config.checkpoint_dir),
+        )
+
+    def _driver_callbacks(self, model_bytes: bytes, store: FitEvents) -> DriverCallbacks | None:
+        callbacks = list(self.callbacks)
+        config = self.config
+        if config.checkpoint_dir:
+            callbacks.append(
+                checkpoints.checkpoint_callback(
+                    config.checkpoint_dir,
+                    config.checkpoint_keep,
+                    config.to_dict(),
+                    self.history or {},
+                )
+            )
+        if not callbacks:
+            return None
+        return DriverCallbacks(
+            callbacks,
+            model_bytes,
+            self.custom_objects,
+            store,
+            config.epochs,
+            self.initial_epoch,
+        )
+
+    def _train_rows(self, plan: FitPlan) -> int:
+        """Training rows per epoch, all workers together (each holds out its tail)."""
+        rows = self.prepared.summary.rows
+        return train_rows(rows, plan.validation_split) if plan.validation_split else rows
+
+    @contextlib.contextmanager
+    def _validation_broadcast(self, sc: SparkContext) -> Iterator[Any]:
+        if self.validation is None:
+            yield None
+            return
+        arrays = data.to_numpy_multi(
+            self.validation.frame.toArrow().to_batches(),
+            self.prepared.input_shapes,
+            self.prepared.label_kinds,
+        )
+        with _broadcast(sc, arrays) as held_out:
+            yield held_out
+
+    # ------------------------------------------------------------ the job
+    def _launch(
+        self, payload: WorkerPayload, store: WeightStore, runner: DriverCallbacks | None
+    ) -> list[WorkerReport]:
+        """Runs the training job; returns the workers' reports in worker order."""
+        frame = self.prepared.frame
+        plan = payload.plan
+        if frame.rdd.getNumPartitions() != plan.num_workers:
+            frame = frame.repartition(plan.num_workers)
+        try:
+            if plan.mode.barrier:
+                rows = _run_barrier_job(frame, payload)
+            else:  # ordinary tasks: none waits for another, Spark may queue them
+                rows = frame.mapInArrow(make_train_function(payload), RESULT_SCHEMA).collect()
+        except Exception as exc:
+            if runner:
+                runner.abandon()
+                if runner.error is not None:  # a callback stopped the fit by raising
+                    raise runner.error from None
+            raise _worker_error(exc, store.failures()) from None
+        reports = (WorkerReport.from_json(r["report"]) for r in rows)
+        return sorted(reports, key=lambda r: r.worker)
+
+
+def _run_barrier_job(frame: DataFrame, payload: WorkerPayload) -> list[Any]:
+    """Runs the barrier stage so that Spark retries it when a worker is lost.
+
+    Spark never retries a failed barrier *result* stage ("Could not recover from a
+    failed barrier ResultStage"), but it does retry a barrier stage whose output feeds
+    a shuffle, up to ``spark.stage.maxConsecutiveAttempts`` times; the workers of the
+    new attempt rejoin the service at the last completed round. Hence the
+    ``repartition(1)`` of the workers' one-row reports.
+
+    Spark also refuses a barrier stage over a chain whose ancestors have another
+    partition count (``union``, ``coalesce``...). That check fails at submission,
+    before any task runs, so retrying over ``repartition(num_workers)`` loses nothing.
+    """
+    train = make_train_function(payload)
+    try:
+        return frame.mapInArrow(train, RESULT_SCHEMA, barrier=True).repartition(1).collect()
+    except Exception as exc:
+        if not is_unsupported_barrier_chain(exc):
+            raise
+    _log.info("barrier stage needs a shuffle for this DataFrame; repartitioning")
+    frame = frame.repartition(payload.plan.num_workers)
+    return frame.mapInArrow(train, RESULT_SCHEMA, barrier=True).repartition(1).collect()
+
+
+@contextlib.contextmanager
+def _broadcast(sc: SparkContext, value: Any) -> Iterator[Any]:
+    """A broadcast of ``value``, unpersisted on exit."""
+    broadcast = sc.broadcast(value)
+    try:
+        yield broadcast
+    finally:
+        broadcast.unpersist(blocking=False)
+
+
+@contextlib.contextmanager
+def _job_group(sc: SparkContext, group: str, name: str) -> Iterator[None]:
+    """The fit's Spark job group and description, cleared on exit."""
+    sc.setJobGroup(group, name)
+    sc.setJobDescription(name)
+    try:
+        yield
+    finally:
+        sc.setJobDescription(None)  # type: ignore[arg-type]
+        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+
+
+@contextlib.contextmanager
+def _cancel_on_abort(sc: SparkContext, events: FitEvents, group: str) -> Iterator[None]:
+    """Cancels the fit's jobs if it is aborted while the job runs.
+
+    A fatal worker error (or a raising driver callback) aborts the fit: cancel the job
+    then, rather than let Spark retry tasks that can only fail again.
+    """
+    over = threading.Event()
+
+    def watch() -> None:
+        while not over.is_set():
+            if events.aborted_event.wait(0.2):
+                if not over.is_set():
+                    sc.cancelJobGroup(group)
+                return
+
+    thread = threading.Thread(target=watch, name="sparkdl-cancel", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        over.set()
+
+
+def _build_in_background(
+    model_bytes: bytes, custom_objects: dict[str, Any] | None
+) -> Future[keras.Model]:
+    """Rebuilds the model from its bytes in a daemon thread; the future holds it."""
+    future: Future[keras.Model] = Future()
+
+    def build() -> None:
+        try:
+            future.set_result(keras_io.model_from_bytes(model_bytes, custom_objects))
+        except BaseException as exc:  # the caller sees it at .result()
+            future.set_exception(exc)
+
+    threading.Thread(target=build, name="sparkdl-result-model", daemon=True).start()
+    return future
+
+
+def _worker_error(exc: Exception, failures: dict[int, str]) -> SparkDLError:
+    """The error a failed training job raises on the driver, with the workers' traces."""
+    ran_out = retries_ran_out(str(exc))
+    if failures and ran_out is None:  # a fatal error a worker reported
+        first = next(iter(failures.values())).strip().splitlines()[-1]
+        return WorkerError(f"{len(failures)} worker(s) failed during training: {first}", failures)
+    trace, last = failure_summary(exc)
+    if ran_out is None:
+        return WorkerError(f"The training job failed: {last}", {-1: trace})
+    worker, times, setting = ran_out
+    traces = dict(failures)
+    traces.setdefault(worker, trace)
+    return WorkerError(
+        f"Worker {worker} failed {times} times, the last time with: {last}. Spark's "
+        f"retries ran out ({setting}); each retry rejoined where training stood, so "
+        "the failure repeats. Check the executor logs for what kills the process "
+        "(memory limits, pre-emption) or raise the retry setting.",
+        traces,
+    )

@@ -1,0 +1,144 @@
+"""A fit's plan: the user's settings and the cluster's facts, resolved once on the driver.
+
+Every default that depends on the fit (the number of workers, whether a push spans a
+whole epoch, the delta scale, the elastic moving rate, overlap, TensorFlow threads, the
+service's address) is decided here, once, and the frozen plan travels to every worker
+unchanged; no worker or service code resolves a setting again.
+
+Example:
+    >>> from sparkdl.config import TrainConfig
+    >>> plan = FitPlan.resolve(TrainConfig(mode="asynchronous", merge="delta"),
+    ...                        num_workers=2, rows=1000, threads=1, service_host="127.0.0.1")
+    >>> plan.mode.name, plan.merge, plan.whole_epoch
+    ('asynchronous', Delta(staleness='none', scale=0.5), True)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sparkdl.config import TrainConfig
+from sparkdl.errors import ConfigError
+from sparkdl.sync.merges import Merge, merge_class
+from sparkdl.sync.modes import Mode, mode_class
+from sparkdl.sync.schedule import steps_for, train_rows
+
+__all__ = ["FitPlan"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class FitPlan:
+    """Everything a fit runs with besides the model and the data, resolved.
+
+    Attributes:
+        mode: The mode object (its service and worker halves).
+        merge: The merge object, its settings resolved (scale, alpha, share).
+        num_workers: Spark tasks that train.
+        epochs: The epoch the fit ends at.
+        initial_epoch: Epochs done before this fit (a resumed fit starts after them).
+        batch_size: Rows per step on each worker.
+        frequency: Batches between syncs, or ``None`` for epoch ends only.
+        whole_epoch: Whether a push spans a whole epoch of a worker (at an even split).
+        overlap: Workers push in the background and fold the answer in later.
+        shuffle: Shuffle each worker's rows every epoch.
+        seed: Base seed, or ``None``.
+        validation_split: Fraction of each worker's rows held out (0 when validation
+            data is given).
+        threads: TensorFlow intra-op threads per worker.
+        mixed_precision: Workers compute in float16 with float32 variables.
+        request_timeout: Seconds per service call.
+        request_retries: Retries per service call.
+        round_timeout: Seconds a synchronous round waits for missing workers.
+        backup_workers: Workers a synchronous round may close without.
+        service_host: Address the service binds to and workers call.
+        port: The service's port; 0 picks a free one.
+    """
+
+    mode: Mode
+    merge: Merge
+    num_workers: int
+    epochs: int
+    initial_epoch: int = 0
+    batch_size: int
+    frequency: int | None
+    whole_epoch: bool
+    overlap: bool
+    shuffle: bool
+    seed: int | None
+    validation_split: float
+    threads: int
+    mixed_precision: bool
+    request_timeout: float
+    request_retries: int
+    round_timeout: float
+    backup_workers: int
+    service_host: str
+    port: int
+
+    @classmethod
+    def resolve(
+        cls,
+        config: TrainConfig,
+        *,
+        num_workers: int,
+        rows: int,
+        threads: int,
+        service_host: str,
+        initial_epoch: int = 0,
+        validation_data: bool = False,
+    ) -> FitPlan:
+        """Resolves ``config`` for a fit over ``rows`` rows on ``num_workers`` workers.
+
+        Args:
+            config: The user's settings.
+            num_workers: Workers of the fit (checked against the cluster's slots).
+            rows: Rows of the training data.
+            threads: TensorFlow threads per worker (``threads_per_worker`` or the
+                cluster's ``spark.task.cpus``).
+            service_host: The service's address for this cluster.
+            initial_epoch: Epochs done before (a resumed fit).
+            validation_data: Validation rows are given apart from the training rows.
+
+        Raises:
+            ConfigError: ``backup_workers`` leaves no worker for a round.
+        """
+        sync, run = config.sync, config.run
+        if sync.backup_workers >= num_workers:
+            raise ConfigError(
+                f"backup_workers={sync.backup_workers} must be smaller than the number of "
+                f"workers ({num_workers}): a round needs at least one worker."
+            )
+        mode = mode_class(sync.mode)()
+        frequency = sync.resolved_frequency
+        split = 0.0 if validation_data else float(run.validation_split)
+        per_worker = train_rows(math.ceil(rows / max(num_workers, 1)), split)
+        whole_epoch = frequency is None or frequency >= steps_for(per_worker, run.batch_size)
+        merge = merge_class(str(sync.merge)).resolve(
+            num_workers=num_workers,
+            synchronous=mode.barrier,
+            whole_epoch=whole_epoch,
+            settings=sync,
+        )
+        return cls(
+            mode=mode,
+            merge=merge,
+            num_workers=num_workers,
+            epochs=run.epochs,
+            initial_epoch=initial_epoch,
+            batch_size=run.batch_size,
+            frequency=frequency,
+            whole_epoch=whole_epoch,
+            overlap=sync.resolved_overlap,
+            shuffle=run.shuffle,
+            seed=run.seed,
+            validation_split=split,
+            threads=config.threads_per_worker or threads,
+            mixed_precision=config.mixed_precision,
+            request_timeout=config.request_timeout,
+            request_retries=config.request_retries,
+            round_timeout=config.round_timeout,
+            backup_workers=sync.backup_workers,
+            service_host=config.service_host or service_host,
+            port=config.port,
+        )

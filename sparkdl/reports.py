@@ -1,0 +1,132 @@
+"""Typed reports of a fit: what each worker did and what the fit as a whole did.
+
+A worker returns a :class:`WorkerReport` (as JSON, through Spark, in the one row its
+task yields); the driver gathers them with the service's final status into a
+:class:`FitReport`, which :class:`~sparkdl.KerasModel` keeps as ``fit_report`` (a plain
+dict with the same keys, so it saves and loads as JSON).
+
+Example:
+    >>> report = WorkerReport(worker=1, rows=10, train_seconds=2.0, comm_seconds=0.5)
+    >>> WorkerReport.from_json(report.to_json()) == report
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["SERVICE_KEYS", "FitReport", "WorkerReport"]
+
+#: The keys of the service's status a fit report keeps.
+SERVICE_KEYS: tuple[str, ...] = (
+    "version",
+    "samples_seen",
+    "duplicates",
+    "epochs_done",
+    "workers",
+    "restarts",
+    "generation",
+    "late_pushes",
+    "timed_out_rounds",
+    "failures",
+)
+
+
+@dataclass
+class WorkerReport:
+    """What one worker task did (seconds are wall-clock on the executor).
+
+    Attributes:
+        worker: The worker id (Spark partition id).
+        rows: Rows of its partition.
+        gpus: GPUs TensorFlow saw.
+        import_seconds: From the task's start until TensorFlow was imported and the
+            worker had joined.
+        train_seconds: Seconds in the training loop.
+        task_seconds: Seconds of the whole task.
+        comm_seconds: Seconds in calls to the service while training.
+        wait_seconds: Seconds training stood still waiting for the service.
+        overlap: Whether pushes overlapped training.
+        fast_weights: Whether weights were read and written with one op per variable.
+        calls: Calls to the service while training.
+        setup_comm_seconds: Seconds of the join and the first pull.
+        syncs: Pushes made.
+        epochs_run: The epoch it ended in (1-based).
+        resumed_at: ``[epoch, batches]`` where a retried task resumed, or ``None``.
+        delta_scale: The factor of its deltas (a merge with one), else ``None``.
+        compute_dtypes: The layers' compute dtypes.
+        learning_rate: The optimizer's learning rate at the end.
+        gpu_ids: GPU addresses Spark assigned.
+        cuda_visible_devices: ``CUDA_VISIBLE_DEVICES`` as TensorFlow saw it.
+        attempt: The task attempt id.
+        started_at: ``time.time()`` at the task's start.
+        ended_at: ``time.time()`` at its end.
+    """
+
+    worker: int
+    rows: int = 0
+    gpus: int = 0
+    import_seconds: float = 0.0
+    train_seconds: float = 0.0
+    task_seconds: float = 0.0
+    comm_seconds: float = 0.0
+    wait_seconds: float = 0.0
+    overlap: bool = False
+    fast_weights: bool = False
+    calls: int = 0
+    setup_comm_seconds: float = 0.0
+    syncs: int = 0
+    epochs_run: int = 0
+    resumed_at: list[int] | None = None
+    delta_scale: float | None = None
+    compute_dtypes: list[str] = field(default_factory=list)
+    learning_rate: float | None = None
+    gpu_ids: list[str] = field(default_factory=list)
+    cuda_visible_devices: str | None = None
+    attempt: int = 0
+    started_at: float = 0.0
+    ended_at: float = 0.0
+
+    def to_json(self) -> str:
+        """The report as a JSON object."""
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> WorkerReport:
+        """Reads :meth:`to_json`'s output."""
+        return cls(**json.loads(text))
+
+
+@dataclass
+class FitReport:
+    """What a fit did, as ``KerasModel.fit_report`` holds it.
+
+    Attributes:
+        seconds: Wall seconds of the fit on the driver.
+        rows: Rows of the training data.
+        job_group: The fit's Spark job group (its jobs in the Spark UI).
+        workers: Each worker's :class:`WorkerReport`, in worker order.
+        service: The service's final status (:data:`SERVICE_KEYS`).
+    """
+
+    seconds: float
+    rows: int
+    job_group: str
+    workers: list[WorkerReport]
+    service: dict[str, Any]
+
+    @property
+    def communication_share(self) -> float:
+        """Fraction of the workers' training time spent in calls to the service."""
+        train = sum(r.train_seconds for r in self.workers)
+        comm = sum(r.comm_seconds for r in self.workers)
+        return comm / train if train > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as the JSON-serialisable dict ``fit_report`` is."""
+        out = dataclasses.asdict(self)
+        out["communication_share"] = self.communication_share
+        return out

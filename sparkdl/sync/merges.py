@@ -1,0 +1,435 @@
+"""Merges: what a worker pushes and how the service combines it, one class per rule.
+
+A merge is a frozen dataclass holding its resolved settings; the driver builds it once
+(:meth:`Merge.resolve`), the service and every worker use the same object. It has two
+halves:
+
+* **worker half**: :meth:`~Merge.outgoing` (what to push, given the local weights and
+  the center the worker last received), :meth:`~Merge.moved` (the local weights right
+  after a push the worker does not wait for), :meth:`~Merge.incoming` (the local
+  weights once the answer arrives) and :meth:`~Merge.settle` (the same for an answer
+  that arrives while the worker trained on: ``overlap``).
+* **service half**: :meth:`~Merge.combine` (a synchronous round), :meth:`~Merge.apply`
+  (one asynchronous push under the lock, as new arrays, so a version once made never
+  changes and is sent without copying) and :meth:`~Merge.apply_in_place` (hogwild: into
+  the live center with no lock held).
+
+=========  ==============================  ==========================================
+merge      worker pushes                   service
+=========  ==============================  ==========================================
+average    its weights ``w``               synchronous: mean weighted by samples;
+                                           asynchronous: ``c += (w - c) / n``
+delta      ``scale * (w - c_seen)``        synchronous: ``c += `` mean delta weighted
+                                           by samples; asynchronous: ``c += d`` (or
+                                           ``d / k`` for a delta k versions old)
+elastic    ``d = alpha * (w - c_seen)``    ``c += d``, summed over the round when
+           and moves ``w -= d``            synchronous (Sync EASGD)
+=========  ==============================  ==========================================
+
+Integer weights (counters, seed states) are never averaged or added: a worker pushes
+them as they are, a synchronous round keeps the first worker's value and an
+asynchronous push's value replaces the center's.
+
+A new rule is one subclass decorated with :func:`register`; no route, store or worker
+code names a merge.
+
+Example:
+    >>> import numpy as np
+    >>> ups = [Update(worker=0, arrays=[np.array([0.0])], samples=1),
+    ...        Update(worker=1, arrays=[np.array([4.0])], samples=3)]
+    >>> Average().combine([np.array([9.0])], ups)[0].tolist()
+    [3.0]
+    >>> elastic = Elastic(alpha=0.5)
+    >>> push = elastic.outgoing([np.full(2, 4.0)], center=[np.zeros(2)])
+    >>> push[0].tolist(), elastic.moved([np.full(2, 4.0)], push)[0].tolist()
+    ([2.0, 2.0], [2.0, 2.0])
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+
+from sparkdl.errors import ConfigError
+
+__all__ = [
+    "MERGES",
+    "STALENESS",
+    "Average",
+    "Delta",
+    "Elastic",
+    "Merge",
+    "Update",
+    "is_float",
+    "merge_class",
+    "register",
+]
+
+#: How an asynchronous delta is scaled by its age (:class:`Delta`).
+STALENESS: tuple[str, ...] = ("none", "inverse")
+#: ``elastic_alpha`` when none is given is this divided by the number of workers.
+ELASTIC_BETA = 0.9
+
+Arrays = Sequence[np.ndarray]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class Update:
+    """One worker's push, as the service sees it.
+
+    Args:
+        worker: Worker id (the Spark partition id).
+        arrays: The pushed arrays, in the model's weight order.
+        samples: Samples the worker trained on since its previous push.
+        base_version: Center version the worker computed the push against.
+        meta: The rest of the message's metadata.
+    """
+
+    worker: int
+    arrays: list[np.ndarray]
+    samples: int
+    base_version: int = 0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def is_float(array: np.ndarray) -> bool:
+    """Whether ``array`` holds floating-point values (weights that merges move)."""
+    return bool(np.issubdtype(array.dtype, np.floating))
+
+
+class Merge(abc.ABC):
+    """A merge rule: both halves. Subclasses are frozen dataclasses of their settings."""
+
+    #: The name users pass as ``merge=``.
+    name: ClassVar[str] = ""
+
+    @classmethod
+    @abc.abstractmethod
+    def resolve(
+        cls,
+        *,
+        num_workers: int,
+        synchronous: bool,
+        whole_epoch: bool,
+        settings: Any,
+    ) -> Merge:
+        """The merge with its settings resolved for one fit (on the driver).
+
+        Args:
+            num_workers: Workers of the fit.
+            synchronous: Whether pushes are merged in rounds.
+            whole_epoch: Whether a push spans a whole epoch of a worker.
+            settings: The user's :class:`~sparkdl.config.SyncConfig`.
+        """
+
+    # ------------------------------------------------------------ worker half
+    def outgoing(self, local: Arrays, center: Arrays) -> list[np.ndarray]:
+        """What to push, given the local weights and the center last received."""
+        return list(local)
+
+    def moved(self, local: list[np.ndarray], pushed: Arrays) -> list[np.ndarray]:
+        """The local weights right after a push the worker does not wait for.
+
+        ``local`` itself when the push moves nothing (``moved(l, p) is l``).
+        """
+        return local
+
+    def incoming(self, local: Arrays, pushed: Arrays, answer: Arrays) -> list[np.ndarray]:
+        """The local weights once the service answered ``pushed`` with its center."""
+        return list(answer)
+
+    def settle(self, local: Arrays, at_push: Arrays, answer: Arrays) -> list[np.ndarray]:
+        """The local weights once the answer to an earlier push arrives (overlap).
+
+        Args:
+            local: The weights now.
+            at_push: The weights right after the push (what :meth:`moved` returned).
+            answer: The service's center in its answer.
+
+        By default the worker continues from the center plus what it learned since the
+        push (``answer + local - at_push``), so every step is pushed exactly once.
+        """
+        return [
+            c + (w - p) if is_float(c) else c
+            for w, p, c in zip(local, at_push, answer, strict=True)
+        ]
+
+    # ----------------------------------------------------------- service half
+    @abc.abstractmethod
+    def combine(self, center: Arrays, updates: Sequence[Update]) -> list[np.ndarray]:
+        """The new center after a synchronous round (one push per worker)."""
+
+    def apply(self, center: Arrays, update: Update, version: int) -> list[np.ndarray]:
+        """The center after one asynchronous push, as new arrays (``center`` is kept).
+
+        Args:
+            center: The current center weights.
+            update: The push.
+            version: The center's version before this update.
+        """
+        out = [np.array(c, copy=True) for c in center]
+        self.apply_in_place(out, update, version)
+        return out
+
+    def apply_in_place(self, center: list[np.ndarray], update: Update, version: int) -> None:
+        """Folds one push into the live ``center`` (hogwild: no lock is held)."""
+        for c, d in zip(center, update.arrays, strict=True):
+            if is_float(c):
+                self._step(c, d, update, version)
+            else:
+                c[...] = d  # integer state: the newest value wins
+
+    @abc.abstractmethod
+    def _step(self, center: np.ndarray, pushed: np.ndarray, update: Update, version: int) -> None:
+        """Moves one floating-point center array in place."""
+
+
+#: Every merge by name; :func:`register` adds one.
+MERGES: dict[str, type[Merge]] = {}
+
+_M = TypeVar("_M", bound=type[Merge])
+
+
+def register(cls: _M) -> _M:
+    """Class decorator: makes ``cls`` available as ``merge=cls.name``."""
+    if not cls.name:
+        raise ValueError(f"{cls.__name__} needs a class attribute 'name'.")
+    MERGES[cls.name] = cls
+    return cls
+
+
+def merge_class(name: str) -> type[Merge]:
+    """The merge registered as ``name``.
+
+    Raises:
+        ConfigError: No merge has that name.
+
+    Example:
+        >>> merge_class("elastic").__name__
+        'Elastic'
+    """
+    try:
+        return MERGES[name]
+    except (KeyError, TypeError):
+        raise ConfigError(
+            f"Expected merge to be one of {tuple(MERGES)}. Received: merge={name!r}"
+        ) from None
+
+
+@register
+@dataclass(frozen=True)
+class Average(Merge):
+    """Model averaging.
+
+    Synchronously, the mean of the pushed weights weighted by samples seen; workers that
+    trained on no samples in the round (a short partition that finished its epoch) weigh
+    nothing, and if no worker trained the plain mean is taken. Asynchronously, each push
+    moves the center ``share`` (``1 / num_workers``) of the way to the pushed weights:
+    each worker owns its share of a running average.
+    """
+
+    name: ClassVar[str] = "average"
+    share: float = 1.0
+
+    @classmethod
+    def resolve(
+        cls, *, num_workers: int, synchronous: bool, whole_epoch: bool, settings: Any
+    ) -> Average:
+        return cls(share=1.0 / max(num_workers, 1))
+
+    def combine(self, center: Arrays, updates: Sequence[Update]) -> list[np.ndarray]:
+        if not updates:
+            return [np.array(c, copy=True) for c in center]
+        weights = np.array([max(u.samples, 0) for u in updates], dtype=np.float64)
+        if weights.sum() <= 0:
+            weights = np.ones(len(updates))
+        weights /= weights.sum()
+        merged = []
+        for i, ref in enumerate(center):
+            if not is_float(ref):
+                merged.append(np.array(updates[0].arrays[i], dtype=ref.dtype))
+                continue
+            acc = np.zeros(ref.shape, dtype=np.result_type(ref.dtype, np.float32))
+            for w, update in zip(weights, updates, strict=True):
+                if w:
+                    acc += update.arrays[i] * acc.dtype.type(w)
+            merged.append(acc.astype(ref.dtype, copy=False))
+        return merged
+
+    def _step(self, center: np.ndarray, pushed: np.ndarray, update: Update, version: int) -> None:
+        if update.samples <= 0:
+            return  # a worker that trained on nothing only reports
+        share = center.dtype.type(self.share)
+        center *= center.dtype.type(1.0) - share
+        center += pushed * share
+
+
+@register
+@dataclass(frozen=True)
+class Delta(Merge):
+    """Adds pushed deltas (``scale * (w - w_pulled)``, Downpour) to the center.
+
+    Asynchronously, each delta is added as it arrives. With ``staleness="inverse"`` a
+    delta computed against a center ``k >= 2`` versions old is scaled by ``1 / k``
+    (staleness-aware async SGD, Zhang et al. 2016); a fresher one is added as is. In a
+    synchronous round the deltas are averaged, weighted by samples, which is the same
+    step model averaging takes.
+
+    ``scale``: asynchronous whole-epoch deltas default to ``1 / num_workers``: every
+    worker's delta is a full epoch's travel from nearly the same center, and adding
+    them all overshoots by ``num_workers - 1`` times. Otherwise 1.
+
+    Example:
+        >>> import numpy as np
+        >>> new = Delta(staleness="inverse").apply(
+        ...     [np.zeros(2, np.float32)],
+        ...     Update(worker=0, arrays=[np.ones(2, np.float32)], samples=1, base_version=3),
+        ...     version=7)
+        >>> new[0].tolist()
+        [0.25, 0.25]
+    """
+
+    name: ClassVar[str] = "delta"
+    staleness: str = "none"
+    scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.staleness not in STALENESS:
+            raise ConfigError(
+                f"Expected staleness to be one of {STALENESS}. "
+                f"Received: staleness={self.staleness!r}"
+            )
+
+    @classmethod
+    def resolve(
+        cls, *, num_workers: int, synchronous: bool, whole_epoch: bool, settings: Any
+    ) -> Delta:
+        if synchronous:
+            scale = 1.0  # the service averages the round's deltas
+        elif settings.delta_scale is not None:
+            scale = float(settings.delta_scale)
+            if scale == 1.0 and whole_epoch and num_workers > 1:
+                _log.warning(
+                    "merge=%r with delta_scale=1 adds each worker's whole-epoch delta in "
+                    "full, so the center moves about num_workers=%d times as far per epoch "
+                    "as one worker would, and may oscillate. The default delta_scale "
+                    "(None) divides whole-epoch deltas by num_workers.",
+                    cls.name,
+                    num_workers,
+                )
+        else:
+            scale = 1.0 / max(num_workers, 1) if whole_epoch else 1.0
+        return cls(staleness=settings.staleness, scale=scale)
+
+    def outgoing(self, local: Arrays, center: Arrays) -> list[np.ndarray]:
+        out = []
+        for w, c in zip(local, center, strict=True):
+            if not is_float(w):
+                out.append(w)
+                continue
+            delta = w - c
+            out.append(delta if self.scale == 1.0 else delta * w.dtype.type(self.scale))
+        return out
+
+    def combine(self, center: Arrays, updates: Sequence[Update]) -> list[np.ndarray]:
+        mean = Average().combine([np.zeros_like(c) for c in center], updates)
+        return [c + d if is_float(c) else d for c, d in zip(center, mean, strict=True)]
+
+    def apply(self, center: Arrays, update: Update, version: int) -> list[np.ndarray]:
+        scale = self._age_scale(update, version)
+        out = []
+        for c, d in zip(center, update.arrays, strict=True):
+            if not is_float(c):
+                out.append(np.array(d, dtype=c.dtype))
+            elif scale == 1.0:
+                out.append(np.add(c, d))  # one pass into new memory, no copy first
+            else:
+                out.append(np.add(c, d * c.dtype.type(scale)))
+        return out
+
+    def _step(self, center: np.ndarray, pushed: np.ndarray, update: Update, version: int) -> None:
+        scale = self._age_scale(update, version)
+        if scale == 1.0:
+            np.add(center, pushed, out=center)
+        else:
+            np.add(center, pushed * center.dtype.type(scale), out=center)
+
+    def _age_scale(self, update: Update, version: int) -> float:
+        lag = max(version - update.base_version, 0)
+        return 1.0 / lag if self.staleness == "inverse" and lag > 1 else 1.0
+
+
+@register
+@dataclass(frozen=True)
+class Elastic(Merge):
+    """Elastic averaging (EASGD, Zhang, Choromanska and LeCun 2015).
+
+    Workers push their elastic difference ``d = alpha * (w - center_seen)`` and move
+    their own weights by ``-d``; the center moves by ``+d``. In a synchronous round the
+    differences of all workers, computed against the same center, are summed: Sync
+    EASGD. Asynchronously each is added as it arrives, computed against the center the
+    worker received with its previous answer (DeepSpark's asynchronous EASGD). A worker
+    keeps its own weights after an answer and only remembers the center.
+
+    ``alpha`` defaults to ``0.9 / num_workers``.
+
+    Example:
+        >>> import numpy as np
+        >>> ups = [Update(worker=0, arrays=[np.array([0.5])], samples=1),
+        ...        Update(worker=1, arrays=[np.array([-0.25])], samples=1)]
+        >>> Elastic().combine([np.array([1.0])], ups)[0].tolist()
+        [1.25]
+    """
+
+    name: ClassVar[str] = "elastic"
+    alpha: float = ELASTIC_BETA
+
+    @classmethod
+    def resolve(
+        cls, *, num_workers: int, synchronous: bool, whole_epoch: bool, settings: Any
+    ) -> Elastic:
+        alpha = settings.elastic_alpha
+        return cls(alpha=float(alpha) if alpha is not None else ELASTIC_BETA / max(num_workers, 1))
+
+    def outgoing(self, local: Arrays, center: Arrays) -> list[np.ndarray]:
+        return [
+            (w - c) * w.dtype.type(self.alpha) if is_float(w) else w
+            for w, c in zip(local, center, strict=True)
+        ]
+
+    def moved(self, local: list[np.ndarray], pushed: Arrays) -> list[np.ndarray]:
+        return [w - d if is_float(w) else w for w, d in zip(local, pushed, strict=True)]
+
+    def incoming(self, local: Arrays, pushed: Arrays, answer: Arrays) -> list[np.ndarray]:
+        return [w - d if is_float(w) else c for w, d, c in zip(local, pushed, answer, strict=True)]
+
+    def settle(self, local: Arrays, at_push: Arrays, answer: Arrays) -> list[np.ndarray]:
+        return list(local)
+
+    def combine(self, center: Arrays, updates: Sequence[Update]) -> list[np.ndarray]:
+        merged = []
+        for i, c in enumerate(center):
+            if not is_float(c):
+                merged.append(np.array(updates[0].arrays[i], dtype=c.dtype))
+                continue
+            total = np.array(c, copy=True)
+            for update in updates:
+                total += update.arrays[i]
+            merged.append(total)
+        return merged
+
+    def apply(self, center: Arrays, update: Update, version: int) -> list[np.ndarray]:
+        return [
+            np.add(c, d) if is_float(c) else np.array(d, dtype=c.dtype)
+            for c, d in zip(center, update.arrays, strict=True)
+        ]
+
+    def _step(self, center: np.ndarray, pushed: np.ndarray, update: Update, version: int) -> None:
+        np.add(center, pushed, out=center)
