@@ -47,7 +47,7 @@ def main() -> None:
             keras.layers.Dense(10, activation="softmax"),
         ]
     )
-    fitted = KerasModel(model_bytes=model_to_bytes(model), input_shape=(64,))
+    fitted = KerasModel(model_bytes=model_to_bytes(model), input_shapes=[(64,)])
     spark = (
         SparkSession.builder.master("local[2]")
         .config("spark.driver.host", "127.0.0.1")

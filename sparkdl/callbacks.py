@@ -79,14 +79,6 @@ class DriverCallbacks:
         self.callbacks.on_train_begin()
         self._thread.start()
 
-    def __enter__(self) -> DriverCallbacks:
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if exc_type is not None:
-            self.abandon()
-
     def finish(self) -> list[np.ndarray]:
         """Catches up with the last epochs, calls ``on_train_end``; returns the weights.
 

@@ -14,7 +14,6 @@ Example:
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib
 import json
 import sys
@@ -22,7 +21,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from sparkdl.config import TrainConfig
+from sparkdl.config import TrainConfig, setting_fields
 from sparkdl.errors import ConfigError
 
 __all__ = ["main", "parse_args"]
@@ -101,7 +100,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     io.add_argument("--master", help="Spark master (spark-submit passes its own)")
     io.add_argument("--app-name", default="sparkdl-train", help="Spark application name")
     training = parser.add_argument_group("training settings (sparkdl.TrainConfig)")
-    for field in dataclasses.fields(TrainConfig):
+    for field in setting_fields():
         training.add_argument(
             "--" + field.name.replace("_", "-"),
             dest=f"setting_{field.name}",
@@ -116,7 +115,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         if not isinstance(config, dict):
             parser.error(f"--config {args.config}: expected a JSON object")
     settings = dict(config.get("settings", {}))
-    for field in dataclasses.fields(TrainConfig):
+    for field in setting_fields():
         value = getattr(args, f"setting_{field.name}")
         if value is not None:
             settings[field.name] = value

@@ -18,7 +18,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sparkdl.errors import ConfigError
@@ -34,6 +34,7 @@ __all__ = [
     "ServiceConfig",
     "SyncConfig",
     "TrainConfig",
+    "setting_fields",
 ]
 
 #: Named sync frequencies; an int N means "every N batches".
@@ -343,11 +344,18 @@ class TrainConfig:
     mlflow_run: bool | str | None = None
     mixed_precision: bool = False
     overlap: bool | None = None
+    # The same settings by concern, each group validated when the config is built.
+    sync: SyncConfig = field(init=False, repr=False, compare=False)
+    scaling: ScalingConfig = field(init=False, repr=False, compare=False)
+    run: RunConfig = field(init=False, repr=False, compare=False)
+    failure: FailureConfig = field(init=False, repr=False, compare=False)
+    service: ServiceConfig = field(init=False, repr=False, compare=False)
+    checkpointing: CheckpointConfig = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for attr, group in _GROUPS.items():
             fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(group)}
-            object.__setattr__(self, f"_{attr}", group(**fields))
+            object.__setattr__(self, attr, group(**fields))
         object.__setattr__(self, "merge", self.sync.merge)  # the mode's default, resolved
         backup, workers = self.backup_workers, self.num_workers
         if backup and workers is not None and backup >= workers:
@@ -356,43 +364,23 @@ class TrainConfig:
                 "round needs at least one worker."
             )
 
-    @property
-    def sync(self) -> SyncConfig:
-        """Mode, merge and their settings."""
-        return self._sync  # type: ignore[attr-defined]
-
-    @property
-    def scaling(self) -> ScalingConfig:
-        """Workers, threads, precision."""
-        return self._scaling  # type: ignore[attr-defined]
-
-    @property
-    def run(self) -> RunConfig:
-        """Epochs, batches, seeds, validation, reporting."""
-        return self._run  # type: ignore[attr-defined]
-
-    @property
-    def failure(self) -> FailureConfig:
-        """Timeouts and retries."""
-        return self._failure  # type: ignore[attr-defined]
-
-    @property
-    def service(self) -> ServiceConfig:
-        """The parameter service's address."""
-        return self._service  # type: ignore[attr-defined]
-
-    @property
-    def checkpointing(self) -> CheckpointConfig:
-        """Checkpoints and resuming."""
-        return self._checkpointing  # type: ignore[attr-defined]
-
     def replace(self, **changes: Any) -> TrainConfig:
         """Returns a copy with ``changes`` applied (and validated)."""
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
         """Returns the settings as a plain dict (JSON-serialisable)."""
-        return dataclasses.asdict(self)
+        return {f.name: getattr(self, f.name) for f in setting_fields()}
+
+
+def setting_fields() -> list[dataclasses.Field[Any]]:
+    """The fields of :class:`TrainConfig` a user sets (its keyword arguments).
+
+    Example:
+        >>> [f.name for f in setting_fields()][:3]
+        ['mode', 'merge', 'staleness']
+    """
+    return [f for f in dataclasses.fields(TrainConfig) if f.init]
 
 
 def _modes() -> list[tuple[str, Any]]:

@@ -314,31 +314,7 @@ def summarize(
         SchemaError: The data is empty, or has nulls, NaNs or rows of differing width.
     """
     kinds = [kinds] if isinstance(kinds, str) else list(kinds)
-    aggs = [F.count(F.lit(1)).alias("rows")]
-    for i in range(inputs):
-        f = F.col(feature_name(i))
-        aggs += [
-            F.sum(F.when(f.isNull(), 1).otherwise(0)).alias(f"f_null{i}"),
-            F.min(F.size(f)).alias(f"f_min{i}"),
-            F.max(F.size(f)).alias(f"f_max{i}"),
-        ]
-        if scan_values:
-            bad_value = F.exists(f, lambda v: v.isNull() | F.isnan(v))
-            aggs.append(F.sum(F.when(bad_value, 1).otherwise(0)).alias(f"f_nan{i}"))
-    for j, kind in enumerate(kinds):
-        y = F.col(label_name(j))
-        aggs.append(F.sum(F.when(y.isNull(), 1).otherwise(0)).alias(f"y_null{j}"))
-        if kind == "array":
-            aggs += [F.min(F.size(y)).alias(f"y_min_w{j}"), F.max(F.size(y)).alias(f"y_max_w{j}")]
-            y_bad = F.exists(y, lambda v: v.isNull() | F.isnan(v))
-        else:
-            aggs += [
-                F.min(y).cast("double").alias(f"y_min{j}"),
-                F.max(y).cast("double").alias(f"y_max{j}"),
-            ]
-            y_bad = F.isnan(y) if kind == "float" else F.lit(False)
-        if scan_values:
-            aggs.append(F.sum(F.when(y_bad, 1).otherwise(0)).alias(f"y_nan{j}"))
+    aggs = _summary_aggregates(kinds, inputs, scan_values)
     row = prepared.agg(*aggs).first()
     assert row is not None
     stats: dict[str, Any] = row.asDict()
@@ -388,6 +364,36 @@ def summarize(
             None if k == "array" else float(stats[f"y_max{j}"]) for j, k in enumerate(kinds)
         ),
     )
+
+
+def _summary_aggregates(kinds: list[str], inputs: int, scan_values: bool) -> list[Column]:
+    """The aggregate expressions :func:`summarize` runs in its one job."""
+    aggs = [F.count(F.lit(1)).alias("rows")]
+    for i in range(inputs):
+        f = F.col(feature_name(i))
+        aggs += [
+            F.sum(F.when(f.isNull(), 1).otherwise(0)).alias(f"f_null{i}"),
+            F.min(F.size(f)).alias(f"f_min{i}"),
+            F.max(F.size(f)).alias(f"f_max{i}"),
+        ]
+        if scan_values:
+            bad_value = F.exists(f, lambda v: v.isNull() | F.isnan(v))
+            aggs.append(F.sum(F.when(bad_value, 1).otherwise(0)).alias(f"f_nan{i}"))
+    for j, kind in enumerate(kinds):
+        y = F.col(label_name(j))
+        aggs.append(F.sum(F.when(y.isNull(), 1).otherwise(0)).alias(f"y_null{j}"))
+        if kind == "array":
+            aggs += [F.min(F.size(y)).alias(f"y_min_w{j}"), F.max(F.size(y)).alias(f"y_max_w{j}")]
+            y_bad = F.exists(y, lambda v: v.isNull() | F.isnan(v))
+        else:
+            aggs += [
+                F.min(y).cast("double").alias(f"y_min{j}"),
+                F.max(y).cast("double").alias(f"y_max{j}"),
+            ]
+            y_bad = F.isnan(y) if kind == "float" else F.lit(False)
+        if scan_values:
+            aggs.append(F.sum(F.when(y_bad, 1).otherwise(0)).alias(f"y_nan{j}"))
+    return aggs
 
 
 def to_numpy_multi(

@@ -148,14 +148,16 @@ class Fit:
                 validation=stack.enter_context(self._validation_broadcast(sc)),
             )
             stack.enter_context(_job_group(sc, group, name))
-            stack.enter_context(EpochMarks(sc, store, group, name, plan.epochs, plan.initial_epoch))
+            marks = EpochMarks(sc, store, group, name, plan.epochs, plan.initial_epoch)
+            _follow(stack, marks.start, marks.stop)
             stack.enter_context(_cancel_on_abort(sc, store, group))
             if self.config.verbose:
-                stack.enter_context(
-                    Progress(store, epochs=plan.epochs, rows=rows, verbose=self.config.verbose)
+                progress = Progress(
+                    store, epochs=plan.epochs, rows=rows, verbose=self.config.verbose
                 )
+                _follow(stack, progress.start, progress.stop)
             if runner:
-                stack.enter_context(runner)
+                _follow(stack, runner.start, runner.abandon)  # (a no-op after finish)
             reports = self._launch(payload, store, runner)
             weights = runner.finish() if runner else store.weights()
             history, status = store.history(), store.status()
@@ -289,6 +291,12 @@ def _run_barrier_job(frame: DataFrame, payload: WorkerPayload) -> list[Any]:
     _log.info("barrier stage needs a shuffle for this DataFrame; repartitioning")
     frame = frame.repartition(payload.plan.num_workers)
     return frame.mapInArrow(train, RESULT_SCHEMA, barrier=True).repartition(1).collect()
+
+
+def _follow(stack: contextlib.ExitStack, start: Any, stop: Any) -> None:
+    """Starts a driver thread now and stops it when ``stack`` unwinds."""
+    start()
+    stack.callback(stop)
 
 
 @contextlib.contextmanager

@@ -5,7 +5,7 @@ Example:
     >>> from sparkdl.keras_io import model_to_bytes
     >>> net = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     >>> fitted = KerasModel(model_bytes=model_to_bytes(net), features_col="x",
-    ...                     input_shape=(2,))
+    ...                     input_shapes=[(2,)])
     >>> fitted.get_model().count_params(), fitted.getOrDefault("featuresCol")
     (3, 'x')
 """
@@ -44,8 +44,8 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         features_col: Feature column or list of numeric columns, as in training.
         prediction_col: Name of the output column.
         class_col: Name of the arg-max class column; empty for none.
-        input_shape: Per-sample input shape (without the batch axis).
-        input_shapes: Per-sample shape of each input, for a model with several.
+        input_shapes: Per-sample shape of each input (without the batch axis); read
+            from the model when not given.
         history: Per-epoch logs of the fit, like ``keras.callbacks.History.history``.
         custom_objects: cloudpickled ``custom_objects``, or ``None``.
         fit_report: Figures of the fit (seconds, rows, per-worker timings).
@@ -55,7 +55,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         >>> import keras
         >>> from sparkdl.keras_io import model_to_bytes
         >>> net = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
-        >>> KerasModel(model_bytes=model_to_bytes(net), input_shape=(3,)).history
+        >>> KerasModel(model_bytes=model_to_bytes(net), input_shapes=[(3,)]).history
         {}
     """
 
@@ -73,7 +73,6 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         features_col: str | Sequence[str] | dict[str, str] = "features",
         prediction_col: str = "prediction",
         class_col: str = "",
-        input_shape: tuple[int, ...] | None = None,
         input_shapes: Sequence[tuple[int, ...]] | None = None,
         history: dict[str, list[float]] | None = None,
         custom_objects: bytes | None = None,
@@ -94,8 +93,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         self._model: keras.Model | None = None
         self._broadcasts: dict[int, Any] = {}
         self._digest = predict.model_digest(model_bytes)
-        shapes = input_shapes or ([input_shape] if input_shape else None)
-        self._input_shapes = [tuple(s) for s in shapes] if shapes else None
+        self._input_shapes = [tuple(s) for s in input_shapes] if input_shapes else None
 
     @property
     def features_col(self) -> Any:

@@ -12,12 +12,11 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from pyspark.ml.param import Param, Params, TypeConverters
 
-from sparkdl.config import TrainConfig
+from sparkdl.config import TrainConfig, setting_fields
 from sparkdl.errors import ConfigError
 
 __all__ = [
@@ -36,9 +35,7 @@ def param_name(field: str) -> str:
 
 
 #: TrainConfig field -> Param name.
-SETTING_PARAMS: dict[str, str] = {
-    f.name: param_name(f.name) for f in dataclasses.fields(TrainConfig)
-}
+SETTING_PARAMS: dict[str, str] = {f.name: param_name(f.name) for f in setting_fields()}
 
 _COLUMN_ARGS = {
     "features_col": "featuresCol",
@@ -111,7 +108,7 @@ class TrainingParams(ColumnParams):
 
     def _set_training_defaults(self) -> None:
         self._set_column_defaults()
-        defaults = {SETTING_PARAMS[f.name]: f.default for f in dataclasses.fields(TrainConfig)}
+        defaults = {SETTING_PARAMS[f.name]: f.default for f in setting_fields()}
         self._setDefault(labelCol="label", learningRate=None, **defaults)
 
     def train_config(self) -> TrainConfig:
@@ -120,7 +117,7 @@ class TrainingParams(ColumnParams):
         return TrainConfig(**values)
 
 
-for _field in dataclasses.fields(TrainConfig):
+for _field in setting_fields():
     setattr(
         TrainingParams,
         SETTING_PARAMS[_field.name],

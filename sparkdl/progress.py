@@ -55,13 +55,6 @@ class Progress:
         """Starts following the service."""
         self._thread.start()
 
-    def __enter__(self) -> Progress:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     def stop(self) -> None:
         """Reports the last state and stops."""
         self._stop.set()

@@ -64,13 +64,6 @@ class EpochMarks:
         """Starts watching the store."""
         self._thread.start()
 
-    def __enter__(self) -> EpochMarks:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     def stop(self) -> None:
         """Marks the epochs closed so far and stops."""
         self._stop.set()

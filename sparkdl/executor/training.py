@@ -28,8 +28,10 @@ from sparkdl import gpu
 from sparkdl.executor.callback import SyncCallback
 from sparkdl.executor.pusher import Pusher
 from sparkdl.keras_io import learning_rate, mixed_precision_bytes, model_from_bytes
+from sparkdl.plan import FitPlan
 from sparkdl.reports import WorkerReport
 from sparkdl.server.client import ServiceClient
+from sparkdl.sync.modes import Standing
 from sparkdl.sync.schedule import Schedule, steps_for, train_rows
 from sparkdl.weight_access import WeightAccess
 from sparkdl.worker import WorkerPayload
@@ -73,12 +75,8 @@ def train(
             plan.frequency,
         ),
     )
-    epoch, skip, synced = plan.mode.resume(
-        schedule,
-        initial_epoch=plan.initial_epoch,
-        version=int(joined.get("version", 0)),
-        position=joined.get("position"),
-    )
+    standing = Standing(plan.initial_epoch, int(joined["version"]), joined.get("position"))
+    epoch, skip, synced = plan.mode.resume(schedule, standing)
     access = WeightAccess(model)
     pusher = Pusher(
         client, plan.merge, access, center=weights, version=version, overlap=plan.overlap
@@ -89,7 +87,7 @@ def train(
     train_start = time.perf_counter()
     setup_comm, setup_calls = client.comm_seconds, client.calls  # join and first pull
     try:
-        _fit_epochs(model, sync, plan, x_fit, y_fit, validation, start=(epoch, skip, synced))
+        _fit_epochs(model, sync, plan, worker, (x_fit, y_fit), validation, (epoch, skip, synced))
         sync.flush()  # the last push's answer (overlap)
     finally:
         pusher.close()
@@ -183,15 +181,15 @@ def _split(
 def _fit_epochs(
     model: keras.Model,
     sync: SyncCallback,
-    plan: Any,
-    x: Any,
-    y: Any,
+    plan: FitPlan,
+    worker: int,
+    data: tuple[Any, Any],
     validation: tuple[Any, Any] | None,
-    *,
     start: tuple[int, int, int],
 ) -> None:
     """Runs epochs ``start[0]`` to ``plan.epochs``, the first from a resume point."""
     epoch, skip, synced = start
+    x, y = data
     held_in = sync.schedule.rows
 
     def fit(xs: Any, ys: Any, first: int, last: int) -> None:
@@ -210,7 +208,7 @@ def _fit_epochs(
         sync.resume(skip, synced)
         left = held_in - min(skip * plan.batch_size, held_in)
         if left:
-            rng = np.random.default_rng((plan.seed or 0) + 7919 * sync.pusher.client.worker + epoch)
+            rng = np.random.default_rng((plan.seed or 0) + 7919 * worker + epoch)
             pick = np.sort(rng.permutation(held_in)[:left])
             fit(take(x, pick), take(y, pick), epoch, epoch + 1)
         else:  # its batches were done; only the epoch's last rounds are left

@@ -35,6 +35,7 @@ from __future__ import annotations
 import hmac
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 from flask import Flask, Response, request
@@ -71,23 +72,7 @@ def create_app(store: WeightStore, token: str) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = max_body_bytes(store)
     app.config["DEBUG"] = False
     app.config["PROPAGATE_EXCEPTIONS"] = False
-    expected = f"Bearer {token}".encode()
-
-    @app.before_request
-    def _authenticate() -> Response | None:
-        given = request.headers.get("Authorization", "").encode("utf-8", "replace")
-        if not hmac.compare_digest(given, expected):
-            return _json_error(
-                401, "Missing or wrong token: send 'Authorization: Bearer <token>' of this fit."
-            )
-        length = request.content_length
-        if length is not None and length > app.config["MAX_CONTENT_LENGTH"]:
-            return _json_error(
-                413,
-                f"Request body of {length} bytes exceeds the bound of "
-                f"{app.config['MAX_CONTENT_LENGTH']} bytes for this model.",
-            )
-        return None
+    app.before_request(_authenticator(app, token))
 
     @app.get("/status")
     def _status() -> Response:
@@ -154,6 +139,35 @@ def create_app(store: WeightStore, token: str) -> Flask:
         )
         return _json(200, {"ok": True})
 
+    _register_error_handlers(app)
+    return app
+
+
+def _authenticator(app: Flask, token: str) -> Callable[[], Response | None]:
+    """Checks the token (in constant time), then the announced body size."""
+    expected = f"Bearer {token}".encode()
+
+    def authenticate() -> Response | None:
+        given = request.headers.get("Authorization", "").encode("utf-8", "replace")
+        if not hmac.compare_digest(given, expected):
+            return _json_error(
+                401, "Missing or wrong token: send 'Authorization: Bearer <token>' of this fit."
+            )
+        length = request.content_length
+        if length is not None and length > app.config["MAX_CONTENT_LENGTH"]:
+            return _json_error(
+                413,
+                f"Request body of {length} bytes exceeds the bound of "
+                f"{app.config['MAX_CONTENT_LENGTH']} bytes for this model.",
+            )
+        return None
+
+    return authenticate
+
+
+def _register_error_handlers(app: Flask) -> None:
+    """Every error is JSON ``{"error": ..., "status": ...}``; nothing leaks a traceback."""
+
     @app.errorhandler(StoreError)
     def _store_error(exc: StoreError) -> Response:
         return _json_error(exc.status, exc.message)
@@ -170,8 +184,6 @@ def create_app(store: WeightStore, token: str) -> Flask:
     def _unexpected(exc: Exception) -> Response:  # pragma: no cover - defensive
         app.logger.exception("parameter service error")
         return _json_error(500, f"Internal error: {type(exc).__name__}")
-
-    return app
 
 
 class _BadArg(StoreError):

@@ -1,8 +1,8 @@
 """The parameter service: the Flask app served by cheroot in a driver thread.
 
-cheroot was chosen by measurement (``benchmarks/service.py``): with the bulk I/O of
-:mod:`sparkdl.server.transport` it moved a 10M-parameter model at 58% of a plain
-loopback socket, against 22% for waitress tuned for large bodies and 13% for stock
+cheroot was chosen by measurement (``benchmarks/service.py``; figures in the README,
+"Parameter service"): with the bulk I/O of :mod:`sparkdl.server.transport` it moves
+large models several times faster than waitress tuned for large bodies or stock
 cheroot. It is pure Python, threaded (synchronous pushes wait in a thread), and
 needs no separate process, so the service lives beside the driver's training state.
 

@@ -3,13 +3,11 @@
 cheroot reads and writes sockets through the pure-Python ``_pyio`` buffered streams.
 That is fine for headers and small bodies, but a body of tens of megabytes is read
 in pieces that are each copied, joined and sliced again, and a large response is
-re-copied on every partial ``send``: measured on loopback, stock cheroot moved a
-10M-parameter model (40 MB each way) at 359 MB/s, 13% of a plain socket. The
+re-copied on every partial ``send`` (``benchmarks/service.py`` measures it). The
 classes here keep cheroot's HTTP parsing, keep-alive handling and thread pool, and
 change only the bulk path: a read of at least :data:`BULK_BYTES` goes straight from
 the socket into one preallocated buffer (``recv_into``), and a write of at least
-:data:`BULK_BYTES` goes out with one ``sendall`` of the caller's buffer. With them the
-same transfer ran at 1651 MB/s (58% of the plain socket; ``benchmarks/service.py``).
+:data:`BULK_BYTES` goes out with one ``sendall`` of the caller's buffer.
 
 Small answers go the other way: cheroot sends every write at once, so the status line,
 the headers and each array of a small model left in separate ``send`` calls (six for

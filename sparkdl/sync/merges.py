@@ -30,7 +30,8 @@ Integer weights (counters, seed states) are never averaged or added: a worker pu
 them as they are, a synchronous round keeps the first worker's value and an
 asynchronous push's value replaces the center's.
 
-A new rule is one subclass decorated with :func:`register`; no route, store or worker
+A new rule is one subclass decorated with :func:`register`
+(``merge_class(name)`` finds it); no route, store or worker
 code names a merge.
 
 Example:
@@ -51,11 +52,12 @@ import abc
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from sparkdl.errors import ConfigError
+from sparkdl.sync.registry import Registry
 
 __all__ = [
     "MERGES",
@@ -191,36 +193,10 @@ class Merge(abc.ABC):
         """Moves one floating-point center array in place."""
 
 
-#: Every merge by name; :func:`register` adds one.
-MERGES: dict[str, type[Merge]] = {}
-
-_M = TypeVar("_M", bound=type[Merge])
-
-
-def register(cls: _M) -> _M:
-    """Class decorator: makes ``cls`` available as ``merge=cls.name``."""
-    if not cls.name:
-        raise ValueError(f"{cls.__name__} needs a class attribute 'name'.")
-    MERGES[cls.name] = cls
-    return cls
-
-
-def merge_class(name: str) -> type[Merge]:
-    """The merge registered as ``name``.
-
-    Raises:
-        ConfigError: No merge has that name.
-
-    Example:
-        >>> merge_class("elastic").__name__
-        'Elastic'
-    """
-    try:
-        return MERGES[name]
-    except (KeyError, TypeError):
-        raise ConfigError(
-            f"Expected merge to be one of {tuple(MERGES)}. Received: merge={name!r}"
-        ) from None
+#: Every merge by name; ``@MERGES.register`` (or :func:`register`) adds one.
+MERGES: Registry[type[Merge]] = Registry("merge")
+register = MERGES.register
+merge_class = MERGES.get
 
 
 @register

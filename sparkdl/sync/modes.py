@@ -26,20 +26,43 @@ Example:
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, ClassVar, TypeVar
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
-from sparkdl.errors import ConfigError
 from sparkdl.server.errors import StoreError
 from sparkdl.sync.merges import Average, Delta, Update
+from sparkdl.sync.registry import Registry
 from sparkdl.sync.schedule import Schedule, rounds_per_epoch
 
 if TYPE_CHECKING:
     from sparkdl.server.store import WeightStore
 
-__all__ = ["MODES", "Asynchronous", "Hogwild", "Mode", "Synchronous", "mode_class", "register"]
+__all__ = [
+    "MODES",
+    "Asynchronous",
+    "Hogwild",
+    "Mode",
+    "Standing",
+    "Synchronous",
+    "mode_class",
+    "register",
+]
 
 #: ``(epoch, batches done in it, syncs done in it)``: where a (re)joining worker starts.
 Resume = tuple[int, int, int]
+
+
+class Standing(NamedTuple):
+    """Where training stands when a worker (re)joins.
+
+    Attributes:
+        initial_epoch: Epochs done before this fit.
+        version: The service's version.
+        position: ``(epoch, batches done)`` after the worker's last applied push.
+    """
+
+    initial_epoch: int
+    version: int
+    position: tuple[int, int] | list[int] | None
 
 
 class Mode(abc.ABC):
@@ -55,6 +78,15 @@ class Mode(abc.ABC):
     barrier: ClassVar[bool] = False
     #: Whether pushes change the center's arrays in place (answers are never cached).
     live_center: ClassVar[bool] = False
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
 
     # ----------------------------------------------------------- service half
     @abc.abstractmethod
@@ -91,50 +123,19 @@ class Mode(abc.ABC):
         """
 
     @abc.abstractmethod
-    def resume(
-        self,
-        schedule: Schedule,
-        *,
-        initial_epoch: int,
-        version: int,
-        position: tuple[int, int] | list[int] | None,
-    ) -> Resume:
+    def resume(self, schedule: Schedule, standing: Standing) -> Resume:
         """Where a (re)joining worker starts: ``(epoch, batches done, syncs done)``.
 
         Args:
             schedule: The worker's sync points.
-            initial_epoch: Epochs done before this fit.
-            version: The service's version at the join.
-            position: ``(epoch, batches done)`` after the worker's last applied push.
+            standing: Where training stands, as the service's join told.
         """
 
 
-#: Every mode by name; :func:`register` adds one.
-MODES: dict[str, type[Mode]] = {}
-
-_T = TypeVar("_T", bound=type[Mode])
-
-
-def register(cls: _T) -> _T:
-    """Class decorator: makes ``cls`` available as ``mode=cls.name``."""
-    if not cls.name:
-        raise ValueError(f"{cls.__name__} needs a class attribute 'name'.")
-    MODES[cls.name] = cls
-    return cls
-
-
-def mode_class(name: str) -> type[Mode]:
-    """The mode registered as ``name``.
-
-    Raises:
-        ConfigError: No mode has that name.
-    """
-    try:
-        return MODES[name]
-    except (KeyError, TypeError):
-        raise ConfigError(
-            f"Expected mode to be one of {tuple(MODES)}. Received: mode={name!r}"
-        ) from None
+#: Every mode by name; ``@MODES.register`` (or :func:`register`) adds one.
+MODES: Registry[type[Mode]] = Registry("mode")
+register = MODES.register
+mode_class = MODES.get
 
 
 @register
@@ -195,23 +196,16 @@ class Synchronous(Mode):
     def rounds_per_epoch(self, own_steps: int, all_steps: list[int], frequency: int | None) -> int:
         return rounds_per_epoch(all_steps, frequency)  # every worker takes part in every round
 
-    def resume(
-        self,
-        schedule: Schedule,
-        *,
-        initial_epoch: int,
-        version: int,
-        position: tuple[int, int] | list[int] | None,
-    ) -> Resume:
+    def resume(self, schedule: Schedule, standing: Standing) -> Resume:
         """At the last completed round ``version`` (rounds count from ``initial_epoch``).
 
         Example:
             >>> Synchronous().resume(Schedule(rows=23, batch_size=1, frequency=4, rounds=6),
-            ...                      initial_epoch=0, version=15, position=None)
+            ...                      Standing(initial_epoch=0, version=15, position=None))
             (2, 12, 3)
         """
-        rounds = schedule.rounds
-        epoch, done = initial_epoch + version // rounds, version % rounds
+        rounds, version = schedule.rounds, standing.version
+        epoch, done = standing.initial_epoch + version // rounds, version % rounds
         every = schedule.frequency
         return epoch, min(done * every, schedule.steps) if every else 0, done
 
@@ -259,23 +253,17 @@ class Asynchronous(Mode):
     def rounds_per_epoch(self, own_steps: int, all_steps: list[int], frequency: int | None) -> int:
         return rounds_per_epoch([own_steps], frequency)
 
-    def resume(
-        self,
-        schedule: Schedule,
-        *,
-        initial_epoch: int,
-        version: int,
-        position: tuple[int, int] | list[int] | None,
-    ) -> Resume:
+    def resume(self, schedule: Schedule, standing: Standing) -> Resume:
         """After the worker's last applied push, ``position``, or at ``initial_epoch``.
 
         Example:
             >>> Asynchronous().resume(Schedule(rows=23, batch_size=1, frequency=None, rounds=1),
-            ...                       initial_epoch=0, version=40, position=(4, 23))
+            ...                       Standing(initial_epoch=0, version=40, position=(4, 23)))
             (5, 0, 0)
         """
+        position = standing.position
         if position is None:
-            return initial_epoch, 0, 0
+            return standing.initial_epoch, 0, 0
         epoch, step = int(position[0]), int(position[1])
         if step >= schedule.steps:
             return epoch + 1, 0, 0

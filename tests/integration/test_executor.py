@@ -1,0 +1,95 @@
+"""A worker's callback and pusher against the real service, without Spark.
+
+The executor's training loop is Keras's ``model.fit`` with
+:class:`~sparkdl.executor.callback.SyncCallback`; these tests run it in this process
+against a :class:`~sparkdl.server.service.ParameterService` on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+from sparkdl.executor.callback import SyncCallback
+from sparkdl.executor.pusher import Pusher
+from sparkdl.executor.training import batches
+from sparkdl.server.client import ServiceClient
+from sparkdl.server.service import ParameterService
+from sparkdl.server.store import WeightStore
+from sparkdl.sync.merges import Average, Delta, Elastic, Merge
+from sparkdl.sync.modes import MODES
+from sparkdl.sync.schedule import Schedule, steps_for
+from sparkdl.weight_access import WeightAccess
+
+ROWS, BATCH, EPOCHS, FREQUENCY = 40, 8, 3, 2
+
+
+def _model() -> keras.Model:
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax")])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+    return model
+
+
+def _fit(store: WeightStore, merge: Merge, *, overlap: bool, epochs: int = EPOCHS):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(ROWS, 4)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int32)
+    model = _model()
+    with ParameterService(store, host="127.0.0.1") as service:
+        client = ServiceClient(service.url, service.token, worker=0)
+        client.join(ROWS)
+        center, version = client.pull(0)
+        model.set_weights(center)
+        pusher = Pusher(
+            client, merge, WeightAccess(model), center=center, version=version, overlap=overlap
+        )
+        steps = steps_for(ROWS, BATCH)
+        rounds = store.mode.rounds_per_epoch(steps, [steps], FREQUENCY)
+        sync = SyncCallback(pusher, Schedule(ROWS, BATCH, FREQUENCY, rounds))
+        model.fit(
+            batches(x, y, BATCH, shuffle=True),
+            steps_per_epoch=steps,
+            epochs=epochs,
+            callbacks=[sync],
+            verbose=0,
+        )
+        sync.flush()
+        pusher.close()
+        client.close()
+    return model, sync, pusher
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+@pytest.mark.parametrize("merge", [Average(), Delta(), Elastic(alpha=0.5)], ids=str)
+def test_every_sync_point_pushes_once_and_the_epochs_close(mode: str, merge: Merge) -> None:
+    model = _model()
+    store = WeightStore(model.get_weights(), num_workers=1, merge=merge, mode=mode)
+    overlap = store.mode.can_overlap
+    trained, sync, pusher = _fit(store, merge, overlap=overlap)
+    rounds = 3  # 5 steps, every 2: after 2 and 4, then the closing sync
+    status = store.status()
+    assert pusher.pushes == EPOCHS * rounds and status["version"] == EPOCHS * rounds
+    assert status["samples_seen"] == EPOCHS * ROWS
+    assert status["epochs_done"] == EPOCHS and len(store.history()["loss"]) == EPOCHS
+    assert sync.epochs_run == EPOCHS
+    if not isinstance(merge, Elastic):  # the closing push waits: the worker holds the center
+        for got, want in zip(trained.get_weights(), store.weights(), strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert pusher.wait_seconds > 0
+
+
+def test_the_driver_stops_the_workers_and_sets_their_learning_rate() -> None:
+    model = _model()
+    store = WeightStore(model.get_weights(), num_workers=1, merge=Delta(), mode="asynchronous")
+    store.set_learning_rate(0.025)
+    store.request_stop()
+    trained, sync, _ = _fit(store, Delta(), overlap=False, epochs=10)
+    assert sync.stop and sync.epochs_run == 1  # stopped in its first epoch
+    assert sync.learning_rate == pytest.approx(0.025)
+    assert float(keras.ops.convert_to_numpy(trained.optimizer.learning_rate)) == pytest.approx(
+        0.025
+    )
+    # The stopped epoch still closed its rounds: a synchronous round would stay aligned.
+    assert store.status()["epochs_done"] == 1
