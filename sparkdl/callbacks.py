@@ -39,7 +39,7 @@ class DriverCallbacks:
         callbacks: Keras callbacks.
         model_bytes: The compiled model as ``.keras`` bytes (the master is built from it).
         custom_objects: Custom layers and losses, as for the model.
-        store: The running fit.
+        events: The running fit.
         epochs: Epochs of the fit.
         initial_epoch: Epochs done before (a resumed fit).
     """
@@ -51,7 +51,7 @@ class DriverCallbacks:
         callbacks: Sequence[Any],
         model_bytes: bytes,
         custom_objects: dict[str, Any] | None,
-        store: FitEvents,
+        events: FitEvents,
         epochs: int,
         initial_epoch: int = 0,
     ) -> None:
@@ -66,7 +66,7 @@ class DriverCallbacks:
             epochs=epochs,
             verbose=0,
         )
-        self.store = store
+        self.events = events
         self.done = initial_epoch
         self.logs: dict[str, float] = {}
         self._rate = keras_io.learning_rate(self.master)
@@ -101,28 +101,28 @@ class DriverCallbacks:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self.store.wait_epochs(self.done + 1, self.POLL_SECONDS)
+            self.events.wait_epochs(self.done + 1, self.POLL_SECONDS)
             try:
                 self._catch_up()
             except BaseException as exc:  # a callback failed: stop the fit, re-raise later
                 self.error = exc
-                self.store.abort(f"a driver callback raised {type(exc).__name__}: {exc}")
+                self.events.abort(f"a driver callback raised {type(exc).__name__}: {exc}")
                 return
 
     def _catch_up(self) -> None:
-        history = self.store.history()
+        history = self.events.history()
         closed = len(next(iter(history.values()), []))
         while self.done < closed:
             epoch = self.done
             self.logs = {k: v[epoch] for k, v in history.items() if epoch < len(v)}
-            self.master.set_weights(self.store.epoch_weights(epoch, wait=60.0))
+            self.master.set_weights(self.events.epoch_weights(epoch, wait=60.0))
             self.callbacks.on_epoch_begin(epoch)
             self.callbacks.on_epoch_end(epoch, dict(self.logs))
             self.done += 1
             if getattr(self.master, "stop_training", False):
-                self.store.request_stop()
+                self.events.request_stop()
             rate = keras_io.learning_rate(self.master)
             if rate is not None and rate != self._rate:
                 self._rate = rate
-                self.store.set_learning_rate(rate)
-            self.store.release(epoch)
+                self.events.set_learning_rate(rate)
+            self.events.release(epoch)

@@ -81,9 +81,9 @@ class SyncConfig:
         overlapping = tuple(m for m, c in _modes() if c.can_overlap)
         if self.overlap and not mode.can_overlap:
             raise ConfigError(
-                f"overlap=True applies to mode= one of {overlapping} only: a {self.mode} "
-                "round's workers all continue from its merged result. Drop overlap or pick "
-                "another mode."
+                f"overlap=True needs a mode whose workers push in the background, one of "
+                f"{overlapping}: in mode={self.mode!r} every worker continues from the "
+                "merged result of its round. Drop overlap or pick another mode."
             )
         backup = self.backup_workers
         if isinstance(backup, bool) or not isinstance(backup, int) or backup < 0:
@@ -93,7 +93,7 @@ class SyncConfig:
         if backup and not mode.barrier:
             barrier = tuple(m for m, c in _modes() if c.barrier)
             raise ConfigError(
-                f"backup_workers={backup} applies to mode= one of {barrier} only: "
+                f"backup_workers={backup} needs a mode with rounds, one of {barrier}: "
                 f"mode={self.mode!r} never waits for a slow worker. Drop backup_workers or "
                 "change mode."
             )

@@ -23,10 +23,10 @@ __all__ = ["Progress"]
 
 
 class Progress:
-    """Follows ``store`` in a driver thread and reports progress.
+    """Follows ``events`` in a driver thread and reports progress.
 
     Args:
-        store: The fit's training state (the same snapshot ``GET /status`` serves).
+        events: The running fit (the same snapshot ``GET /status`` serves).
         epochs: Epochs of the fit.
         rows: Training rows per epoch (all workers together).
         verbose: 1 for a bar, 2 for a line per epoch.
@@ -34,8 +34,8 @@ class Progress:
 
     POLL_SECONDS = 0.25
 
-    def __init__(self, store: FitEvents, *, epochs: int, rows: int, verbose: int) -> None:
-        self._store = store
+    def __init__(self, events: FitEvents, *, epochs: int, rows: int, verbose: int) -> None:
+        self._events = events
         self._epochs = epochs
         self._rows = rows
         self._bar: Any = None
@@ -68,7 +68,7 @@ class Progress:
             self._report()
 
     def _report(self) -> None:
-        status = self._store.status()
+        status = self._events.status()
         elapsed = time.perf_counter() - self._started
         seen = int(status["samples_seen"])
         rate = seen / elapsed if elapsed > 0 else math.nan

@@ -35,7 +35,7 @@ class EpochMarks:
 
     Args:
         sc: The SparkContext.
-        store: The running fit (its history says which epochs closed).
+        events: The running fit (its history says which epochs closed).
         group: The fit's job group id.
         name: The fit's description.
         epochs: The epoch the fit ends at.
@@ -45,14 +45,14 @@ class EpochMarks:
     def __init__(
         self,
         sc: SparkContext,
-        store: FitEvents,
+        events: FitEvents,
         group: str,
         name: str,
         epochs: int,
         initial_epoch: int = 0,
     ) -> None:
         self.sc = sc
-        self.store = store
+        self.events = events
         self.group = group
         self.name = name
         self.epochs = epochs
@@ -61,7 +61,7 @@ class EpochMarks:
         self._thread = threading.Thread(target=self._run, name="sparkdl-epoch-marks", daemon=True)
 
     def start(self) -> None:
-        """Starts watching the store."""
+        """Starts following the fit."""
         self._thread.start()
 
     def stop(self) -> None:
@@ -75,14 +75,14 @@ class EpochMarks:
         self.sc.setJobGroup(self.group, self.name)
         try:
             while not self._stop.is_set() and self.marked < self.epochs:
-                self.store.wait_epochs(self.marked + 1, 0.25)  # wakes as an epoch closes
+                self.events.wait_epochs(self.marked + 1, 0.25)  # wakes as an epoch closes
                 self._mark_closed()
             self._mark_closed()
         except Exception as exc:  # the UI is a nicety: never let it break a fit
             _log.debug("could not mark epochs in the Spark UI: %s", exc)
 
     def _mark_closed(self) -> None:
-        history = self.store.history()
+        history = self.events.history()
         done = len(next(iter(history.values()), []))
         while self.marked < done:
             self.marked += 1

@@ -1,6 +1,7 @@
 """The executor side of a fit: code that runs only inside a Spark task, with Keras.
 
-Its modules import Keras and TensorFlow at the top; the driver never imports them
+Its training loop and callback import Keras and TensorFlow at the top; the driver never
+imports them
 (:mod:`sparkdl.worker` starts importing them on the executor while it reads the
 partition). One push, from the training loop outwards:
 

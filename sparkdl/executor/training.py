@@ -36,7 +36,7 @@ from sparkdl.sync.schedule import Schedule, steps_for, train_rows
 from sparkdl.weight_access import WeightAccess
 from sparkdl.worker import WorkerPayload
 
-__all__ = ["batches", "take", "train"]
+__all__ = ["batches", "split", "take", "train"]
 
 
 def train(
@@ -81,8 +81,8 @@ def train(
     pusher = Pusher(
         client, plan.merge, access, center=weights, version=version, overlap=plan.overlap
     )
-    (x_fit, y_fit), validation = _split(payload, worker, xs, ys, held_in)
-    sync = SyncCallback(pusher, schedule, val_rows=len(validation[0][0]) if validation else 0)
+    (x_fit, y_fit), validation, val_rows = split(payload, worker, xs, ys, held_in)
+    sync = SyncCallback(pusher, schedule, val_rows=val_rows)
     sync.set_model(model)
     train_start = time.perf_counter()
     setup_comm, setup_calls = client.comm_seconds, client.calls  # join and first pull
@@ -157,10 +157,11 @@ def _build_model(payload: WorkerPayload, worker: int) -> keras.Model:
     return model_from_bytes(model_bytes, custom)
 
 
-def _split(
+def split(
     payload: WorkerPayload, worker: int, xs: list[np.ndarray], ys: list[np.ndarray], held_in: int
-) -> tuple[tuple[Any, Any], tuple[Any, Any] | None]:
-    """``((x, y) to fit, (x, y) to validate or None)``, as ``model.fit`` takes them.
+) -> tuple[tuple[Any, Any], tuple[Any, Any] | None, int]:
+    """``((x, y) to fit, (x, y) to validate or None, validation rows)``, as ``model.fit``
+    takes them (one array, or a list of arrays for several inputs or outputs).
 
     Validation data given apart is broadcast; worker i takes rows ``i::num_workers``.
     Otherwise, as ``model.fit(validation_split=...)``, the last rows are held out.
@@ -170,12 +171,14 @@ def _split(
         xvs, yvs = payload.validation.value
         step = payload.plan.num_workers
         xv, yv = [a[worker::step] for a in xvs], [a[worker::step] for a in yvs]
-        return (x, y), ((_unwrap(xv), _unwrap(yv)) if len(xv[0]) else None)
+        rows = len(xv[0])
+        return (x, y), ((_unwrap(xv), _unwrap(yv)) if rows else None), rows
     if held_in < len(xs[0]):
         held_out = slice(held_in, None)
         validation = (take(x, held_out), take(y, held_out))
-        return (take(x, slice(0, held_in)), take(y, slice(0, held_in))), validation
-    return (x, y), None
+        fit = (take(x, slice(0, held_in)), take(y, slice(0, held_in)))
+        return fit, validation, len(xs[0]) - held_in
+    return (x, y), None, 0
 
 
 def _fit_epochs(

@@ -1,1 +1,1 @@
-"""The parameter service: wire codec, merge rules, weight store, Flask app, client."""
+"""The parameter service: Flask routes on cheroot, its state split by job, wire, client."""

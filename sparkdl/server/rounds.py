@@ -11,7 +11,7 @@ mode (a zombie task).
 Example:
     >>> import numpy as np
     >>> from sparkdl.sync.merges import Update
-    >>> rounds = Rounds(num_workers=2, quorum=2, timeout=60.0)
+    >>> rounds = Rounds(quorum=2, timeout=60.0)
     >>> rounds.add(Update(worker=0, arrays=[np.zeros(1)], samples=1))
     >>> rounds.full(), rounds.pushed()
     (False, [0])
@@ -33,13 +33,11 @@ class Rounds:
     Not thread-safe: the store holds its lock.
 
     Args:
-        num_workers: Workers of the fit.
         quorum: Pushes that close a round.
         timeout: Seconds an open round waits before it closes with the pushes present.
     """
 
-    def __init__(self, *, num_workers: int, quorum: int, timeout: float) -> None:
-        self.num_workers = num_workers
+    def __init__(self, *, quorum: int, timeout: float) -> None:
         self.quorum = quorum
         self.timeout = timeout
         self.generation = 0

@@ -102,11 +102,7 @@ class WeightStore:
         self.epochs = epochs
         self.lock = threading.Condition()
         self.center = Center(weights)
-        self.rounds = Rounds(
-            num_workers=num_workers,
-            quorum=max(num_workers - backup_workers, 1),
-            timeout=round_timeout,
-        )
+        self.rounds = Rounds(quorum=max(num_workers - backup_workers, 1), timeout=round_timeout)
         self.ledger = WorkerLedger()
         self.control = ControlChannel(gate_epochs=gate_epochs and self.mode.barrier)
         self._history = EpochHistory(history)
@@ -124,11 +120,6 @@ class WeightStore:
     def aborted_event(self) -> threading.Event:
         """Set when training is aborted (the driver then cancels the Spark job)."""
         return self.control.aborted_event
-
-    @property
-    def stop_requested(self) -> bool:
-        """Whether workers were asked to stop at their next sync."""
-        return self.control.stop_requested
 
     def pull(self, min_version: int = 0, wait: float = 0.0) -> tuple[list[np.ndarray], int] | None:
         """Returns ``(weights, version)`` once ``version >= min_version``.

@@ -10,6 +10,6 @@ Three concepts, each a small class with both halves, named once:
 * :mod:`sparkdl.sync.schedule`: the worker's sync points within its epochs (pure
   arithmetic, the same on every worker of a synchronous round).
 
-Every module here is plain numpy and Python: the driver, the service and the executors
-import it without importing Keras, Spark or Flask.
+Every module here is plain numpy and Python (no Keras, no Spark, no Flask of its own):
+the driver, the service and the executors share it.
 """

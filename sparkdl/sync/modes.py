@@ -176,8 +176,8 @@ class Synchronous(Mode):
                 return version if store.control.finished else round_no + 1
             late = round_no < version or store.control.finished
             store.record(record, update, seq=seq, applied=not late)
-            if late:
-                return version
+            if late:  # (its epoch logs may have finished the fit and merged the round)
+                return store.center.version
             store.rounds.add(update)
             if store.rounds.full():
                 store.merge_round()

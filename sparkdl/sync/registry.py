@@ -64,6 +64,3 @@ class Registry(Generic[_C]):
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._classes)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._classes

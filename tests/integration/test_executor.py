@@ -25,6 +25,10 @@ from sparkdl.weight_access import WeightAccess
 ROWS, BATCH, EPOCHS, FREQUENCY = 40, 8, 3, 2
 
 
+def _name(merge: Merge) -> str:
+    return merge.name
+
+
 def _model() -> keras.Model:
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax")])
@@ -53,6 +57,7 @@ def _fit(store: WeightStore, merge: Merge, *, overlap: bool, epochs: int = EPOCH
             steps_per_epoch=steps,
             epochs=epochs,
             callbacks=[sync],
+            shuffle=False,  # the pipeline shuffles
             verbose=0,
         )
         sync.flush()
@@ -62,7 +67,7 @@ def _fit(store: WeightStore, merge: Merge, *, overlap: bool, epochs: int = EPOCH
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
-@pytest.mark.parametrize("merge", [Average(), Delta(), Elastic(alpha=0.5)], ids=str)
+@pytest.mark.parametrize("merge", [Average(), Delta(), Elastic(alpha=0.5)], ids=_name)
 def test_every_sync_point_pushes_once_and_the_epochs_close(mode: str, merge: Merge) -> None:
     model = _model()
     store = WeightStore(model.get_weights(), num_workers=1, merge=merge, mode=mode)
@@ -93,3 +98,28 @@ def test_the_driver_stops_the_workers_and_sets_their_learning_rate() -> None:
     )
     # The stopped epoch still closed its rounds: a synchronous round would stay aligned.
     assert store.status()["epochs_done"] == 1
+
+
+@pytest.mark.parametrize("inputs", [1, 2])
+def test_validation_rows_are_counted_in_rows_not_features(inputs: int) -> None:
+    from sparkdl.config import TrainConfig
+    from sparkdl.executor.training import split
+    from sparkdl.plan import FitPlan
+    from sparkdl.worker import WorkerPayload
+
+    plan = FitPlan.resolve(
+        TrainConfig(validation_split=0.25), num_workers=1, rows=8, threads=1, service_host="h"
+    )
+    payload = WorkerPayload(
+        plan=plan,
+        url="",
+        token="",
+        model_bytes=None,
+        custom_objects=None,
+        input_shapes=[(4,)] * inputs,
+        label_kinds=["int"],
+    )
+    xs = [np.zeros((8, 4), np.float32) for _ in range(inputs)]
+    (x, _), validation, rows = split(payload, 0, xs, [np.zeros(8, np.int32)], held_in=6)
+    assert rows == 2 and validation is not None
+    assert len(x if inputs == 1 else x[0]) == 6
