@@ -316,34 +316,34 @@ class TrainConfig:
         3
     """
 
-    mode: str = Synchronous.name
-    merge: str | None = None
-    staleness: str = "none"
-    elastic_alpha: float | None = None
-    delta_scale: float | None = None
-    frequency: str | int = "epoch"
-    num_workers: int | None = None
-    epochs: int = 1
-    batch_size: int = 32
-    seed: int | None = None
-    verbose: int = 0
-    shuffle: bool = True
-    service_host: str | None = None
-    port: int = 0
-    request_timeout: float = 60.0
-    round_timeout: float = 3600.0
-    backup_workers: int = 0
-    request_retries: int = 5
-    threads_per_worker: int | None = None
-    slot_wait_timeout: float = 60.0
-    validate: bool = True
-    validation_split: float = 0.0
-    checkpoint_dir: str | None = None
-    checkpoint_keep: int = 3
-    resume: bool = False
-    mlflow_run: bool | str | None = None
-    mixed_precision: bool = False
-    overlap: bool | None = None
+    mode: str = SyncConfig.mode
+    merge: str | None = SyncConfig.merge
+    staleness: str = SyncConfig.staleness
+    elastic_alpha: float | None = SyncConfig.elastic_alpha
+    delta_scale: float | None = SyncConfig.delta_scale
+    frequency: str | int = SyncConfig.frequency
+    num_workers: int | None = ScalingConfig.num_workers
+    epochs: int = RunConfig.epochs
+    batch_size: int = RunConfig.batch_size
+    seed: int | None = RunConfig.seed
+    verbose: int = RunConfig.verbose
+    shuffle: bool = RunConfig.shuffle
+    service_host: str | None = ServiceConfig.service_host
+    port: int = ServiceConfig.port
+    request_timeout: float = FailureConfig.request_timeout
+    round_timeout: float = FailureConfig.round_timeout
+    backup_workers: int = SyncConfig.backup_workers
+    request_retries: int = FailureConfig.request_retries
+    threads_per_worker: int | None = ScalingConfig.threads_per_worker
+    slot_wait_timeout: float = ScalingConfig.slot_wait_timeout
+    validate: bool = RunConfig.validate
+    validation_split: float = RunConfig.validation_split
+    checkpoint_dir: str | None = CheckpointConfig.checkpoint_dir
+    checkpoint_keep: int = CheckpointConfig.checkpoint_keep
+    resume: bool = CheckpointConfig.resume
+    mlflow_run: bool | str | None = RunConfig.mlflow_run
+    mixed_precision: bool = ScalingConfig.mixed_precision
+    overlap: bool | None = SyncConfig.overlap
     # The same settings by concern, each group validated when the config is built.
     sync: SyncConfig = field(init=False, repr=False, compare=False)
     scaling: ScalingConfig = field(init=False, repr=False, compare=False)
