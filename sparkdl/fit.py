@@ -125,7 +125,8 @@ class Fit:
         # The fitted model is rebuilt while the workers train, or is the callbacks'
         # master model, which already exists.
         built = None if runner else _build_in_background(model_bytes, self.custom_objects)
-        rows = self._train_rows(plan)
+        # Training rows per epoch, all workers together (each holds out its tail).
+        rows = train_rows(self.prepared.summary.rows, plan.validation_split)
         name = (
             f"sparkdl fit: {plan.mode.name}/{plan.merge.name}, {plan.num_workers} workers, "
             f"{plan.epochs} epochs, {rows} rows"
@@ -226,11 +227,6 @@ class Fit:
             config.epochs,
             self.initial_epoch,
         )
-
-    def _train_rows(self, plan: FitPlan) -> int:
-        """Training rows per epoch, all workers together (each holds out its tail)."""
-        rows = self.prepared.summary.rows
-        return train_rows(rows, plan.validation_split) if plan.validation_split else rows
 
     @contextlib.contextmanager
     def _validation_broadcast(self, sc: SparkContext) -> Iterator[Any]:

@@ -72,10 +72,9 @@ class Center:
         self.weights = weights
         self.version += 1
 
-    def bump(self) -> int:
-        """Counts an update applied in place (hogwild); returns the new version."""
+    def bump(self) -> None:
+        """Counts an update applied in place (hogwild)."""
         self.version += 1
-        return self.version
 
     def encoded(self, meta: Callable[[int], dict[str, Any]], *, live: bool) -> list[Any]:
         """The weights as wire chunks with ``meta(version)`` as the header's metadata.
