@@ -20,7 +20,19 @@ if TYPE_CHECKING:
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-__all__ = ["num_workers", "parse_local_master", "service_host", "task_cpus", "task_slots"]
+__all__ = [
+    "DEFAULT_CACHE_BUDGET",
+    "cache_budget",
+    "num_workers",
+    "parse_local_master",
+    "service_host",
+    "task_cpus",
+    "task_slots",
+]
+
+#: Bytes of its partition a worker keeps in memory under ``data_cache="auto"`` when
+#: ``spark.executor.pyspark.memory`` is not set.
+DEFAULT_CACHE_BUDGET = 1 << 30
 
 
 def parse_local_master(master: str) -> bool:
@@ -73,3 +85,37 @@ def task_cpus(sc: SparkContext) -> int:
         return max(1, int(sc.getConf().get("spark.task.cpus", "1") or 1))
     except ValueError:
         return 1
+
+
+def cache_budget(sc: SparkContext) -> int:
+    """Bytes of its partition a worker keeps in memory under ``data_cache="auto"``.
+
+    When ``spark.executor.pyspark.memory`` caps the Python workers, half of that cap
+    per task slot of an executor (the other half is TensorFlow, the model and the
+    batches in flight); else :data:`DEFAULT_CACHE_BUDGET` (1 GiB), a share that fits
+    next to TensorFlow in an executor's default memory overhead on most clusters and
+    is small against a workstation's memory in local mode.
+
+    Example:
+        >>> _memory_bytes("2g"), _memory_bytes("512m"), _memory_bytes("100")
+        (2147483648, 536870912, 104857600)
+    """
+    conf = sc.getConf()
+    cap = conf.get("spark.executor.pyspark.memory")
+    if not cap:
+        return DEFAULT_CACHE_BUDGET
+    try:
+        cores = max(1, int(conf.get("spark.executor.cores", "1") or 1))
+    except ValueError:
+        cores = 1
+    slots = max(1, cores // task_cpus(sc))
+    return max(1 << 20, _memory_bytes(cap) // (2 * slots))
+
+
+def _memory_bytes(text: str) -> int:
+    """Spark's memory strings ("2g", "512m"; a bare number is MiB) in bytes."""
+    match = re.fullmatch(r"\s*(\d+)\s*([kmgt]?)b?\s*", text.lower())
+    if not match:
+        return DEFAULT_CACHE_BUDGET
+    number, unit = int(match.group(1)), match.group(2) or "m"
+    return number << {"k": 10, "m": 20, "g": 30, "t": 40}[unit]

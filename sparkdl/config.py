@@ -26,6 +26,7 @@ from sparkdl.sync.merges import STALENESS, merge_class
 from sparkdl.sync.modes import MODES, Synchronous, mode_class
 
 __all__ = [
+    "DATA_CACHES",
     "FREQUENCIES",
     "CheckpointConfig",
     "FailureConfig",
@@ -39,6 +40,8 @@ __all__ = [
 
 #: Named sync frequencies; an int N means "every N batches".
 FREQUENCIES: tuple[str, ...] = ("epoch", "batch")
+#: Where a worker keeps its partition (``TrainConfig.data_cache``).
+DATA_CACHES: tuple[str, ...] = ("auto", "memory", "disk")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,14 +131,20 @@ class SyncConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class ScalingConfig:
-    """How many workers and what each computes with."""
+    """How many workers, what each computes with and where each keeps its data."""
 
     num_workers: int | None = None
     threads_per_worker: int | None = None
     mixed_precision: bool = False
     slot_wait_timeout: float = 60.0
+    data_cache: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.data_cache not in DATA_CACHES:
+            raise ConfigError(
+                f"Expected data_cache to be one of {list(DATA_CACHES)}. Received: "
+                f"data_cache={self.data_cache!r}"
+            )
         if self.num_workers is not None:
             _positive_int("num_workers", self.num_workers)
         if self.threads_per_worker is not None:
@@ -300,6 +309,13 @@ class TrainConfig:
         mixed_precision: Workers compute in float16 with float32 variables (Keras's
             ``mixed_float16``; output layers stay float32, the loss is scaled). Worth it
             on GPUs with tensor cores; the fitted model computes in float32.
+        data_cache: Where each worker keeps its partition while it trains.
+            ``"memory"``: in memory (its float32 bytes, no more), batches gathered in
+            a full random order each epoch. ``"disk"``: in an unnamed file under
+            Spark's local directories, read back in blocks with a block-wise shuffle,
+            so a worker's memory does not grow with its data. ``"auto"``: memory until
+            the partition outgrows its budget (half of ``spark.executor.pyspark.memory``
+            per task slot when that is set, else 1 GiB), then disk.
         overlap: Asynchronous and hogwild modes: a worker pushes in a background thread
             and keeps training; the answer is folded in at its next sync (the center
             plus the progress made meanwhile), so the round trip hides behind compute
@@ -344,6 +360,7 @@ class TrainConfig:
     mlflow_run: bool | str | None = RunConfig.mlflow_run
     mixed_precision: bool = ScalingConfig.mixed_precision
     overlap: bool | None = SyncConfig.overlap
+    data_cache: str = ScalingConfig.data_cache
     # The same settings by concern, each group validated when the config is built.
     sync: SyncConfig = field(init=False, repr=False, compare=False)
     scaling: ScalingConfig = field(init=False, repr=False, compare=False)

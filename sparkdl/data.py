@@ -2,7 +2,11 @@
 
 Features become one ``array<float>`` column on the JVM side (ML vectors through
 ``vector_to_array``, numeric column lists through ``array``), so executors receive
-plain Arrow lists they can view as a 2-D numpy array without a per-row loop.
+plain Arrow lists they can view as a 2-D numpy array without a per-row loop. An ML
+vector column that feeds a model input built with ``keras.Input(..., sparse=True)``,
+or one of :data:`SPARSE_MIN_WIDTH` values or more (hashed or counted text), travels as
+the vectors themselves (Arrow ``struct<type, size, indices, values>``) and stays
+sparse on the executors.
 
 Example:
     >>> from sparkdl.data import label_kind
@@ -13,12 +17,11 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
 from pyspark.ml.functions import vector_to_array
 from pyspark.ml.linalg import VectorUDT
 from pyspark.sql import Column, DataFrame
@@ -31,6 +34,8 @@ from sparkdl.errors import SchemaError
 __all__ = [
     "FEATURES",
     "LABEL",
+    "SPARSE_MIN_WIDTH",
+    "VALIDATION",
     "ColumnTypeError",
     "DataSummary",
     "Prepared",
@@ -43,12 +48,16 @@ __all__ = [
     "label_name",
     "prepare",
     "summarize",
-    "to_numpy_multi",
 ]
 
 #: Names of the prepared columns that travel to the executors.
 FEATURES = "__sparkdl_features"
 LABEL = "__sparkdl_label"
+#: A boolean column marking the rows of validation data travelling with a partition.
+VALIDATION = "__sparkdl_validation"
+#: An ML vector column feeding a model input this wide (or wider) stays sparse.
+SPARSE_MIN_WIDTH = 4096
+_VECTOR_JSON = "struct<v:struct<type:tinyint,size:int,indices:array<int>,values:array<double>>>"
 
 
 class ColumnTypeError(SchemaError, TypeError):
@@ -91,12 +100,23 @@ class DataSummary:
 
 @dataclass(frozen=True)
 class Prepared:
-    """The validated input of a fit: one prepared column per model input and output."""
+    """The validated input of a fit: one prepared column per model input and output.
+
+    Attributes:
+        frame: The prepared columns (:func:`feature_name`, :func:`label_name`).
+        summary: What the scan found.
+        label_kinds: The kind of each label (:func:`label_kind`).
+        input_shapes: Per-sample shape of each model input.
+        sparse: Whether each feature column is ML vectors kept sparse.
+        seconds: Seconds the checks took (the scan is one Spark job).
+    """
 
     frame: DataFrame
     summary: DataSummary
     label_kinds: tuple[str, ...]
     input_shapes: tuple[tuple[int, ...], ...]
+    sparse: tuple[bool, ...] = ()
+    seconds: float = 0.0
 
 
 def prepare(
@@ -120,17 +140,20 @@ def prepare(
         SchemaError: A column is missing or has a wrong type, or the data is bad.
         ModelError: The model is not compiled, or its input does not fit the features.
     """
+    started = time.perf_counter()
     keras_io.check_compiled(model)
     if not isinstance(df, DataFrame):
         raise ColumnTypeError(f"Expected a pyspark.sql.DataFrame. Received: {type(df).__name__}")
-    features = feature_columns(df, features_col, keras_io.input_names(model))
+    names = keras_io.input_names(model)
+    wants = [keras_io.prefers_sparse(model, i, SPARSE_MIN_WIDTH) for i in range(len(names))]
+    features, sparse = feature_columns(df, features_col, names, sparse=wants)
     labels = label_columns(df, label_col, keras_io.output_names(model))
     frame = df.select(
         *[f.alias(feature_name(i)) for i, f in enumerate(features)],
         *[y.alias(label_name(j)) for j, (y, _) in enumerate(labels)],
     )
     kinds = tuple(kind for _, kind in labels)
-    summary = summarize(frame, kinds, len(features), scan_values=validate)
+    summary = summarize(frame, kinds, len(features), scan_values=validate, sparse=sparse)
     shapes = tuple(
         keras_io.resolve_input_shape(model, width, i) for i, width in enumerate(summary.widths)
     )
@@ -143,11 +166,17 @@ def prepare(
             summary.label_maxs[j],
             index=j,
         )
-    return Prepared(frame, summary, kinds, shapes)
+    return Prepared(frame, summary, kinds, shapes, tuple(sparse), time.perf_counter() - started)
 
 
-def feature_columns(df: DataFrame, features: Any, input_names: Sequence[str]) -> list[Column]:
-    """One ``array<float>`` expression per model input.
+def feature_columns(
+    df: DataFrame,
+    features: Any,
+    input_names: Sequence[str],
+    *,
+    sparse: Sequence[bool] = (),
+) -> tuple[list[Column], list[bool]]:
+    """One expression per model input, and whether it stays sparse.
 
     Args:
         df: The input DataFrame.
@@ -155,6 +184,11 @@ def feature_columns(df: DataFrame, features: Any, input_names: Sequence[str]) ->
             with several inputs, a list of columns (one per input, in order) or a dict
             from input name to column.
         input_names: The model's input names, in order.
+        sparse: Per input, whether an ML vector column should stay sparse.
+
+    Returns:
+        The expressions (``array<float>``, or the ML vectors themselves) and, per input,
+        whether it is ML vectors kept sparse.
 
     Raises:
         SchemaError: The columns do not match the model's inputs.
@@ -166,9 +200,12 @@ def feature_columns(df: DataFrame, features: Any, input_names: Sequence[str]) ->
                     f"The model has one input; features_col names {len(features)} inputs."
                 )
             features = next(iter(features.values()))
-        return [feature_column(df, features)]
-    columns = _per_slot(features, input_names, "features_col", "input")
-    return [feature_column(df, c) for c in columns]
+        columns = [features]
+    else:
+        columns = list(_per_slot(features, input_names, "features_col", "input"))
+    wants = list(sparse) or [False] * len(columns)
+    keep = [w and _is_vector(df, c) for c, w in zip(columns, wants, strict=True)]
+    return [feature_column(df, c, sparse=k) for c, k in zip(columns, keep, strict=True)], keep
 
 
 def label_columns(
@@ -213,13 +250,14 @@ def _per_slot(given: Any, names: Sequence[str], setting: str, what: str) -> list
     return columns
 
 
-def feature_column(df: DataFrame, features: str | Sequence[str]) -> Column:
+def feature_column(df: DataFrame, features: str | Sequence[str], *, sparse: bool = False) -> Column:
     """Returns an ``array<float>`` expression for the features.
 
     Args:
         df: The input DataFrame.
         features: One column (``array<numeric>``, ML ``Vector`` or a numeric scalar)
             or a list of numeric column names.
+        sparse: An ML vector column is returned as it is (it travels sparse).
 
     Raises:
         SchemaError: A column is missing (the message lists the available ones).
@@ -228,6 +266,8 @@ def feature_column(df: DataFrame, features: str | Sequence[str]) -> Column:
     if isinstance(features, str):
         dtype = _column_type(df, features, "features_col")
         if isinstance(dtype, VectorUDT):
+            if sparse:
+                return F.col(_quote(features))
             return vector_to_array(F.col(_quote(features)), dtype="float32")
         if isinstance(dtype, ArrayType) and _numeric(dtype.elementType):
             return F.col(_quote(features)).cast(ArrayType(FloatType()))
@@ -298,6 +338,7 @@ def summarize(
     inputs: int = 1,
     *,
     scan_values: bool = True,
+    sparse: Sequence[bool] = (),
 ) -> DataSummary:
     """Scans the prepared data once and checks it: rows, nulls, NaNs, ragged widths.
 
@@ -309,12 +350,14 @@ def summarize(
         scan_values: Look at every feature and label value for nulls and NaNs
             (``TrainConfig.validate``). ``False`` still counts rows and reads widths
             and label ranges, which the fit needs, but skips the pass over every value.
+        sparse: Per input, whether its column is ML vectors (kept sparse): their
+            width is the vectors' size and only stored values are looked at.
 
     Raises:
         SchemaError: The data is empty, or has nulls, NaNs or rows of differing width.
     """
     kinds = [kinds] if isinstance(kinds, str) else list(kinds)
-    aggs = _summary_aggregates(kinds, inputs, scan_values)
+    aggs = _summary_aggregates(kinds, inputs, scan_values, list(sparse) or [False] * inputs)
     row = prepared.agg(*aggs).first()
     assert row is not None
     stats: dict[str, Any] = row.asDict()
@@ -366,18 +409,25 @@ def summarize(
     )
 
 
-def _summary_aggregates(kinds: list[str], inputs: int, scan_values: bool) -> list[Column]:
+def _summary_aggregates(
+    kinds: list[str], inputs: int, scan_values: bool, sparse: list[bool]
+) -> list[Column]:
     """The aggregate expressions :func:`summarize` runs in its one job."""
     aggs = [F.count(F.lit(1)).alias("rows")]
     for i in range(inputs):
         f = F.col(feature_name(i))
+        width, values = F.size(f), f
+        if sparse[i]:  # the vector's fields, through their JSON form (Spark has no cast)
+            vector = F.from_json(F.to_json(F.struct(f.alias("v"))), _VECTOR_JSON)["v"]
+            values = vector["values"]
+            width = F.coalesce(vector["size"], F.size(values))
         aggs += [
             F.sum(F.when(f.isNull(), 1).otherwise(0)).alias(f"f_null{i}"),
-            F.min(F.size(f)).alias(f"f_min{i}"),
-            F.max(F.size(f)).alias(f"f_max{i}"),
+            F.min(width).alias(f"f_min{i}"),
+            F.max(width).alias(f"f_max{i}"),
         ]
         if scan_values:
-            bad_value = F.exists(f, lambda v: v.isNull() | F.isnan(v))
+            bad_value = F.exists(values, lambda v: v.isNull() | F.isnan(v))
             aggs.append(F.sum(F.when(bad_value, 1).otherwise(0)).alias(f"f_nan{i}"))
     for j, kind in enumerate(kinds):
         y = F.col(label_name(j))
@@ -396,59 +446,12 @@ def _summary_aggregates(kinds: list[str], inputs: int, scan_values: bool) -> lis
     return aggs
 
 
-def to_numpy_multi(
-    batches: Iterable[pa.RecordBatch],
-    input_shapes: Sequence[tuple[int, ...]],
-    kinds: Sequence[str],
-) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Turns the prepared Arrow batches of one partition into ``(xs, ys)`` arrays,
-    one per model input and output.
-
-    Returns:
-        ``(xs, ys)``: one array per input (:func:`feature_name` columns) and per output
-        (:func:`label_name` columns; empty when the batches carry no labels).
-    """
-    batch_list = list(batches)
-    table = pa.Table.from_batches(batch_list) if batch_list else None
-    rows = 0 if table is None else table.num_rows
-    xs = []
-    for i, shape in enumerate(input_shapes):
-        if rows == 0 or table is None:
-            xs.append(np.zeros((0, *shape), np.float32))
-            continue
-        width = int(np.prod(shape))
-        x = _list_to_2d(table.column(feature_name(i)).combine_chunks(), width, "features")
-        xs.append(x.reshape((-1, *shape)))
-    ys = []
-    for j, kind in enumerate(kinds):
-        if table is None or label_name(j) not in table.column_names:
-            continue
-        if rows == 0:
-            ys.append(np.zeros((0,), np.int32 if kind == "int" else np.float32))
-            continue
-        ycol = table.column(label_name(j)).combine_chunks()
-        if kind == "array":
-            lengths = ycol.value_lengths().to_numpy(zero_copy_only=False)
-            ys.append(_list_to_2d(ycol, int(lengths[0]), "label"))
-        else:
-            ys.append(
-                ycol.to_numpy(zero_copy_only=False).astype(
-                    np.int32 if kind == "int" else np.float32, copy=False
-                )
-            )
-    if rows == 0 and not ys:
-        ys = [np.zeros((0,), np.int32 if k == "int" else np.float32) for k in kinds]
-    return xs, ys
-
-
-def _list_to_2d(column: pa.Array, width: int, what: str) -> np.ndarray:
-    values = column.flatten().to_numpy(zero_copy_only=False)
-    if values.size != len(column) * width:
-        raise SchemaError(
-            f"Expected {what} rows of {width} values each; the partition holds "
-            f"{values.size} values in {len(column)} rows."
-        )
-    return values.astype(np.float32, copy=False).reshape(len(column), width)
+def _is_vector(df: DataFrame, column: Any) -> bool:
+    """Whether ``column`` names one ML vector column of ``df``."""
+    if not isinstance(column, str):
+        return False
+    fields = {f.name: f.dataType for f in df.schema.fields}
+    return isinstance(fields.get(column), VectorUDT)
 
 
 def _column_type(df: DataFrame, name: str, setting: str) -> DataType:

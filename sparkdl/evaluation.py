@@ -14,12 +14,17 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame
+
+from sparkdl.data import feature_name, label_name
+from sparkdl.predict import load_model
 
 __all__ = ["combine", "evaluate_frame"]
 
@@ -35,22 +40,24 @@ def evaluate_frame(
     label_kinds: Sequence[str],
     custom_objects: bytes | None,
     batch_size: int,
+    sparse: Sequence[bool] = (),
 ) -> dict[str, float]:
-    """Evaluates the broadcast model on a prepared frame (features and label columns)."""
+    """Evaluates the broadcast model on a prepared frame (features and label columns).
+
+    Each task streams its partition through ``model.evaluate`` one record batch at a
+    time (it never holds the partition); ``sparse`` says which feature columns are ML
+    vectors kept sparse.
+    """
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
-        from sparkdl.data import to_numpy_multi
-        from sparkdl.predict import load_model
-
-        xs, ys = to_numpy_multi(list(batches), input_shapes, label_kinds)
-        rows = len(xs[0])
-        logs: dict[str, float] = {}
-        if rows:
-            model = load_model(broadcast, digest, custom_objects, compile=True)
-            x = xs[0] if len(xs) == 1 else xs
-            y = ys[0] if len(ys) == 1 else ys
-            result = model.evaluate(x, y, batch_size=batch_size, verbose=0, return_dict=True)
-            logs = {str(k): float(v) for k, v in result.items()}
+        rows, logs = _evaluate_partition(
+            iter(batches),
+            load=lambda: load_model(broadcast, digest, custom_objects, compile=True),
+            input_shapes=input_shapes,
+            label_kinds=label_kinds,
+            sparse=sparse,
+            batch_size=batch_size,
+        )
         yield pa.RecordBatch.from_pydict(
             {"rows": [rows], "logs": [json.dumps(logs)]},
             schema=pa.schema([("rows", pa.int64()), ("logs", pa.string())]),
@@ -65,3 +72,62 @@ def combine(parts: Sequence[tuple[int, dict[str, float]]]) -> dict[str, float]:
     total = sum(n for n, _ in parts if n > 0)
     keys = sorted({k for n, logs in parts if n > 0 for k in logs})
     return {k: sum(n * logs[k] for n, logs in parts if n > 0 and k in logs) / total for k in keys}
+
+
+def _evaluate_partition(
+    batches: Iterator[pa.RecordBatch],
+    *,
+    load: Any,
+    input_shapes: Sequence[tuple[int, ...]],
+    label_kinds: Sequence[str],
+    sparse: Sequence[bool],
+    batch_size: int,
+) -> tuple[int, dict[str, float]]:
+    """``(rows, logs)`` of ``model.evaluate`` over one partition's record batches."""
+    first = next((b for b in batches if b.num_rows), None)
+    if first is None:
+        return 0, {}
+    import tensorflow as tf
+
+    from sparkdl import keras_io
+    from sparkdl.executor.cache import Column, convert, slice_block
+    from sparkdl.executor.feed import Feed
+
+    model = load()
+    flags = list(sparse) or [False] * len(input_shapes)
+    inputs = [
+        Column(feature_name(i), "sparse" if s else "dense", int(np.prod(shape)))
+        for i, (shape, s) in enumerate(zip(input_shapes, flags, strict=True))
+    ]
+    outputs = [
+        Column(label_name(j), "dense" if kind == "array" else kind, 0)
+        for j, kind in enumerate(label_kinds)
+    ]
+    feed = Feed(None, inputs, input_shapes, keras_io.sparse_inputs(model), outputs, batch_size)
+    rows = 0
+
+    def blocks() -> Iterator[Any]:
+        nonlocal rows
+        for batch in itertools.chain([first], batches):
+            block = convert(batch, [*inputs, *outputs])
+            rows += batch.num_rows
+            for lo in range(0, batch.num_rows, batch_size):
+                yield feed.structure(slice_block(block, lo, lo + batch_size))
+
+    signature = _with_label_widths(feed.signature(), first, outputs)
+    data = tf.data.Dataset.from_generator(blocks, output_signature=signature)
+    result = model.evaluate(data, verbose=0, return_dict=True)
+    return rows, {str(k): float(v) for k, v in result.items()}
+
+
+def _with_label_widths(signature: Any, first: pa.RecordBatch, outputs: list[Any]) -> Any:
+    """The signature with each array label's width read from the first batch."""
+    import tensorflow as tf
+
+    x, y = signature
+    ys = list(y) if isinstance(y, tuple) else [y]
+    for j, column in enumerate(outputs):
+        if column.kind == "dense":
+            width = first.column(column.name).value_lengths()[0].as_py()
+            ys[j] = tf.TensorSpec((None, width), tf.float32)
+    return x, (ys[0] if len(ys) == 1 else tuple(ys))

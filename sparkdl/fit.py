@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 import numpy as np
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from sparkdl import checkpoints, cluster, data, keras_io
 from sparkdl.callbacks import DriverCallbacks
@@ -78,9 +79,9 @@ class Fit:
         model: The compiled model (not modified).
         config: The user's settings.
         custom_objects: Custom layers and losses, shipped with cloudpickle.
-        validation: Validation data prepared like the training data; it is collected
-            to the driver and broadcast; worker i reports ``val_*`` logs on rows
-            ``i::num_workers`` every epoch.
+        validation: Validation data prepared like the training data; its rows travel
+            with the training rows (marked), each worker caches its share apart and
+            reports ``val_*`` logs on it every epoch.
         callbacks: Keras callbacks run on the driver
             (:class:`sparkdl.callbacks.DriverCallbacks`); checkpoints run there too.
         initial_epoch: Epochs done before (a resumed fit).
@@ -119,6 +120,7 @@ class Fit:
         spark = self.prepared.frame.sparkSession
         sc = spark.sparkContext
         plan = self._plan(sc)
+        prepared = self.prepared
         model_bytes = keras_io.model_to_bytes(self.model)
         store = self._store(plan)
         runner = self._driver_callbacks(model_bytes, store)
@@ -144,9 +146,12 @@ class Fit:
                 custom_objects=(
                     cloudpickle.dumps(self.custom_objects) if self.custom_objects else None
                 ),
-                input_shapes=list(self.prepared.input_shapes),
-                label_kinds=list(self.prepared.label_kinds),
-                validation=stack.enter_context(self._validation_broadcast(sc)),
+                input_shapes=list(prepared.input_shapes),
+                label_kinds=list(prepared.label_kinds),
+                label_widths=list(prepared.summary.label_widths),
+                sparse_columns=list(prepared.sparse or [False] * len(prepared.input_shapes)),
+                sparse_inputs=keras_io.sparse_inputs(self.model),
+                validation=self.validation is not None,
             )
             stack.enter_context(_job_group(sc, group, name))
             marks = EpochMarks(sc, store, group, name, plan.epochs, plan.initial_epoch)
@@ -159,6 +164,7 @@ class Fit:
                 _follow(stack, progress.start, progress.stop)
             if runner:
                 _follow(stack, runner.start, runner.abandon)  # (a no-op after finish)
+            prepare_seconds = time.perf_counter() - started + self._checks_seconds()
             reports = self._launch(payload, store, runner)
             weights = runner.finish() if runner else store.weights()
             history, status = store.history(), store.status()
@@ -174,6 +180,7 @@ class Fit:
                 job_group=group,
                 workers=reports,
                 service={key: status.get(key) for key in SERVICE_KEYS},
+                prepare_seconds=prepare_seconds,
             ),
             input_shapes=self.prepared.input_shapes,
         )
@@ -189,7 +196,13 @@ class Fit:
             service_host=cluster.service_host(spark),
             initial_epoch=self.initial_epoch,
             validation_data=self.validation is not None,
+            cache_budget=cluster.cache_budget(sc),
+            tf_log_level=_tf_log_level(),
         )
+
+    def _checks_seconds(self) -> float:
+        """Seconds :func:`sparkdl.data.prepare` took (training and validation data)."""
+        return self.prepared.seconds + (self.validation.seconds if self.validation else 0.0)
 
     def _store(self, plan: FitPlan) -> WeightStore:
         return WeightStore(
@@ -228,28 +241,24 @@ class Fit:
             self.initial_epoch,
         )
 
-    @contextlib.contextmanager
-    def _validation_broadcast(self, sc: SparkContext) -> Iterator[Any]:
-        if self.validation is None:
-            yield None
-            return
-        arrays = data.to_numpy_multi(
-            self.validation.frame.toArrow().to_batches(),
-            self.prepared.input_shapes,
-            self.prepared.label_kinds,
-        )
-        with _broadcast(sc, arrays) as held_out:
-            yield held_out
-
     # ------------------------------------------------------------ the job
+    def _frame(self) -> DataFrame:
+        """The training rows, and the validation rows marked in
+        :data:`~sparkdl.data.VALIDATION`, as one frame (every worker gets its share of
+        both, and none holds more than its share)."""
+        frame = self.prepared.frame
+        if self.validation is None:
+            return frame
+        train = frame.withColumn(data.VALIDATION, F.lit(False))
+        held_out = self.validation.frame.withColumn(data.VALIDATION, F.lit(True))
+        return train.unionByName(held_out)
+
     def _launch(
         self, payload: WorkerPayload, store: WeightStore, runner: DriverCallbacks | None
     ) -> list[WorkerReport]:
         """Runs the training job; returns the workers' reports in worker order."""
-        frame = self.prepared.frame
         plan = payload.plan
-        if frame.rdd.getNumPartitions() != plan.num_workers:
-            frame = frame.repartition(plan.num_workers)
+        frame = _partitioned(self._frame(), plan.num_workers, barrier=plan.mode.barrier)
         try:
             if plan.mode.barrier:
                 rows = _run_barrier_job(frame, payload)
@@ -263,6 +272,29 @@ class Fit:
             raise _worker_error(exc, store.failures()) from None
         reports = (WorkerReport.from_json(r["report"]) for r in rows)
         return sorted(reports, key=lambda r: r.worker)
+
+
+def _tf_log_level() -> str:  # TEMP until sparkdl.warmup lands
+    import os
+
+    return os.environ.get("TF_CPP_MIN_LOG_LEVEL") or "3"
+
+
+def _partitioned(frame: DataFrame, workers: int, *, barrier: bool) -> DataFrame:
+    """``frame`` in ``workers`` partitions, shuffled only where it must be.
+
+    Ordinary tasks (asynchronous, hogwild) over more partitions than workers take
+    several partitions each (``coalesce``: no shuffle, each task reads its partitions
+    where they are). A barrier stage cannot follow a ``coalesce`` (Spark refuses a
+    barrier stage over ancestors with another partition count), and fewer partitions
+    than workers must be split: both shuffle (``repartition``).
+    """
+    partitions = frame.rdd.getNumPartitions()
+    if partitions == workers:
+        return frame
+    if partitions > workers and not barrier:
+        return frame.coalesce(workers)
+    return frame.repartition(workers)
 
 
 def _run_barrier_job(frame: DataFrame, payload: WorkerPayload) -> list[Any]:

@@ -132,6 +132,23 @@ def input_names(model: keras.Model) -> list[str]:
     ]
 
 
+def sparse_inputs(model: keras.Model) -> list[bool]:
+    """Whether each model input was built with ``keras.Input(..., sparse=True)``."""
+    return [bool(getattr(t, "sparse", False)) for t in getattr(model, "inputs", None) or []]
+
+
+def prefers_sparse(model: keras.Model, index: int, min_width: int) -> bool:
+    """Whether input ``index`` should be fed from sparse vectors: it takes a
+    ``tf.SparseTensor``, or it is declared ``min_width`` values wide or wider."""
+    inputs = getattr(model, "inputs", None) or []
+    if index >= len(inputs):
+        return False
+    if getattr(inputs[index], "sparse", False):
+        return True
+    shape = tuple(inputs[index].shape[1:])
+    return all(d is not None for d in shape) and math.prod(shape) >= min_width
+
+
 def output_names(model: keras.Model) -> list[str]:
     """The names of the model's outputs, in order."""
     names = getattr(model, "output_names", None)

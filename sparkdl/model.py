@@ -159,7 +159,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
 
         model = self.get_model()
         keras_io.check_compiled(model)
-        features = data.feature_columns(dataset, self.features_col, keras_io.input_names(model))
+        features, sparse = self._features(dataset, model)
         labels = data.label_columns(dataset, label_col, keras_io.output_names(model))
         frame = dataset.select(
             *[f.alias(data.feature_name(i)) for i, f in enumerate(features)],
@@ -171,6 +171,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
             self._digest,
             input_shapes=self.input_shapes,
             label_kinds=[kind for _, kind in labels],
+            sparse=sparse,
             custom_objects=self.custom_objects,
             batch_size=int(batch_size or self.getOrDefault("predictBatchSize")),
         )
@@ -185,7 +186,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         from sparkdl import keras_io
 
         model = self.get_model()
-        features = data.feature_columns(dataset, self.features_col, keras_io.input_names(model))
+        features, sparse = self._features(dataset, model)
         outputs = [
             (name, len(t.shape) == 2 and t.shape[-1] == 1)
             for name, t in zip(keras_io.output_names(model), model.outputs, strict=True)
@@ -197,6 +198,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
             outputs=outputs,
             batch_size=int(self.getOrDefault("predictBatchSize")),
             custom_objects=self.custom_objects,
+            sparse=sparse,
         )
         scored = dataset.withColumn(self.prediction_col, udf(*features))
         class_col = str(self.getOrDefault("classCol"))
@@ -204,6 +206,17 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
             classes = predict.arg_max(scored[self.prediction_col], scalar=outputs[0][1])
             scored = scored.withColumn(class_col, classes)
         return scored
+
+    def _features(self, dataset: DataFrame, model: Any) -> tuple[list[Any], list[bool]]:
+        """The feature expressions for ``model`` and which of them stay sparse (as in
+        :func:`sparkdl.data.prepare`)."""
+        from sparkdl import keras_io
+
+        names = keras_io.input_names(model)
+        wants = [
+            keras_io.prefers_sparse(model, i, data.SPARSE_MIN_WIDTH) for i in range(len(names))
+        ]
+        return data.feature_columns(dataset, self.features_col, names, sparse=wants)
 
     def _broadcast(self, dataset: DataFrame) -> Any:
         """The model bytes as a broadcast of ``dataset``'s SparkContext (made once)."""

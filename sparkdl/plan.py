@@ -53,6 +53,9 @@ class FitPlan:
         backup_workers: Workers a synchronous round may close without.
         service_host: Address the service binds to and workers call.
         port: The service's port; 0 picks a free one.
+        data_cache: ``"auto"``, ``"memory"`` or ``"disk"`` (``TrainConfig.data_cache``).
+        cache_budget: Bytes of its partition an ``"auto"`` worker keeps in memory.
+        tf_log_level: ``TF_CPP_MIN_LOG_LEVEL`` for workers whose environment has none.
     """
 
     mode: Mode
@@ -75,6 +78,9 @@ class FitPlan:
     backup_workers: int
     service_host: str
     port: int
+    data_cache: str = "auto"
+    cache_budget: int = 1 << 30
+    tf_log_level: str | None = None
 
     @classmethod
     def resolve(
@@ -87,6 +93,8 @@ class FitPlan:
         service_host: str,
         initial_epoch: int = 0,
         validation_data: bool = False,
+        cache_budget: int = 1 << 30,
+        tf_log_level: str | None = None,
     ) -> FitPlan:
         """Resolves ``config`` for a fit over ``rows`` rows on ``num_workers`` workers.
 
@@ -99,6 +107,9 @@ class FitPlan:
             service_host: The service's address for this cluster.
             initial_epoch: Epochs done before (a resumed fit).
             validation_data: Validation rows are given apart from the training rows.
+            cache_budget: Bytes of its partition a worker may keep in memory
+                (:func:`sparkdl.cluster.cache_budget`).
+            tf_log_level: ``TF_CPP_MIN_LOG_LEVEL`` for the workers.
 
         Raises:
             ConfigError: ``backup_workers`` leaves no worker for a round.
@@ -141,4 +152,7 @@ class FitPlan:
             backup_workers=sync.backup_workers,
             service_host=config.service_host or service_host,
             port=config.port,
+            data_cache=config.scaling.data_cache,
+            cache_budget=cache_budget,
+            tf_log_level=tf_log_level,
         )

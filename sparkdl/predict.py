@@ -49,6 +49,7 @@ def predict_udf(
     outputs: Sequence[tuple[str, bool]],
     batch_size: int = 1024,
     custom_objects: bytes | None = None,
+    sparse: Sequence[bool] = (),
 ) -> Callable[..., Column]:
     """Returns a pandas UDF that maps ``array<float>`` feature columns to predictions.
 
@@ -61,6 +62,9 @@ def predict_udf(
             struct with one field per output name.
         batch_size: Rows per ``predict_on_batch`` call.
         custom_objects: cloudpickled ``custom_objects``, or ``None``.
+        sparse: Per input, whether its column is ML vectors kept sparse (they reach
+            the UDF as ``type, size, indices, values`` columns and become a
+            ``tf.SparseTensor``, or dense rows one chunk at a time).
 
     Rows with a null feature get a null prediction.
     """
@@ -74,21 +78,27 @@ def predict_udf(
         else StructType([StructField(name, t) for (name, _), t in zip(outputs, types, strict=True)])
     )
     shapes = [tuple(s) for s in input_shapes]
+    vectors = list(sparse) or [False] * len(shapes)
 
     def predict(batches: Iterator[Any]) -> Iterator[Any]:
+        from sparkdl.keras_io import sparse_inputs
+
         model = load_model(broadcast, digest, custom_objects)
+        takes_sparse = sparse_inputs(model) or [False] * len(shapes)
         for batch in batches:
-            columns = [batch] if isinstance(batch, pd.Series) else list(batch)
-            mask = np.logical_and.reduce([c.notna().to_numpy() for c in columns])
+            columns = [batch] if isinstance(batch, (pd.Series, pd.DataFrame)) else list(batch)
+            mask = np.logical_and.reduce([_present(c) for c in columns])
             results: list[list[Any]] = [[None] * len(columns[0]) for _ in outputs]
             if mask.any():
                 xs = [
-                    np.stack(c[mask].to_numpy())
+                    _csr(c[mask], int(np.prod(shape)))
+                    if vector
+                    else np.stack(c[mask].to_numpy())
                     .astype(np.float32, copy=False)
                     .reshape((-1, *shape))
-                    for c, shape in zip(columns, shapes, strict=True)
+                    for c, shape, vector in zip(columns, shapes, vectors, strict=True)
                 ]
-                preds = _predict(model, xs, batch_size, len(outputs))
+                preds = _predict(model, xs, batch_size, len(outputs), shapes, takes_sparse)
                 rows = np.flatnonzero(mask)
                 for out, values, (_, scalar) in zip(results, preds, outputs, strict=True):
                     values = values.reshape(len(rows), -1)
@@ -117,12 +127,32 @@ def predict_udf(
     return pandas_udf(predict, return_type)  # type: ignore[call-overload]
 
 
-def _predict(model: Any, xs: list[np.ndarray], batch_size: int, outputs: int) -> list[np.ndarray]:
-    """Predicts in chunks; returns one array per model output."""
+def _predict(
+    model: Any,
+    xs: list[Any],
+    batch_size: int,
+    outputs: int,
+    shapes: Sequence[tuple[int, ...]],
+    takes_sparse: Sequence[bool],
+) -> list[np.ndarray]:
+    """Predicts in chunks; returns one array per model output.
+
+    ``xs`` holds arrays, or CSR matrices for sparse vector columns, which become a
+    ``tf.SparseTensor`` (a sparse model input) or dense rows one chunk at a time.
+    """
+    from sparkdl.executor.cache import Csr
+
     chunks: list[list[np.ndarray]] = [[] for _ in range(outputs)]
     rows = len(xs[0])
     for start in range(0, rows, batch_size):
-        part = [x[start : start + batch_size] for x in xs]
+        part = []
+        for x, shape, sparse in zip(xs, shapes, takes_sparse, strict=True):
+            if isinstance(x, Csr):
+                piece = x.slice(start, min(start + batch_size, rows))
+                dense = None if sparse else piece.dense().reshape((-1, *shape))
+                part.append(_sparse_tensor(piece) if sparse else dense)
+            else:
+                part.append(x[start : start + batch_size])
         out = model.predict_on_batch(part[0] if len(part) == 1 else part)
         out_list = out if isinstance(out, (list, tuple)) else [out]
         if isinstance(out, dict):
@@ -130,6 +160,39 @@ def _predict(model: Any, xs: list[np.ndarray], batch_size: int, outputs: int) ->
         for acc, value in zip(chunks, out_list, strict=True):
             acc.append(np.asarray(value))
     return [np.concatenate(acc) for acc in chunks]
+
+
+def _present(column: Any) -> np.ndarray:
+    """Which rows of a UDF argument are not null (a vector column is a DataFrame)."""
+    if isinstance(column, pd.DataFrame):
+        return column["values"].notna().to_numpy()
+    return column.notna().to_numpy()
+
+
+def _csr(vectors: pd.DataFrame, width: int) -> Any:
+    """ML vectors (as the UDF receives them: ``type, size, indices, values`` columns)
+    as one CSR matrix."""
+    import pyarrow as pa
+
+    from sparkdl.executor.cache import Column as Stored
+    from sparkdl.executor.cache import Csr, convert
+
+    table = pa.Table.from_pandas(vectors.reset_index(drop=True), preserve_index=False)
+    struct = pa.StructArray.from_arrays(
+        [table.column(n).combine_chunks() for n in ("type", "size", "indices", "values")],
+        names=["type", "size", "indices", "values"],
+    )
+    batch = pa.RecordBatch.from_arrays([struct], names=["v"])
+    value = convert(batch, [Stored("v", "sparse", width)])["v"]
+    assert isinstance(value, Csr)
+    return value
+
+
+def _sparse_tensor(rows: Any) -> Any:
+    import tensorflow as tf
+
+    indices, values = rows.coo()
+    return tf.SparseTensor(indices, values, (len(rows), rows.width))
 
 
 def arg_max(prediction: Column, *, scalar: bool) -> Column:

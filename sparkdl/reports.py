@@ -45,6 +45,8 @@ class WorkerReport:
         gpus: GPUs TensorFlow saw.
         import_seconds: From the task's start until TensorFlow was imported and the
             worker had joined.
+        cache_seconds: From the task's start until its partition was cached (reading
+            it, with any shuffle it waits for, and writing the cache).
         train_seconds: Seconds in the training loop.
         task_seconds: Seconds of the whole task.
         comm_seconds: Seconds in calls to the service while training.
@@ -62,6 +64,10 @@ class WorkerReport:
         gpu_ids: GPU addresses Spark assigned.
         cuda_visible_devices: ``CUDA_VISIBLE_DEVICES`` as TensorFlow saw it.
         attempt: The task attempt id.
+        cache_mode: Where the partition was cached: ``"memory"`` or ``"disk"``.
+        data_bytes: Bytes of the cached partition (float32 features and labels, CSR
+            for sparse features; validation rows included).
+        peak_rss_bytes: Peak resident memory of the worker process during the task.
         started_at: ``time.time()`` at the task's start.
         ended_at: ``time.time()`` at its end.
     """
@@ -70,6 +76,7 @@ class WorkerReport:
     rows: int = 0
     gpus: int = 0
     import_seconds: float = 0.0
+    cache_seconds: float = 0.0
     train_seconds: float = 0.0
     task_seconds: float = 0.0
     comm_seconds: float = 0.0
@@ -87,6 +94,9 @@ class WorkerReport:
     gpu_ids: list[str] = field(default_factory=list)
     cuda_visible_devices: str | None = None
     attempt: int = 0
+    cache_mode: str = "memory"
+    data_bytes: int = 0
+    peak_rss_bytes: int = 0
     started_at: float = 0.0
     ended_at: float = 0.0
 
@@ -106,6 +116,11 @@ class FitReport:
 
     Attributes:
         seconds: Wall seconds of the fit on the driver.
+        prepare_seconds: Seconds before the training job: the driver's checks of the
+            model and the data (one Spark job) and the plan.
+        data_seconds: Seconds the slowest worker spent reading and caching its
+            partition (with the shuffle it waited for) before training.
+        train_seconds: Seconds of the slowest worker's training loop.
         rows: Rows of the training data.
         job_group: The fit's Spark job group (its jobs in the Spark UI).
         workers: Each worker's :class:`WorkerReport`, in worker order.
@@ -117,6 +132,17 @@ class FitReport:
     job_group: str
     workers: list[WorkerReport]
     service: dict[str, Any]
+    prepare_seconds: float = 0.0
+
+    @property
+    def data_seconds(self) -> float:
+        """Seconds the slowest worker spent caching its partition."""
+        return max((r.cache_seconds for r in self.workers), default=0.0)
+
+    @property
+    def train_seconds(self) -> float:
+        """Seconds of the slowest worker's training loop."""
+        return max((r.train_seconds for r in self.workers), default=0.0)
 
     @property
     def communication_share(self) -> float:
@@ -129,4 +155,6 @@ class FitReport:
         """The report as the JSON-serialisable dict ``fit_report`` is."""
         out = dataclasses.asdict(self)
         out["communication_share"] = self.communication_share
+        out["data_seconds"] = self.data_seconds
+        out["train_seconds"] = self.train_seconds
         return out

@@ -4,7 +4,8 @@ The closure carries only plain data (:class:`WorkerPayload`: the resolved
 :class:`~sparkdl.plan.FitPlan`, the service's address and token, the model's bytes as a
 broadcast), never the SparkSession, the estimator or the service. This module imports
 no Keras: the driver imports it. The task itself runs in :mod:`sparkdl.executor`, which
-it starts importing (TensorFlow takes seconds to import) while the partition is read.
+it starts importing (TensorFlow takes seconds to import) while the partition streams
+into the worker's cache (:mod:`sparkdl.executor.cache`), one record batch at a time.
 
 Example:
     >>> RESULT_SCHEMA
@@ -13,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -20,12 +22,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import TaskContext
 
 from sparkdl import gpu
-from sparkdl.data import to_numpy_multi
+from sparkdl.data import VALIDATION, feature_name, label_name
 from sparkdl.errors import ServiceError
+from sparkdl.executor.cache import Column, PartitionCache
 from sparkdl.plan import FitPlan
 from sparkdl.reports import WorkerReport
 from sparkdl.server.client import ServiceClient
@@ -48,8 +53,12 @@ class WorkerPayload:
         custom_objects: cloudpickled ``custom_objects`` dict, or ``None``.
         input_shapes: Per-sample shape of each model input.
         label_kinds: ``"int"``, ``"float"`` or ``"array"``, per model output.
-        validation: A broadcast of ``(x, y)`` validation arrays, or ``None``; worker i
-            evaluates rows ``i::num_workers``.
+        label_widths: Values per label, per model output.
+        sparse_columns: Whether each feature column arrives as ML vectors (kept sparse)
+            rather than float arrays.
+        sparse_inputs: Whether each model input takes a ``tf.SparseTensor``.
+        validation: Whether the partition carries validation rows (marked in the
+            :data:`~sparkdl.data.VALIDATION` column), cached apart from the rest.
     """
 
     plan: FitPlan
@@ -59,7 +68,29 @@ class WorkerPayload:
     custom_objects: bytes | None
     input_shapes: list[tuple[int, ...]]
     label_kinds: list[str]
-    validation: Any = None
+    label_widths: list[int] = field(default_factory=list)
+    sparse_columns: list[bool] = field(default_factory=list)
+    sparse_inputs: list[bool] = field(default_factory=list)
+    validation: bool = False
+
+    def columns(self) -> tuple[list[Column], list[Column]]:
+        """How the feature and the label columns are cached."""
+        inputs = [
+            Column(feature_name(i), "sparse" if sparse else "dense", int(np.prod(shape)))
+            for i, (shape, sparse) in enumerate(
+                zip(
+                    self.input_shapes,
+                    self.sparse_columns or [False] * len(self.input_shapes),
+                    strict=True,
+                )
+            )
+        ]
+        widths = self.label_widths or [1] * len(self.label_kinds)
+        outputs = [
+            Column(label_name(j), "dense" if kind == "array" else kind, widths[j])
+            for j, kind in enumerate(self.label_kinds)
+        ]
+        return inputs, outputs
 
 
 def make_train_function(
@@ -78,41 +109,56 @@ def make_train_function(
 
 
 def _run_task(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> WorkerReport:
-    """Reads the partition, joins the service, trains; reports a failure to the service."""
+    """Caches the partition, joins the service, trains; reports a failure to the service.
+
+    The cache (memory or files) is released when the task ends, failed or not.
+    """
     started, started_at = time.perf_counter(), time.time()
     ctx = TaskContext.get()
     if ctx is None:
         raise RuntimeError("sparkdl's train function runs only inside a Spark task.")
+    _reset_peak_rss()
     worker = ctx.partitionId()
     gpu_ids = gpu.assign_gpus(ctx) or []  # before TensorFlow starts
+    plan = payload.plan
+    if plan.tf_log_level is not None:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", plan.tf_log_level)
     # Import TensorFlow and Keras (the executor modules) while the partition is read:
     # the import dominates a cold worker.
     importer = threading.Thread(target=_import_executor, name="sparkdl-import", daemon=True)
     importer.start()
-    xs, ys = to_numpy_multi(list(batches), payload.input_shapes, payload.label_kinds)
-    plan = payload.plan
-    client = ServiceClient(
-        payload.url,
-        payload.token,
-        worker=worker,
-        timeout=plan.request_timeout,
-        retries=plan.request_retries,
-        # Spark numbers task attempts uniquely and in launch order within a
-        # SparkContext, stage retries included: a newer attempt has a larger id.
-        attempt=int(ctx.taskAttemptId()),
-    )
-    try:
-        joined = client.join(len(xs[0]))
-        importer.join()
-        import_seconds = time.perf_counter() - started
-        from sparkdl.executor.training import train
+    with contextlib.ExitStack() as caches:
+        inputs, outputs = payload.columns()
+        data, held_out = _open_caches(caches, payload, inputs + outputs)
+        for batch in batches:  # one record batch in Python at a time
+            _append(batch, data, held_out)
+        cache_seconds = time.perf_counter() - started
+        client = ServiceClient(
+            payload.url,
+            payload.token,
+            worker=worker,
+            timeout=plan.request_timeout,
+            retries=plan.request_retries,
+            # Spark numbers task attempts uniquely and in launch order within a
+            # SparkContext, stage retries included: a newer attempt has a larger id.
+            attempt=int(ctx.taskAttemptId()),
+        )
+        try:
+            joined = client.join(data.rows)
+            importer.join()
+            import_seconds = time.perf_counter() - started
+            from sparkdl.executor.training import train
 
-        report = train(payload, client, worker, xs, ys, joined)
-    except BaseException as exc:
-        client.report_failure(exc, fatal=not _transient(exc))
-        raise
-    finally:
-        client.close()
+            report = train(payload, client, worker, data, held_out, joined)
+        except BaseException as exc:
+            client.report_failure(exc, fatal=not _transient(exc))
+            raise
+        finally:
+            client.close()
+        report.cache_mode = data.mode
+        report.data_bytes = data.data_bytes + (held_out.data_bytes if held_out else 0)
+    report.cache_seconds = cache_seconds
+    report.peak_rss_bytes = _peak_rss()
     report.import_seconds = import_seconds
     report.gpu_ids = gpu_ids
     report.cuda_visible_devices = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -120,6 +166,30 @@ def _run_task(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> Work
     report.started_at, report.ended_at = started_at, time.time()
     report.task_seconds = time.perf_counter() - started
     return report
+
+
+def _open_caches(
+    stack: contextlib.ExitStack, payload: WorkerPayload, columns: list[Column]
+) -> tuple[PartitionCache, PartitionCache | None]:
+    """The partition's cache and, with validation data given apart, its own cache."""
+    plan = payload.plan
+
+    def cache() -> PartitionCache:
+        return stack.enter_context(
+            PartitionCache(columns, mode=plan.data_cache, budget=plan.cache_budget)
+        )
+
+    return cache(), (cache() if payload.validation else None)
+
+
+def _append(batch: pa.RecordBatch, data: PartitionCache, held_out: PartitionCache | None) -> None:
+    """Caches one record batch; rows marked as validation go to ``held_out``."""
+    if held_out is None or VALIDATION not in batch.schema.names:
+        data.append(batch)
+        return
+    marked = batch.column(VALIDATION)
+    data.append(batch.filter(pc.invert(marked)))
+    held_out.append(batch.filter(marked))
 
 
 def _transient(exc: BaseException) -> bool:
@@ -133,3 +203,21 @@ def _transient(exc: BaseException) -> bool:
 
 def _import_executor() -> None:
     import sparkdl.executor.training  # noqa: F401
+
+
+def _reset_peak_rss() -> None:
+    """Resets the process's peak resident memory (Linux), so that the peak this task
+    reports is its own: Spark reuses a Python worker process for many tasks."""
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as refs:
+        refs.write("5")
+
+
+def _peak_rss() -> int:
+    """Peak resident memory of this process in bytes (since :func:`_reset_peak_rss`)."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024

@@ -6,12 +6,13 @@ the rows of every worker (the service's join told them) and the fit's mode; a re
 task resumes where training stands (:meth:`sparkdl.sync.modes.Mode.resume`), trains the
 rest of that epoch on as many rows as were left (a fresh random subset of its
 partition), then the remaining epochs; ``model.fit`` runs over one endless ``tf.data``
-pipeline with :class:`~sparkdl.executor.callback.SyncCallback` syncing.
+pipeline of the worker's cached partition (:mod:`sparkdl.executor.feed`) with
+:class:`~sparkdl.executor.callback.SyncCallback` syncing.
 
 Example:
-    >>> import numpy as np
-    >>> take(np.arange(5), slice(3, None)).tolist()
-    [3, 4]
+    >>> from sparkdl.executor.cache import PartitionCache
+    >>> callable(split) and PartitionCache.__name__
+    'PartitionCache'
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from typing import Any
 
 import cloudpickle
 import keras
-import numpy as np
 import tensorflow as tf
 
 from sparkdl import gpu
+from sparkdl.executor.cache import PartitionCache
 from sparkdl.executor.callback import SyncCallback
+from sparkdl.executor.feed import Feed
 from sparkdl.executor.pusher import Pusher
 from sparkdl.keras_io import learning_rate, mixed_precision_bytes, model_from_bytes
 from sparkdl.plan import FitPlan
@@ -36,25 +38,25 @@ from sparkdl.sync.schedule import Schedule, steps_for, train_rows
 from sparkdl.weight_access import WeightAccess
 from sparkdl.worker import WorkerPayload
 
-__all__ = ["batches", "split", "take", "train"]
+__all__ = ["payload_feed", "split", "train"]
 
 
 def train(
     payload: WorkerPayload,
     client: ServiceClient,
     worker: int,
-    xs: list[np.ndarray],
-    ys: list[np.ndarray],
+    data: PartitionCache,
+    held_out: PartitionCache | None,
     joined: dict[str, Any],
 ) -> WorkerReport:
-    """Trains this worker's rows ``xs``/``ys`` (one array per input/output) to the end.
+    """Trains this worker's cached rows to the end.
 
     Args:
         payload: What the driver sent.
         client: The worker's service client (joined).
         worker: This worker's id.
-        xs: Feature arrays, one per model input.
-        ys: Label arrays, one per model output.
+        data: The worker's partition (its training rows).
+        held_out: Its rows of the validation data given apart, or ``None``.
         joined: The service's answer to the join.
     """
     plan = payload.plan
@@ -62,7 +64,7 @@ def train(
     model = _build_model(payload, worker)
     weights, version = client.pull(0)
     model.set_weights(weights)
-    rows = len(xs[0])
+    rows = data.rows
     held_in = train_rows(rows, plan.validation_split)  # rows model.fit trains on
     every_rows = [train_rows(n, plan.validation_split) for n in joined["rows"]]
     schedule = Schedule(
@@ -81,13 +83,13 @@ def train(
     pusher = Pusher(
         client, plan.merge, access, center=weights, version=version, overlap=plan.overlap
     )
-    (x_fit, y_fit), validation, val_rows = split(payload, worker, xs, ys, held_in)
+    feed, validation, val_rows = split(payload, data, held_out, held_in)
     sync = SyncCallback(pusher, schedule, val_rows=val_rows)
     sync.set_model(model)
     train_start = time.perf_counter()
     setup_comm, setup_calls = client.comm_seconds, client.calls  # join and first pull
     try:
-        _fit_epochs(model, sync, plan, worker, (x_fit, y_fit), validation, (epoch, skip, synced))
+        _fit_epochs(model, sync, plan, worker, feed, validation, (epoch, skip, synced))
         sync.flush()  # the last push's answer (overlap)
     finally:
         pusher.close()
@@ -111,40 +113,6 @@ def train(
     )
 
 
-def batches(x: Any, y: Any, batch_size: int, shuffle: bool) -> tf.data.Dataset:
-    """An endless ``tf.data`` pipeline of the epochs' batches, as ``model.fit`` cuts them.
-
-    Every epoch is one pass in a new random order (the last batch may be short), as
-    ``model.fit(x, y, shuffle=True)`` does, but one iterator serves every epoch: Keras
-    builds a new one per epoch for numpy input, which costs more than the training
-    steps of a small partition. Rows are shuffled as indices and gathered, so the
-    shuffle buffer holds 8 bytes a row rather than a copy of the data.
-    """
-
-    def tensors(arrays: Any) -> Any:  # several inputs or outputs: a tuple, in order
-        if isinstance(arrays, list):
-            return tuple(tf.convert_to_tensor(a) for a in arrays)
-        return tf.convert_to_tensor(arrays)
-
-    data = (tensors(x), tensors(y))
-    order = tf.data.Dataset.range(_rows(x))
-    if shuffle:
-        order = order.shuffle(_rows(x), reshuffle_each_iteration=True)
-    return (
-        order.batch(batch_size)
-        .map(lambda index: tf.nest.map_structure(lambda t: tf.gather(t, index), data))
-        .repeat()
-        .prefetch(2)
-    )
-
-
-def take(arrays: Any, index: Any) -> Any:
-    """Rows ``index`` (a slice or an index array) of one array or a list of arrays."""
-    if isinstance(arrays, list):
-        return [a[index] for a in arrays]
-    return arrays[index]
-
-
 def _build_model(payload: WorkerPayload, worker: int) -> keras.Model:
     """The model from the payload's bytes, seeded per worker."""
     plan = payload.plan
@@ -158,27 +126,38 @@ def _build_model(payload: WorkerPayload, worker: int) -> keras.Model:
 
 
 def split(
-    payload: WorkerPayload, worker: int, xs: list[np.ndarray], ys: list[np.ndarray], held_in: int
-) -> tuple[tuple[Any, Any], tuple[Any, Any] | None, int]:
-    """``((x, y) to fit, (x, y) to validate or None, validation rows)``, as ``model.fit``
-    takes them (one array, or a list of arrays for several inputs or outputs).
+    payload: WorkerPayload,
+    data: PartitionCache,
+    held_out: PartitionCache | None,
+    held_in: int,
+) -> tuple[Feed, tf.data.Dataset | None, int]:
+    """The training feed, the validation dataset (or ``None``) and its rows.
 
-    Validation data given apart is broadcast; worker i takes rows ``i::num_workers``.
-    Otherwise, as ``model.fit(validation_split=...)``, the last rows are held out.
+    Validation data given apart arrives with the partition (the rows the driver
+    marked) and is cached apart; otherwise, as ``model.fit(validation_split=...)``, the
+    last rows of the partition are held out.
     """
-    x, y = _unwrap(xs), _unwrap(ys)
-    if payload.validation is not None:
-        xvs, yvs = payload.validation.value
-        step = payload.plan.num_workers
-        xv, yv = [a[worker::step] for a in xvs], [a[worker::step] for a in yvs]
-        rows = len(xv[0])
-        return (x, y), ((_unwrap(xv), _unwrap(yv)) if rows else None), rows
-    if held_in < len(xs[0]):
-        held_out = slice(held_in, None)
-        validation = (take(x, held_out), take(y, held_out))
-        fit = (take(x, slice(0, held_in)), take(y, slice(0, held_in)))
-        return fit, validation, len(xs[0]) - held_in
-    return (x, y), None, 0
+    feed = payload_feed(payload, data)
+    if held_out is not None:
+        if not held_out.rows:
+            return feed, None, 0
+        return feed, payload_feed(payload, held_out).evaluate(), held_out.rows
+    if held_in < data.rows:
+        return feed, feed.evaluate(held_in, data.rows), data.rows - held_in
+    return feed, None, 0
+
+
+def payload_feed(payload: WorkerPayload, cache: PartitionCache) -> Feed:
+    """A :class:`Feed` of ``cache`` for the payload's model."""
+    inputs, outputs = payload.columns()
+    return Feed(
+        cache=cache,
+        inputs=inputs,
+        input_shapes=payload.input_shapes,
+        sparse_inputs=payload.sparse_inputs or [False] * len(inputs),
+        outputs=outputs,
+        batch_size=payload.plan.batch_size,
+    )
 
 
 def _fit_epochs(
@@ -186,19 +165,19 @@ def _fit_epochs(
     sync: SyncCallback,
     plan: FitPlan,
     worker: int,
-    data: tuple[Any, Any],
-    validation: tuple[Any, Any] | None,
+    feed: Feed,
+    validation: tf.data.Dataset | None,
     start: tuple[int, int, int],
 ) -> None:
     """Runs epochs ``start[0]`` to ``plan.epochs``, the first from a resume point."""
     epoch, skip, synced = start
-    x, y = data
     held_in = sync.schedule.rows
+    seed = (plan.seed or 0) + 7919 * worker
 
-    def fit(xs: Any, ys: Any, first: int, last: int) -> None:
+    def fit(first: int, last: int, rows: int | None = None) -> None:
         model.fit(
-            batches(xs, ys, plan.batch_size, plan.shuffle),
-            steps_per_epoch=steps_for(_rows(xs), plan.batch_size),
+            feed.train(0, held_in, shuffle=plan.shuffle, seed=seed + first, limit=rows),
+            steps_per_epoch=steps_for(held_in if rows is None else rows, plan.batch_size),
             epochs=last,
             initial_epoch=first,
             shuffle=False,  # the pipeline shuffles
@@ -210,16 +189,14 @@ def _fit_epochs(
     if skip and epoch < plan.epochs:  # finish the epoch this worker was in
         sync.resume(skip, synced)
         left = held_in - min(skip * plan.batch_size, held_in)
-        if left:
-            rng = np.random.default_rng((plan.seed or 0) + 7919 * worker + epoch)
-            pick = np.sort(rng.permutation(held_in)[:left])
-            fit(take(x, pick), take(y, pick), epoch, epoch + 1)
+        if left:  # a fresh random subset of as many rows as were left
+            fit(epoch, epoch + 1, rows=left)
         else:  # its batches were done; only the epoch's last rounds are left
             _empty_epoch(sync, epoch)
         epoch += 1
     if epoch < plan.epochs and not sync.stop:
         if held_in:
-            fit(x, y, epoch, plan.epochs)
+            fit(epoch, plan.epochs)
         else:  # an empty partition still takes part in every round
             for each in range(epoch, plan.epochs):
                 _empty_epoch(sync, each)
@@ -230,12 +207,3 @@ def _fit_epochs(
 def _empty_epoch(sync: SyncCallback, epoch: int) -> None:
     sync.on_epoch_begin(epoch)
     sync.on_epoch_end(epoch, {})
-
-
-def _rows(x: Any) -> int:
-    """Rows of a model input: one array, or a list of arrays (one per input)."""
-    return len(x[0]) if isinstance(x, list) else len(x)
-
-
-def _unwrap(arrays: list[Any]) -> Any:
-    return arrays[0] if len(arrays) == 1 else arrays

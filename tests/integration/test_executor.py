@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import keras
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from sparkdl.executor.callback import SyncCallback
 from sparkdl.executor.pusher import Pusher
-from sparkdl.executor.training import batches
+from sparkdl.executor.cache import Column, PartitionCache
+from sparkdl.executor.feed import Feed
 from sparkdl.server.client import ServiceClient
 from sparkdl.server.service import ParameterService
 from sparkdl.server.store import WeightStore
@@ -52,8 +54,13 @@ def _fit(store: WeightStore, merge: Merge, *, overlap: bool, epochs: int = EPOCH
         steps = steps_for(ROWS, BATCH)
         rounds = store.mode.rounds_per_epoch(steps, [steps], FREQUENCY)
         sync = SyncCallback(pusher, Schedule(ROWS, BATCH, FREQUENCY, rounds))
+        cache = PartitionCache([Column("x", "dense", 4), Column("y", "int", 1)])
+        cache.append(pa.record_batch({"x": list(x), "y": y}))
+        feed = Feed(
+            cache, [Column("x", "dense", 4)], [(4,)], [False], [Column("y", "int", 1)], BATCH
+        )
         model.fit(
-            batches(x, y, BATCH, shuffle=True),
+            feed.train(0, ROWS, shuffle=True, seed=0),
             steps_per_epoch=steps,
             epochs=epochs,
             callbacks=[sync],
@@ -119,7 +126,17 @@ def test_validation_rows_are_counted_in_rows_not_features(inputs: int) -> None:
         input_shapes=[(4,)] * inputs,
         label_kinds=["int"],
     )
-    xs = [np.zeros((8, 4), np.float32) for _ in range(inputs)]
-    (x, _), validation, rows = split(payload, 0, xs, [np.zeros(8, np.int32)], held_in=6)
+    columns = [Column(f"__sparkdl_features{'_1' if i else ''}", "dense", 4) for i in range(inputs)]
+    cache = PartitionCache([*columns, Column("__sparkdl_label", "int", 1)])
+    cache.append(
+        pa.record_batch({**{c.name: [[0.0] * 4] * 8 for c in columns}, "__sparkdl_label": [0] * 8})
+    )
+    feed, validation, rows = split(payload, cache, None, held_in=6)
     assert rows == 2 and validation is not None
-    assert len(x if inputs == 1 else x[0]) == 6
+    assert sum(len(_first(x)) for x, _ in validation) == 2  # the last two rows
+    x, _ = next(iter(feed.train(0, 6, shuffle=False, seed=0)))
+    assert len(_first(x)) == 6  # one batch (BATCH > 6) of the six training rows
+
+
+def _first(x):
+    return x[0] if isinstance(x, tuple) else x

@@ -1,0 +1,167 @@
+"""``tf.data`` pipelines over a worker's :class:`~sparkdl.executor.cache.PartitionCache`.
+
+Two ways to feed ``model.fit``, chosen by where the partition is:
+
+* in memory, dense columns: the rows stay where the cache put them (tensors over the
+  cache's own memory); each epoch shuffles row *indices* and gathers batches, all in
+  TensorFlow, as ``model.fit(x, y, shuffle=True)`` would order them;
+* on disk, or with sparse columns: a generator reads the epoch's blocks through
+  :func:`~sparkdl.executor.cache.epoch_batches` (a block-wise shuffle) and turns each
+  batch into tensors: a ``tf.SparseTensor`` for a model input built with
+  ``keras.Input(..., sparse=True)``, else dense rows made one batch at a time.
+
+Either way one endless pipeline serves every epoch of a ``model.fit`` call (Keras would
+build a new iterator per epoch, which costs more than a small partition's steps).
+
+Example:
+    >>> from sparkdl.executor.cache import Column
+    >>> spec(Column("y", "int", 1), (), sparse=False)
+    TensorSpec(shape=(None,), dtype=tf.int32, name=None)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from sparkdl.executor.cache import Block, Column, Csr, PartitionCache, epoch_batches
+
+__all__ = ["Feed", "spec"]
+
+
+@dataclass(frozen=True)
+class Feed:
+    """Batches of one cache as ``model.fit`` and ``model.evaluate`` take them.
+
+    Attributes:
+        cache: The partition (or its validation rows); ``None`` for a feed used only
+            for :meth:`structure` and :meth:`signature` (scoring a stream).
+        inputs: The feature columns, one per model input.
+        input_shapes: Per-sample shape of each model input.
+        sparse_inputs: Whether each model input takes a ``tf.SparseTensor``.
+        outputs: The label columns, one per model output.
+        batch_size: Rows per batch.
+    """
+
+    cache: PartitionCache | None
+    inputs: Sequence[Column]
+    input_shapes: Sequence[tuple[int, ...]]
+    sparse_inputs: Sequence[bool]
+    outputs: Sequence[Column]
+    batch_size: int
+
+    def train(
+        self,
+        start: int,
+        stop: int,
+        *,
+        shuffle: bool,
+        seed: int,
+        limit: int | None = None,
+    ) -> tf.data.Dataset:
+        """Endless epochs over rows ``start`` to ``stop`` (``limit`` rows of them, a
+        random subset, when given), each in a new order when ``shuffle``."""
+        rng = np.random.default_rng(seed)
+        if self._gathers():
+            order = np.arange(start, stop)
+            if limit is not None and limit < len(order):
+                order = np.sort(rng.permutation(order)[:limit])
+            return self._gather(order, shuffle=shuffle, seed=seed).repeat().prefetch(2)
+
+        def epochs() -> Iterator[Any]:
+            while True:
+                for block in epoch_batches(
+                    self._data, start, stop, self.batch_size, shuffle=shuffle, rng=rng, limit=limit
+                ):
+                    yield self.structure(block)
+
+        return self._generated(epochs).prefetch(2)
+
+    def evaluate(self, start: int = 0, stop: int | None = None) -> tf.data.Dataset:
+        """One pass over rows ``start`` to ``stop`` in order (validation, evaluate)."""
+        stop = self._data.rows if stop is None else stop
+        if self._gathers():
+            return self._gather(np.arange(start, stop), shuffle=False, seed=0).prefetch(2)
+        rng = np.random.default_rng(0)
+
+        def once() -> Iterator[Any]:
+            for block in epoch_batches(
+                self._data, start, stop, self.batch_size, shuffle=False, rng=rng
+            ):
+                yield self.structure(block)
+
+        return self._generated(once).prefetch(2)
+
+    # ------------------------------------------------------------------ helpers
+    def _inputs(self) -> list[tuple[Column, tuple[int, ...], bool]]:
+        """``(column, shape, takes a SparseTensor)`` per model input."""
+        return list(zip(self.inputs, self.input_shapes, self.sparse_inputs, strict=True))
+
+    @property
+    def _data(self) -> PartitionCache:
+        if self.cache is None:
+            raise RuntimeError("This Feed has no cache to read from.")
+        return self.cache
+
+    def _gathers(self) -> bool:
+        """Whether batches are gathered from tensors over memory (dense, in memory)."""
+        columns = [*self.inputs, *self.outputs]
+        return self._data.mode == "memory" and all(c.kind != "sparse" for c in columns)
+
+    def _gather(self, order: np.ndarray, *, shuffle: bool, seed: int) -> tf.data.Dataset:
+        """Batches gathered by row index from tensors over the cached arrays."""
+        arrays = self._data.arrays()
+        data = self.structure({name: tf.convert_to_tensor(a) for name, a in arrays.items()})
+        rows = tf.data.Dataset.from_tensor_slices(order)
+        if shuffle:
+            rows = rows.shuffle(len(order), seed=seed, reshuffle_each_iteration=True)
+        return rows.batch(self.batch_size).map(
+            lambda index: tf.nest.map_structure(lambda t: tf.gather(t, index), data)
+        )
+
+    def _generated(self, make: Any) -> tf.data.Dataset:
+        return tf.data.Dataset.from_generator(make, output_signature=self.signature())
+
+    def signature(self) -> tuple[Any, Any]:
+        """The ``(x, y)`` type specs of a batch."""
+        return (
+            _one([spec(c, s, sparse=p) for c, s, p in self._inputs()]),
+            _one([spec(c, _label_shape(c), sparse=False) for c in self.outputs]),
+        )
+
+    def structure(self, block: Block) -> tuple[Any, Any]:
+        """``(x, y)`` of a block: one value, or a tuple for several inputs or outputs."""
+        xs = [_feature(block[c.name], shape, sparse) for c, shape, sparse in self._inputs()]
+        ys = [block[c.name] for c in self.outputs if c.name in block]
+        return _one(xs), _one(ys)
+
+
+def spec(column: Column, shape: tuple[int, ...], *, sparse: bool) -> Any:
+    """The ``tf.TypeSpec`` of a batch of ``column`` fed as ``shape`` per row."""
+    if column.kind == "sparse" and sparse:
+        return tf.SparseTensorSpec((None, column.width), tf.float32)
+    dtype = tf.int32 if column.kind == "int" else tf.float32
+    return tf.TensorSpec((None, *shape), dtype)
+
+
+def _feature(value: Any, shape: tuple[int, ...], sparse: bool) -> Any:
+    if isinstance(value, Csr):
+        if sparse:
+            indices, values = value.coo()
+            return tf.compat.v1.SparseTensorValue(indices, values, (len(value), value.width))
+        return value.dense().reshape((-1, *shape))
+    if isinstance(value, np.ndarray):
+        return value.reshape((-1, *shape))
+    return tf.reshape(value, (-1, *shape))
+
+
+def _label_shape(column: Column) -> tuple[int, ...]:
+    return (column.width,) if column.kind == "dense" else ()
+
+
+def _one(values: list[Any]) -> Any:
+    return values[0] if len(values) == 1 else tuple(values)
