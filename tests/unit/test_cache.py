@@ -1,0 +1,150 @@
+"""The partition cache: spools, CSR rows, the block-wise epoch order, spilling."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from sparkdl.errors import SchemaError
+from sparkdl.executor.cache import (
+    Column,
+    Csr,
+    PartitionCache,
+    convert,
+    epoch_batches,
+)
+
+X, Y, V = Column("x", "dense", 3), Column("y", "int", 1), Column("v", "sparse", 50)
+
+
+def _vectors(rows: list[tuple[int, list[int], list[float]] | list[float]]) -> pa.Array:
+    """ML vectors as Spark sends them: struct<type, size, indices, values>."""
+    kinds, sizes, indices, values = [], [], [], []
+    for row in rows:
+        if isinstance(row, tuple):  # sparse
+            kinds.append(0)
+            sizes.append(row[0])
+            indices.append(row[1])
+            values.append(row[2])
+        else:  # dense
+            kinds.append(1)
+            sizes.append(None)
+            indices.append(None)
+            values.append(row)
+    return pa.StructArray.from_arrays(
+        [
+            pa.array(kinds, pa.int8()),
+            pa.array(sizes, pa.int32()),
+            pa.array(indices, pa.list_(pa.int32())),
+            pa.array(values, pa.list_(pa.float64())),
+        ],
+        names=["type", "size", "indices", "values"],
+    )
+
+
+def _batch(start: int, rows: int) -> pa.RecordBatch:
+    ids = np.arange(start, start + rows)
+    return pa.record_batch(
+        {
+            "x": [[float(i), float(i) + 0.5, -float(i)] for i in ids],
+            "y": ids.astype(np.int64),
+            "v": _vectors([(50, [int(i) % 50], [float(i)]) for i in ids]),
+        }
+    )
+
+
+@pytest.fixture(params=["memory", "disk", "auto"])
+def cache(request: pytest.FixtureRequest, tmp_path):
+    # auto with a tiny budget spills to disk halfway through.
+    with PartitionCache([X, Y, V], mode=request.param, budget=2000, directory=str(tmp_path)) as c:
+        for start in range(0, 100, 30):
+            c.append(_batch(start, min(30, 100 - start)))
+        yield c
+
+
+def test_rows_come_back_as_written(cache: PartitionCache) -> None:
+    assert cache.rows == 100
+    block = cache.read(10, 40)
+    assert block["y"].tolist() == list(range(10, 40))
+    np.testing.assert_array_equal(block["x"][:, 0], np.arange(10, 40, dtype=np.float32))
+    dense = block["v"].dense()
+    assert dense.shape == (30, 50)
+    np.testing.assert_array_equal(dense[np.arange(30), np.arange(10, 40) % 50], np.arange(10, 40))
+    assert cache.data_bytes == 100 * (3 * 4 + 4) + 101 * 8 + 100 * (4 + 4)
+
+
+def test_auto_spills_to_disk_past_its_budget(tmp_path) -> None:
+    with PartitionCache([X, Y], mode="auto", budget=1000, directory=str(tmp_path)) as c:
+        c.append(_batch(0, 10))
+        assert c.mode == "memory"
+        c.append(_batch(10, 100))
+        assert c.mode == "disk"
+        assert c.read(0, 110)["y"].tolist() == list(range(110))
+
+
+def test_cache_files_have_no_name_and_vanish(tmp_path) -> None:
+    with PartitionCache([X, Y], mode="disk", directory=str(tmp_path)) as c:
+        c.append(_batch(0, 10))
+        assert os.listdir(tmp_path) == []  # unnamed (O_TMPFILE): nothing to clean up
+    with pytest.raises(RuntimeError, match="memory mode"):
+        c.arrays()
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_an_epoch_visits_every_row_once_in_full_batches(
+    cache: PartitionCache, shuffle: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sparkdl.executor.cache as module
+
+    monkeypatch.setattr(module, "BLOCK_BYTES", 60)  # several blocks and windows
+    monkeypatch.setattr(module, "WINDOW_BYTES", 400)
+    rng = np.random.default_rng(0)
+    orders = []
+    for _ in range(2):
+        batches = list(epoch_batches(cache, 5, 95, 8, shuffle=shuffle, rng=rng))
+        sizes = [len(b["y"]) for b in batches]
+        assert sizes == [8] * 11 + [2]
+        order = np.concatenate([b["y"] for b in batches])
+        assert sorted(order.tolist()) == list(range(5, 95))
+        for b in batches:  # the columns stay aligned row by row
+            np.testing.assert_array_equal(b["x"][:, 0], b["y"])
+            assert b["v"].dense()[np.arange(len(b["y"])), b["y"] % 50].tolist() == b["y"].tolist()
+        orders.append(order.tolist())
+    if shuffle:
+        assert orders[0] != orders[1] and orders[0] != sorted(orders[0])
+    else:
+        assert orders[0] == orders[1] == list(range(5, 95))
+
+
+def test_a_limited_epoch_is_a_random_subset(cache: PartitionCache) -> None:
+    rng = np.random.default_rng(1)
+    rows = np.concatenate(
+        [b["y"] for b in epoch_batches(cache, 0, 100, 16, shuffle=True, rng=rng, limit=37)]
+    )
+    assert len(rows) == 37 and len(set(rows.tolist())) == 37
+
+
+def test_csr_take_concat_and_dense_vectors() -> None:
+    block = convert(
+        pa.record_batch({"v": _vectors([(4, [0, 3], [1.0, 2.0]), [5.0, 0.0, 6.0, 7.0]])}),
+        [Column("v", "sparse", 4)],
+    )
+    csr = block["v"]
+    assert isinstance(csr, Csr)
+    assert csr.dense().tolist() == [[1, 0, 0, 2], [5, 0, 6, 7]]  # a DenseVector too
+    both = Csr.concat([csr, csr.take(np.array([1, 0]))])
+    assert both.dense().tolist() == [[1, 0, 0, 2], [5, 0, 6, 7], [5, 0, 6, 7], [1, 0, 0, 2]]
+    indices, values = both.slice(1, 2).coo()
+    assert indices.tolist() == [[0, 0], [0, 1], [0, 2], [0, 3]] and values.tolist() == [5, 0, 6, 7]
+
+
+def test_rows_of_another_width_are_refused() -> None:
+    with pytest.raises(SchemaError, match="rows of 3 values"):
+        convert(pa.record_batch({"x": [[1.0, 2.0]]}), [X])
+    with pytest.raises(SchemaError, match="size 50"):
+        convert(pa.record_batch({"v": _vectors([(60, [1], [1.0])])}), [V])
+    with pytest.raises(SchemaError, match="index outside"):
+        convert(pa.record_batch({"v": _vectors([(50, [70], [1.0])])}), [V])
