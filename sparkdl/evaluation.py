@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -116,7 +117,9 @@ def _evaluate_partition(
 
     signature = _with_label_widths(feed.signature(), first, outputs)
     data = tf.data.Dataset.from_generator(blocks, output_signature=signature)
-    result = model.evaluate(data, verbose=0, return_dict=True)
+    with warnings.catch_warnings():  # a stream's length is unknown until it ends
+        warnings.filterwarnings("ignore", message="Your input ran out of data")
+        result = model.evaluate(data, verbose=0, return_dict=True)
     return rows, {str(k): float(v) for k, v in result.items()}
 
 

@@ -125,7 +125,9 @@ class Csr:
         return Csr(indptr, self.indices[gather], self.values[gather], self.width)
 
     def slice(self, start: int, stop: int) -> Csr:
-        """Rows ``start`` to ``stop``."""
+        """Rows ``start`` to ``stop`` (clipped to the rows there are, as numpy slices)."""
+        stop = min(stop, len(self))
+        start = min(start, stop)
         lo, hi = int(self.indptr[start]), int(self.indptr[stop])
         return Csr(
             self.indptr[start : stop + 1] - lo,

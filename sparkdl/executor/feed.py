@@ -94,7 +94,10 @@ class Feed:
             ):
                 yield self.structure(block)
 
-        return self._generated(once).prefetch(2)
+        # A known length: Keras warns when a dataset of unknown length ends.
+        batches = -(-(stop - start) // self.batch_size)
+        counted = self._generated(once).apply(tf.data.experimental.assert_cardinality(batches))
+        return counted.prefetch(2)
 
     # ------------------------------------------------------------------ helpers
     def _inputs(self) -> list[tuple[Column, tuple[int, ...], bool]]:

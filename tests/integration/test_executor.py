@@ -12,10 +12,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from sparkdl.executor.callback import SyncCallback
-from sparkdl.executor.pusher import Pusher
 from sparkdl.executor.cache import Column, PartitionCache
+from sparkdl.executor.callback import SyncCallback
 from sparkdl.executor.feed import Feed
+from sparkdl.executor.pusher import Pusher
 from sparkdl.server.client import ServiceClient
 from sparkdl.server.service import ParameterService
 from sparkdl.server.store import WeightStore

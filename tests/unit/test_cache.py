@@ -137,6 +137,7 @@ def test_csr_take_concat_and_dense_vectors() -> None:
     assert csr.dense().tolist() == [[1, 0, 0, 2], [5, 0, 6, 7]]  # a DenseVector too
     both = Csr.concat([csr, csr.take(np.array([1, 0]))])
     assert both.dense().tolist() == [[1, 0, 0, 2], [5, 0, 6, 7], [5, 0, 6, 7], [1, 0, 0, 2]]
+    assert len(both.slice(3, 10)) == 1 and len(both.slice(9, 12)) == 0  # clipped as numpy
     indices, values = both.slice(1, 2).coo()
     assert indices.tolist() == [[0, 0], [0, 1], [0, 2], [0, 3]] and values.tolist() == [5, 0, 6, 7]
 
