@@ -40,6 +40,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import gc
 import mmap
 import os
 import tempfile
@@ -65,6 +66,7 @@ __all__ = [
     "epoch_batches",
     "local_dir",
     "slice_block",
+    "take_block",
 ]
 
 #: Rows of about this many bytes are read together (one ``pread``).
@@ -117,7 +119,8 @@ class Csr:
 
     def take(self, rows: np.ndarray) -> Csr:
         """Rows ``rows`` (any order), as a new matrix."""
-        starts, lengths = self.indptr[rows], np.diff(self.indptr)[rows]
+        starts = self.indptr[rows]
+        lengths = self.indptr[rows + 1] - starts
         indptr = np.zeros(len(rows) + 1, np.int64)
         np.cumsum(lengths, out=indptr[1:])
         # Position k of new row r comes from starts[r] + k.
@@ -169,7 +172,9 @@ class MemorySpool:
     """Append-only bytes in an anonymous memory map that grows without copying."""
 
     def __init__(self, capacity: int = 1 << 20) -> None:
-        self._map = mmap.mmap(-1, max(capacity, mmap.PAGESIZE))
+        # Private: a shared anonymous map (Python's default) cannot grow in place, its
+        # pages past the first size would raise SIGBUS.
+        self._map = mmap.mmap(-1, max(capacity, mmap.PAGESIZE), flags=mmap.MAP_PRIVATE)
         self.nbytes = 0
 
     def write(self, data: np.ndarray) -> None:
@@ -194,8 +199,12 @@ class MemorySpool:
 
     def close(self) -> None:
         """Frees the memory (views taken by :meth:`read` must be gone)."""
-        with contextlib.suppress(BufferError):  # a view is alive; the map goes with it
+        try:
             self._map.close()
+        except BufferError:  # a view (a finished pipeline's) awaits the collector
+            gc.collect()
+            with contextlib.suppress(BufferError):  # else the map goes with the view
+                self._map.close()
 
 
 class FileSpool:
@@ -415,7 +424,7 @@ def epoch_batches(
         merged = _concat(carry + parts)
         n = _rows(merged)
         if shuffle:
-            merged = _take(merged, rng.permutation(n))
+            merged = take_block(merged, rng.permutation(n))
         full = n if last else n - n % batch_size
         for row in range(0, full, batch_size):
             yield slice_block(merged, row, min(row + batch_size, full))
@@ -538,7 +547,8 @@ def _concat(blocks: list[Block]) -> Block:
     return out
 
 
-def _take(block: Block, rows: np.ndarray) -> Block:
+def take_block(block: Block, rows: np.ndarray) -> Block:
+    """Rows ``rows`` (any order) of every column of ``block``, copied."""
     return {name: a.take(rows) if isinstance(a, Csr) else a[rows] for name, a in block.items()}
 
 

@@ -1,14 +1,18 @@
 """``tf.data`` pipelines over a worker's :class:`~sparkdl.executor.cache.PartitionCache`.
 
-Two ways to feed ``model.fit``, chosen by where the partition is:
+A generator cuts each epoch into batches, chosen by where the partition is:
 
-* in memory, dense columns: the rows stay where the cache put them (tensors over the
-  cache's own memory); each epoch shuffles row *indices* and gathers batches, all in
-  TensorFlow, as ``model.fit(x, y, shuffle=True)`` would order them;
-* on disk, or with sparse columns: a generator reads the epoch's blocks through
-  :func:`~sparkdl.executor.cache.epoch_batches` (a block-wise shuffle) and turns each
-  batch into tensors: a ``tf.SparseTensor`` for a model input built with
-  ``keras.Input(..., sparse=True)``, else dense rows made one batch at a time.
+* in memory: the rows stay where the cache put them; each epoch shuffles row
+  *indices* (8 bytes a row) and gathers each batch from the cache's memory, as
+  ``model.fit(x, y, shuffle=True)`` would order them. (Tensors over the whole
+  partition would copy it, and a ``tf.data`` shuffle of a million row indices holds
+  a few hundred bytes per row.)
+* on disk: it reads the epoch's blocks through
+  :func:`~sparkdl.executor.cache.epoch_batches` (a block-wise shuffle).
+
+Each batch becomes tensors: a ``tf.SparseTensor`` for a sparse vector column feeding
+a model input built with ``keras.Input(..., sparse=True)``, else dense rows made one
+batch at a time.
 
 Either way one endless pipeline serves every epoch of a ``model.fit`` call (Keras would
 build a new iterator per epoch, which costs more than a small partition's steps).
@@ -28,7 +32,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from sparkdl.executor.cache import Block, Column, Csr, PartitionCache, epoch_batches
+from sparkdl.executor.cache import Block, Column, Csr, PartitionCache, epoch_batches, take_block
 
 __all__ = ["Feed", "spec"]
 
@@ -66,17 +70,10 @@ class Feed:
         """Endless epochs over rows ``start`` to ``stop`` (``limit`` rows of them, a
         random subset, when given), each in a new order when ``shuffle``."""
         rng = np.random.default_rng(seed)
-        if self._gathers():
-            order = np.arange(start, stop)
-            if limit is not None and limit < len(order):
-                order = np.sort(rng.permutation(order)[:limit])
-            return self._gather(order, shuffle=shuffle, seed=seed).repeat().prefetch(2)
 
         def epochs() -> Iterator[Any]:
             while True:
-                for block in epoch_batches(
-                    self._data, start, stop, self.batch_size, shuffle=shuffle, rng=rng, limit=limit
-                ):
+                for block in self._epoch(start, stop, shuffle=shuffle, rng=rng, limit=limit):
                     yield self.structure(block)
 
         return self._generated(epochs).prefetch(2)
@@ -84,14 +81,10 @@ class Feed:
     def evaluate(self, start: int = 0, stop: int | None = None) -> tf.data.Dataset:
         """One pass over rows ``start`` to ``stop`` in order (validation, evaluate)."""
         stop = self._data.rows if stop is None else stop
-        if self._gathers():
-            return self._gather(np.arange(start, stop), shuffle=False, seed=0).prefetch(2)
         rng = np.random.default_rng(0)
 
         def once() -> Iterator[Any]:
-            for block in epoch_batches(
-                self._data, start, stop, self.batch_size, shuffle=False, rng=rng
-            ):
+            for block in self._epoch(start, stop, shuffle=False, rng=rng):
                 yield self.structure(block)
 
         # A known length: Keras warns when a dataset of unknown length ends.
@@ -110,21 +103,31 @@ class Feed:
             raise RuntimeError("This Feed has no cache to read from.")
         return self.cache
 
-    def _gathers(self) -> bool:
-        """Whether batches are gathered from tensors over memory (dense, in memory)."""
-        columns = [*self.inputs, *self.outputs]
-        return self._data.mode == "memory" and all(c.kind != "sparse" for c in columns)
-
-    def _gather(self, order: np.ndarray, *, shuffle: bool, seed: int) -> tf.data.Dataset:
-        """Batches gathered by row index from tensors over the cached arrays."""
-        arrays = self._data.arrays()
-        data = self.structure({name: tf.convert_to_tensor(a) for name, a in arrays.items()})
-        rows = tf.data.Dataset.from_tensor_slices(order)
+    def _epoch(
+        self,
+        start: int,
+        stop: int,
+        *,
+        shuffle: bool,
+        rng: np.random.Generator,
+        limit: int | None = None,
+    ) -> Iterator[Block]:
+        """One epoch's batches: rows gathered in a full random order from memory, or
+        read block by block from disk (:func:`~sparkdl.executor.cache.epoch_batches`)."""
+        cache = self._data
+        if cache.mode == "disk":
+            yield from epoch_batches(
+                cache, start, stop, self.batch_size, shuffle=shuffle, rng=rng, limit=limit
+            )
+            return
+        order = np.arange(start, stop)
         if shuffle:
-            rows = rows.shuffle(len(order), seed=seed, reshuffle_each_iteration=True)
-        return rows.batch(self.batch_size).map(
-            lambda index: tf.nest.map_structure(lambda t: tf.gather(t, index), data)
-        )
+            order = rng.permutation(order)
+        if limit is not None:
+            order = np.sort(order[:limit]) if not shuffle else order[:limit]
+        arrays = cache.arrays()  # views of the cache's memory: each batch is a copy
+        for lo in range(0, len(order), self.batch_size):
+            yield take_block(arrays, order[lo : lo + self.batch_size])
 
     def _generated(self, make: Any) -> tf.data.Dataset:
         return tf.data.Dataset.from_generator(make, output_signature=self.signature())

@@ -76,6 +76,16 @@ def test_rows_come_back_as_written(cache: PartitionCache) -> None:
     assert cache.data_bytes == 100 * (3 * 4 + 4) + 101 * 8 + 100 * (4 + 4)
 
 
+def test_a_memory_cache_grows_past_its_first_map() -> None:
+    with PartitionCache([X, Y], mode="memory") as c:
+        for start in range(0, 120_000, 20_000):  # 1.9 MB: the map grows from 1 MB
+            c.append(_batch(start, 20_000).select(["x", "y"]))
+        arrays = c.arrays()
+        assert arrays["y"].tolist() == list(range(120_000))
+        np.testing.assert_array_equal(arrays["x"][:, 2], -np.arange(120_000, dtype=np.float32))
+        del arrays
+
+
 def test_auto_spills_to_disk_past_its_budget(tmp_path) -> None:
     with PartitionCache([X, Y], mode="auto", budget=1000, directory=str(tmp_path)) as c:
         c.append(_batch(0, 10))
