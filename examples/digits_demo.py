@@ -15,6 +15,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from pyspark.sql import SparkSession
 
+import sparkdl
 from examples.digits import accuracy, digits_arrays, digits_frames, digits_model
 from sparkdl import KerasEstimator
 
@@ -27,6 +28,7 @@ def main() -> None:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    sparkdl.warm_up(spark)  # workers import TensorFlow while this script loads the data
     train_df, test_df = digits_frames(spark)
     _, x_test, _, y_test = digits_arrays()
     estimator = KerasEstimator(

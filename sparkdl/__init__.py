@@ -19,6 +19,7 @@ from sparkdl.errors import (
 )
 from sparkdl.estimator import KerasEstimator
 from sparkdl.model import KerasModel
+from sparkdl.warmup import warm_up
 
 __all__ = [
     "ClusterError",
@@ -32,5 +33,6 @@ __all__ = [
     "TrainConfig",
     "TrainingError",
     "WorkerError",
+    "warm_up",
 ]
 __version__ = "0.1.0"

@@ -25,6 +25,7 @@ from sparkdl.errors import ConfigError
 from sparkdl.fit import Fit
 from sparkdl.model import KerasModel
 from sparkdl.params import TrainingParams, split_settings
+from sparkdl.warmup import warm_up
 
 if TYPE_CHECKING:
     import keras
@@ -141,6 +142,9 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
         return self
 
     def _fit(self, dataset: DataFrame) -> KerasModel:
+        # Executors import TensorFlow while the driver checks the data (at once if
+        # warm_up(spark) ran earlier in the session).
+        warm_up(dataset.sparkSession)
         config = self.train_config()
         found = None
         if config.resume and config.checkpoint_dir:

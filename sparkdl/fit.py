@@ -41,6 +41,7 @@ from sparkdl.server.service import ParameterService
 from sparkdl.server.store import WeightStore
 from sparkdl.spark_ui import EpochMarks
 from sparkdl.sync.schedule import train_rows
+from sparkdl.warmup import resolve_tf_log_level
 from sparkdl.worker import RESULT_SCHEMA, WorkerPayload, make_train_function
 
 if TYPE_CHECKING:
@@ -197,7 +198,7 @@ class Fit:
             initial_epoch=self.initial_epoch,
             validation_data=self.validation is not None,
             cache_budget=cluster.cache_budget(sc),
-            tf_log_level=_tf_log_level(),
+            tf_log_level=resolve_tf_log_level(),
         )
 
     def _checks_seconds(self) -> float:
@@ -272,12 +273,6 @@ class Fit:
             raise _worker_error(exc, store.failures()) from None
         reports = (WorkerReport.from_json(r["report"]) for r in rows)
         return sorted(reports, key=lambda r: r.worker)
-
-
-def _tf_log_level() -> str:  # TEMP until sparkdl.warmup lands
-    import os
-
-    return os.environ.get("TF_CPP_MIN_LOG_LEVEL") or "3"
 
 
 def _partitioned(frame: DataFrame, workers: int, *, barrier: bool) -> DataFrame:

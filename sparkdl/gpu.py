@@ -42,9 +42,9 @@ def assign_gpus(task_context: Any) -> list[str] | None:
     if not addresses:
         return None
     visible = ",".join(addresses)
-    if "tensorflow" in sys.modules and os.environ.get("CUDA_VISIBLE_DEVICES") != visible:
+    if _tensorflow_started() and os.environ.get("CUDA_VISIBLE_DEVICES") != visible:
         _log.warning(
-            "TensorFlow was already imported in this Python worker with "
+            "TensorFlow already started its devices in this Python worker with "
             "CUDA_VISIBLE_DEVICES=%s; task GPUs %s take effect in a fresh worker.",
             os.environ.get("CUDA_VISIBLE_DEVICES"),
             visible,
@@ -72,3 +72,16 @@ def configure_tensorflow(threads: int | None = None) -> list[Any]:
     if not gpus:
         _log.info("sparkdl worker: no GPU visible, training on the CPU")
     return gpus
+
+
+def _tensorflow_started() -> bool:
+    """Whether TensorFlow has set up its devices in this process (it reads
+    ``CUDA_VISIBLE_DEVICES`` then, not at import: a warmed-up worker has imported it)."""
+    if "tensorflow" not in sys.modules:
+        return False
+    try:
+        from tensorflow.python.eager import context
+
+        return context.context()._context_handle is not None
+    except Exception:  # another TensorFlow: assume the worst
+        return True

@@ -34,6 +34,7 @@ from sparkdl.executor.cache import Column, PartitionCache
 from sparkdl.plan import FitPlan
 from sparkdl.reports import WorkerReport
 from sparkdl.server.client import ServiceClient
+from sparkdl.warmup import quiet_tensorflow
 
 __all__ = ["RESULT_SCHEMA", "WorkerPayload", "make_train_function"]
 
@@ -121,8 +122,7 @@ def _run_task(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> Work
     worker = ctx.partitionId()
     gpu_ids = gpu.assign_gpus(ctx) or []  # before TensorFlow starts
     plan = payload.plan
-    if plan.tf_log_level is not None:
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", plan.tf_log_level)
+    quiet_tensorflow(plan.tf_log_level)
     # Import TensorFlow and Keras (the executor modules) while the partition is read:
     # the import dominates a cold worker.
     importer = threading.Thread(target=_import_executor, name="sparkdl-import", daemon=True)

@@ -1,0 +1,259 @@
+"""Warms Spark's Python workers: TensorFlow imported, and quiet, before the fit needs it.
+
+A fit's first task spends seconds importing TensorFlow and Keras in a cold Python
+worker. Spark keeps a Python worker alive between tasks
+(``spark.python.worker.reuse``, on by default), so a module imported by one task is
+there for the next task in that process. :func:`warm_up` uses this: one small
+``mapInArrow`` job, one task per task slot, started from a driver thread, whose tasks
+import :mod:`sparkdl.executor.training` in their worker. The caller goes on at once
+(the driver's own preparation overlaps the imports); the fit's tasks then find the
+modules loaded.
+
+Each task imports in the worker's main thread and holds its slot until the import is
+done, on purpose. An import left running in a background thread of the worker races
+any other thread of that process that imports TensorFlow by another way in
+(``import tensorflow`` or ``import keras`` in a later task, while
+``sparkdl.executor.training`` is still loading): TensorFlow's modules import each other
+in cycles, and Python then raises ``_DeadlockError``, or ``AttributeError`` on a
+partially initialized module, in both threads, which can leave the worker unable to
+import TensorFlow at all. A worker runs one task at a time, so an import finished within
+the task races nothing.
+
+The job is a ``mapInArrow`` over ``spark.range`` on purpose: an executor keeps one pool
+of Python workers per set of worker environment variables, and an RDD job
+(``rdd.mapPartitions``) sets other ones than a DataFrame's Python functions
+(``mapInArrow``, barrier or not, and pandas UDFs share their pool), so an RDD job would
+warm workers the fit never uses. Spark stops the idle Python workers of a pool that saw
+no activity for a minute, so a warm-up helps a fit that starts soon after it.
+
+:func:`quiet_tensorflow` sets TensorFlow's C++ log level in the worker before the
+import (the level the driver had, from :func:`resolve_tf_log_level`), so that a
+worker's log shows no TensorFlow INFO, WARNING or CUDA error lines, beyond the few that
+TensorFlow's libraries print as they load.
+
+Example:
+    >>> resolve_tf_log_level({})
+    '3'
+    >>> resolve_tf_log_level({"TF_CPP_MIN_LOG_LEVEL": "1"})
+    '1'
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = [
+    "DEFAULT_TF_LOG_LEVEL",
+    "JOB_DESCRIPTION",
+    "WarmUp",
+    "quiet_tensorflow",
+    "resolve_tf_log_level",
+    "warm_up",
+]
+
+#: TensorFlow's C++ log level in the workers when the driver sets none: errors hidden too.
+DEFAULT_TF_LOG_LEVEL = "3"
+
+#: The warm-up job's description in the Spark UI.
+JOB_DESCRIPTION = "sparkdl warm-up"
+
+_TF_LOG_LEVEL = "TF_CPP_MIN_LOG_LEVEL"
+_EXECUTOR_MODULE = "sparkdl.executor.training"
+
+_log = logging.getLogger(__name__)
+
+
+class WarmUp:
+    """The handle :func:`warm_up` returns: whether its Spark job has finished.
+
+    The job finishes when every task's worker has imported the executor modules. A
+    failed job (or import) counts as finished: the warm-up never fails a fit.
+    """
+
+    def __init__(self) -> None:
+        self._finished = threading.Event()
+        self._ok = False
+
+    @property
+    def done(self) -> bool:
+        """Whether the warm-up job has finished (or failed, or was skipped)."""
+        return self._finished.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Waits for the warm-up job to finish.
+
+        Args:
+            timeout: Seconds to wait at most; ``None`` waits for as long as it takes.
+
+        Returns:
+            ``True`` if the job has finished, ``False`` if ``timeout`` ran out first.
+        """
+        return self._finished.wait(timeout)
+
+    def _finish(self, ok: bool) -> None:
+        self._ok = ok
+        self._finished.set()
+
+
+def warm_up(spark: SparkSession, *, wait: bool = False) -> WarmUp:
+    """Imports TensorFlow and Keras in every Python worker, from a driver thread.
+
+    Runs one ``mapInArrow`` job with ``sc.defaultParallelism`` tasks (one per task
+    slot) from a daemon thread of the driver, described as :data:`JOB_DESCRIPTION` in
+    the Spark UI; each task holds its slot while its worker imports. The caller's job
+    group and other local properties are inherited, never changed. A second call in the
+    same SparkContext returns the first call's handle unless that job failed. Errors
+    are logged at debug level and swallowed.
+
+    Args:
+        spark: The active SparkSession.
+        wait: Whether to return only when the warm-up job has finished (every task's
+            worker has imported the executor modules).
+
+    Returns:
+        A :class:`WarmUp` handle.
+
+    Example:
+        >>> handle = warm_up(spark)  # doctest: +SKIP
+        >>> handle.wait(60)  # doctest: +SKIP
+        True
+    """
+    try:
+        sc = spark.sparkContext
+        app_id = sc.applicationId
+        with _lock:
+            handle = _handles.get(app_id)
+            if handle is None or (handle.done and not handle._ok):
+                handle = _start(spark)
+                _handles[app_id] = handle
+    except Exception as exc:  # Spark Connect has no SparkContext; a stopped one fails
+        _log.debug("sparkdl warm-up skipped: %s", exc)
+        return _finished(ok=False)
+    if wait:
+        handle.wait()
+    return handle
+
+
+def quiet_tensorflow(level: str | None) -> None:
+    """Sets TensorFlow's C++ log level for this process unless it is set already.
+
+    Call it before TensorFlow is imported: TensorFlow reads the variable once, when it
+    loads. It sets one variable, ``TF_CPP_MIN_LOG_LEVEL``, and only when the
+    environment has none (a user's value, or ``spark.executorEnv.TF_CPP_MIN_LOG_LEVEL``,
+    wins):
+
+    * ``TF_CPP_MIN_LOG_LEVEL``: the lowest severity TensorFlow's C++ code logs. ``"0"``
+      logs everything; ``"1"`` hides INFO lines (``cpu_feature_guard``: "This
+      TensorFlow binary is optimized to use available CPU instructions..."); ``"2"``
+      hides WARNING lines too; ``"3"`` also hides ERROR lines, among them the "failed
+      call to cuInit: ... (303)" that every process without a GPU logs at its first
+      TensorFlow operation.
+
+    No other variable helps. A few lines come from the static initializers of
+    TensorFlow's shared libraries (``libtensorflow_framework.so.2`` and the profiler's
+    ``_pywrap_profiler_plugin.so``, each with its own copy of absl), before TensorFlow
+    reads its level, and show at every level: absl's "WARNING: All log messages before
+    absl::InitializeLog() is called are written to STDERR", ``cudart_stub``'s "Could
+    not find cuda drivers on your machine, GPU will not be used." (machines without
+    the CUDA driver) and ``port.cc``'s "oneDNN custom operations are on..." (where
+    oneDNN is on). ``TF_ENABLE_ONEDNN_OPTS=0`` would hide the last, but it changes the
+    numerics, so it is left as it is. ``CUDA_VISIBLE_DEVICES`` is
+    :func:`sparkdl.gpu.assign_gpus`'s to set.
+
+    Args:
+        level: ``"0"`` to ``"3"``, or ``None`` to leave the environment as it is.
+
+    Example:
+        >>> quiet_tensorflow(None)
+    """
+    if level is not None and _TF_LOG_LEVEL not in os.environ:
+        os.environ[_TF_LOG_LEVEL] = level
+
+
+def resolve_tf_log_level(environ: Mapping[str, str] | None = None) -> str:
+    """The TensorFlow C++ log level for the workers, decided on the driver.
+
+    Args:
+        environ: The driver's environment; ``None`` reads ``os.environ``.
+
+    Returns:
+        The driver's ``TF_CPP_MIN_LOG_LEVEL`` if the user set one, else
+        :data:`DEFAULT_TF_LOG_LEVEL`.
+    """
+    env = os.environ if environ is None else environ
+    return env.get(_TF_LOG_LEVEL) or DEFAULT_TF_LOG_LEVEL
+
+
+# Driver side: one handle per SparkContext (by application id).
+_lock = threading.Lock()
+_handles: dict[str, WarmUp] = {}
+
+
+def _finished(*, ok: bool) -> WarmUp:
+    handle = WarmUp()
+    handle._finish(ok)
+    return handle
+
+
+def _start(spark: SparkSession) -> WarmUp:
+    """Runs the warm-up job from an inheritable daemon thread; returns its handle."""
+    from pyspark import InheritableThread
+
+    sc = spark.sparkContext
+    if sc.getConf().get("spark.python.worker.reuse", "true").lower() != "true":
+        _log.debug("sparkdl warm-up skipped: spark.python.worker.reuse is false")
+        return _finished(ok=True)  # nothing a warm-up could do in this SparkContext
+    tasks = max(1, int(sc.defaultParallelism))
+    handle = WarmUp()
+    level = resolve_tf_log_level()
+
+    def run() -> None:
+        ok = False
+        try:
+            # Local properties are per thread: this sets the description of this
+            # thread's jobs only, under the job group inherited from the caller.
+            spark.sparkContext.setLocalProperty("spark.job.description", JOB_DESCRIPTION)
+            frame = spark.range(tasks, numPartitions=tasks)
+            rows = frame.mapInArrow(_warm_partition(level), "pid long, ok boolean").collect()
+            ok = all(row.ok for row in rows)
+            _log.debug("sparkdl warm-up of workers %s: ok=%s", [row.pid for row in rows], ok)
+        except Exception as exc:
+            _log.debug("sparkdl warm-up failed (ignored): %s", exc, exc_info=True)
+        finally:
+            handle._finish(ok)
+
+    thread = InheritableThread(run, session=spark, name="sparkdl-warm-up", daemon=True)
+    thread.start()
+    return handle
+
+
+def _warm_partition(level: str) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The function each warm-up task runs in its Python worker."""
+
+    def warm(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for _ in batches:
+            pass
+        quiet_tensorflow(level)
+        yield pa.RecordBatch.from_pydict({"pid": [os.getpid()], "ok": [_import_executor()]})
+
+    return warm
+
+
+def _import_executor() -> bool:
+    """Imports the executor modules in this worker; whether that worked."""
+    try:
+        importlib.import_module(_EXECUTOR_MODULE)
+    except Exception:  # the fit's own import raises it again, in its task
+        _log.debug("sparkdl warm-up import failed (ignored)", exc_info=True)
+        return False
+    return True

@@ -1,0 +1,81 @@
+"""The warm-up of Spark's Python workers (:mod:`sparkdl.warmup`) on the local[2] session.
+
+The warm-up job runs ``mapInArrow`` tasks, so the workers it warms are those the fit's
+own ``mapInArrow`` tasks run in: a later ``mapInArrow`` task finds the executor modules
+imported in its worker.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from sparkdl import warmup
+from sparkdl.warmup import WarmUp, quiet_tensorflow, resolve_tf_log_level, warm_up
+
+LEVEL = "TF_CPP_MIN_LOG_LEVEL"
+
+
+def test_quiet_tensorflow_keeps_a_level_the_user_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(LEVEL, "1")
+    quiet_tensorflow("3")
+    assert warmup.os.environ[LEVEL] == "1"
+
+
+def test_quiet_tensorflow_sets_the_level_when_none_is_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(LEVEL, raising=False)
+    quiet_tensorflow(None)
+    assert LEVEL not in warmup.os.environ
+    quiet_tensorflow("3")
+    assert warmup.os.environ[LEVEL] == "3"
+
+
+def test_resolve_tf_log_level_prefers_the_drivers_level(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(LEVEL, "0")
+    assert resolve_tf_log_level() == "0"
+    monkeypatch.delenv(LEVEL)
+    assert resolve_tf_log_level() == warmup.DEFAULT_TF_LOG_LEVEL == "3"
+
+
+@pytest.mark.spark
+@pytest.mark.slow  # standalone, the workers import TensorFlow (seconds)
+def test_warm_up_imports_the_executor_in_the_workers_mapInArrow_uses(
+    spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(warmup, "_handles", {})  # as if no warm-up ran in this session
+    sc = spark.sparkContext
+    sc.setJobGroup("caller-group", "caller's job")
+    try:
+        handle = warm_up(spark)
+        assert isinstance(handle, WarmUp)
+        assert handle.wait(60), "the warm-up job did not finish within 60 s"
+        assert handle.done
+        # The warm-up job ran in the caller's group, and left the caller's properties.
+        assert sc.statusTracker().getJobIdsForGroup("caller-group")
+        assert sc.getLocalProperty("spark.jobGroup.id") == "caller-group"
+        assert sc.getLocalProperty("spark.job.description") == "caller's job"
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+        sc.setJobDescription(None)
+
+    started = time.perf_counter()
+    assert warm_up(spark) is handle  # a second call reuses the first's result
+    assert time.perf_counter() - started < 1.0
+
+    found = spark.range(2, numPartitions=2).mapInArrow(_sees_executor, "seen boolean").collect()
+    assert [row.seen for row in found] == [True, True]
+
+
+def _sees_executor(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Whether this worker has the executor modules imported already."""
+    import sys
+
+    for _ in batches:
+        pass
+    yield pa.RecordBatch.from_pydict({"seen": ["sparkdl.executor.training" in sys.modules]})
