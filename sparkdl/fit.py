@@ -259,7 +259,13 @@ class Fit:
     ) -> list[WorkerReport]:
         """Runs the training job; returns the workers' reports in worker order."""
         plan = payload.plan
-        frame = _partitioned(self._frame(), plan.num_workers, barrier=plan.mode.barrier)
+        frame = self._frame()
+        # Validation rows come as partitions of their own: shuffle to share them out.
+        frame = (
+            frame.repartition(plan.num_workers)
+            if self.validation is not None
+            else _partitioned(frame, plan.num_workers, barrier=plan.mode.barrier)
+        )
         try:
             if plan.mode.barrier:
                 rows = _run_barrier_job(frame, payload)
@@ -278,16 +284,18 @@ class Fit:
 def _partitioned(frame: DataFrame, workers: int, *, barrier: bool) -> DataFrame:
     """``frame`` in ``workers`` partitions, shuffled only where it must be.
 
-    Ordinary tasks (asynchronous, hogwild) over more partitions than workers take
-    several partitions each (``coalesce``: no shuffle, each task reads its partitions
-    where they are). A barrier stage cannot follow a ``coalesce`` (Spark refuses a
+    Ordinary tasks (asynchronous, hogwild) over a multiple of ``workers`` partitions
+    take several partitions each (``coalesce``: no shuffle, each task reads its
+    partitions where they are). A barrier stage cannot follow a ``coalesce`` (Spark refuses a
     barrier stage over ancestors with another partition count), and fewer partitions
     than workers must be split: both shuffle (``repartition``).
     """
     partitions = frame.rdd.getNumPartitions()
     if partitions == workers:
         return frame
-    if partitions > workers and not barrier:
+    if partitions % workers == 0 and not barrier:
+        # Spark's coalescer groups partitions by count: an even split of partitions
+        # of like sizes (a table's files); else the workers' shares would be uneven.
         return frame.coalesce(workers)
     return frame.repartition(workers)
 

@@ -177,9 +177,15 @@ def _csr(vectors: pd.DataFrame, width: int) -> Any:
     from sparkdl.executor.cache import Column as Stored
     from sparkdl.executor.cache import Csr, convert
 
-    table = pa.Table.from_pandas(vectors.reset_index(drop=True), preserve_index=False)
+    frame = vectors.reset_index(drop=True)
+    sizes = [None if s != s or s is None else int(s) for s in frame["size"]]  # NaN: none
     struct = pa.StructArray.from_arrays(
-        [table.column(n).combine_chunks() for n in ("type", "size", "indices", "values")],
+        [
+            pa.array(frame["type"].astype("int8"), pa.int8()),
+            pa.array(sizes, pa.int32()),
+            pa.array(list(frame["indices"]), pa.list_(pa.int32())),
+            pa.array(list(frame["values"]), pa.list_(pa.float64())),
+        ],
         names=["type", "size", "indices", "values"],
     )
     batch = pa.RecordBatch.from_arrays([struct], names=["v"])

@@ -34,10 +34,12 @@ import tensorflow as tf
 
 from sparkdl.executor.cache import Block, Column, Csr, PartitionCache, epoch_batches, take_block
 
-__all__ = ["GROUP", "Feed", "spec"]
+__all__ = ["GROUP", "GROUP_BYTES", "Feed", "spec"]
 
-#: Dense batches cross from the generator to TensorFlow this many at a time.
+#: Dense batches cross from the generator to TensorFlow up to this many at a time...
 GROUP = 16
+#: ...and up to about this many bytes at a time.
+GROUP_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -135,14 +137,19 @@ class Feed:
     def _generated(self, make: Any) -> tf.data.Dataset:
         """A dataset of the batches ``make()`` yields.
 
-        Dense batches cross from Python to TensorFlow :data:`GROUP` at a time (stacked;
+        Dense batches cross from Python to TensorFlow up to :data:`GROUP` (and
+        :data:`GROUP_BYTES`) at a time (stacked;
         ``tf.data`` unstacks them), so the generator's per-element cost, paid under the
         GIL next to the training step, is spread over many steps.
         """
-        if any(p for _, _, p in self._inputs()):  # SparseTensors do not stack
+        columns = [*self.inputs, *self.outputs]
+        row_bytes = sum(4 * max(c.width, 1) for c in columns)
+        group = min(GROUP, max(1, GROUP_BYTES // max(row_bytes * self.batch_size, 1)))
+        if group == 1 or any(c.kind == "sparse" for c in self.inputs):
+            # SparseTensors do not stack; sparse rows densified are made one batch at a time.
             return tf.data.Dataset.from_generator(make, output_signature=self.signature())
         grouped = tf.data.Dataset.from_generator(
-            lambda: _groups(make()),
+            lambda: _groups(make(), group),
             output_signature=tf.nest.map_structure(_stacked, self.signature()),
         )
         return grouped.flat_map(lambda x, y: tf.data.Dataset.from_tensor_slices((x, y)))
@@ -169,14 +176,14 @@ def spec(column: Column, shape: tuple[int, ...], *, sparse: bool) -> Any:
     return tf.TensorSpec((None, *shape), dtype)
 
 
-def _groups(batches: Iterator[Any]) -> Iterator[Any]:
-    """Consecutive batches of one size stacked by :data:`GROUP`; a batch of another size
-    (an epoch's last) alone."""
+def _groups(batches: Iterator[Any], group: int) -> Iterator[Any]:
+    """Consecutive batches of one size stacked ``group`` at a time; a batch of another
+    size (an epoch's last) alone."""
     held: list[Any] = []
     size = None
     for batch in batches:
         rows = len(tf.nest.flatten(batch)[0])
-        if held and (rows != size or len(held) == GROUP):
+        if held and (rows != size or len(held) == group):
             yield tf.nest.map_structure(lambda *a: np.stack(a), *held)
             held = []
         held.append(batch)

@@ -175,8 +175,11 @@ def _fit_epochs(
     seed = (plan.seed or 0) + 7919 * worker
 
     def fit(first: int, last: int, rows: int | None = None) -> None:
+        # Without shuffling, the rows left are the epoch's last ones; else a fresh
+        # random subset of as many.
+        start = held_in - rows if rows is not None and not plan.shuffle else 0
         model.fit(
-            feed.train(0, held_in, shuffle=plan.shuffle, seed=seed + first, limit=rows),
+            feed.train(start, held_in, shuffle=plan.shuffle, seed=seed + first, limit=rows),
             steps_per_epoch=steps_for(held_in if rows is None else rows, plan.batch_size),
             epochs=last,
             initial_epoch=first,

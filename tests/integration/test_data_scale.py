@@ -15,8 +15,8 @@ MB = 1 << 20
 
 
 def test_disk_cache_from_parquet_trains_digits_with_validation(spark, digits, tmp_path) -> None:
-    """A user's table: Parquet in many files; asynchronous workers each take several
-    partitions (coalesced, not shuffled); validation rows travel with the partitions."""
+    """A user's table: Parquet in many files, read by disk-cached workers; validation rows
+    travel with the partitions (shuffled with them, so each worker gets a share)."""
     train_df, test_df, (_, x_test, _, y_test) = digits
     train_df.repartition(8).write.parquet(str(tmp_path / "train"))
     spark.conf.set("spark.sql.files.maxPartitionBytes", "16k")  # a file a partition
@@ -45,6 +45,7 @@ def test_disk_cache_from_parquet_trains_digits_with_validation(spark, digits, tm
     workers = report["workers"]
     assert [w["cache_mode"] for w in workers] == ["disk", "disk"]
     assert sum(w["rows"] for w in workers) == 1437
+    assert min(w["rows"] for w in workers) > 600  # both workers train
     # 64 float32 features and an int32 label a row, training and validation rows.
     assert sum(w["data_bytes"] for w in workers) == (1437 + 360) * 65 * 4
     assert all(w["peak_rss_bytes"] > 100 * MB for w in workers)

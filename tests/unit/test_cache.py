@@ -159,3 +159,29 @@ def test_rows_of_another_width_are_refused() -> None:
         convert(pa.record_batch({"v": _vectors([(60, [1], [1.0])])}), [V])
     with pytest.raises(SchemaError, match="index outside"):
         convert(pa.record_batch({"v": _vectors([(50, [70], [1.0])])}), [V])
+
+
+def test_dense_vectors_kept_sparse_are_scored_from_pandas() -> None:
+    """A pandas batch of DenseVectors only (no indices at all) still becomes CSR."""
+    import pandas as pd
+
+    from sparkdl.predict import _csr
+
+    frame = pd.DataFrame(
+        {
+            "type": [1, 1],
+            "size": [None, None],
+            "indices": [None, None],
+            "values": [np.array([1.0, 0.0, 2.0]), np.array([0.0, 3.0, 0.0])],
+        }
+    )
+    assert _csr(frame, 3).dense().tolist() == [[1, 0, 2], [0, 3, 0]]
+    mixed = pd.DataFrame(
+        {
+            "type": [0, 1],
+            "size": [3.0, float("nan")],
+            "indices": [np.array([2]), None],
+            "values": [np.array([5.0]), np.array([0.0, 3.0, 0.0])],
+        }
+    )
+    assert _csr(mixed, 3).dense().tolist() == [[0, 0, 5], [0, 3, 0]]
