@@ -90,11 +90,13 @@ def task_cpus(sc: SparkContext) -> int:
 def cache_budget(sc: SparkContext) -> int:
     """Bytes of its partition a worker keeps in memory under ``data_cache="auto"``.
 
-    When ``spark.executor.pyspark.memory`` caps the Python workers, half of that cap
-    per task slot of an executor (the other half is TensorFlow, the model and the
+    When ``spark.executor.pyspark.memory`` caps the Python workers, half of each
+    worker's share of it (Spark gives every Python worker the cap divided by
+    ``spark.executor.cores``; the other half is for TensorFlow, the model and the
     batches in flight); else :data:`DEFAULT_CACHE_BUDGET` (1 GiB), a share that fits
     next to TensorFlow in an executor's default memory overhead on most clusters and
-    is small against a workstation's memory in local mode.
+    is small against a workstation's memory in local mode. A task's training and
+    validation rows share it.
 
     Example:
         >>> _memory_bytes("2g"), _memory_bytes("512m"), _memory_bytes("100")
@@ -108,8 +110,7 @@ def cache_budget(sc: SparkContext) -> int:
         cores = max(1, int(conf.get("spark.executor.cores", "1") or 1))
     except ValueError:
         cores = 1
-    slots = max(1, cores // task_cpus(sc))
-    return max(1 << 20, _memory_bytes(cap) // (2 * slots))
+    return max(1 << 20, _memory_bytes(cap) // (2 * cores))
 
 
 def _memory_bytes(text: str) -> int:

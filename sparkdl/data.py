@@ -4,9 +4,9 @@ Features become one ``array<float>`` column on the JVM side (ML vectors through
 ``vector_to_array``, numeric column lists through ``array``), so executors receive
 plain Arrow lists they can view as a 2-D numpy array without a per-row loop. An ML
 vector column that feeds a model input built with ``keras.Input(..., sparse=True)``,
-or one of :data:`SPARSE_MIN_WIDTH` values or more (hashed or counted text), travels as
-the vectors themselves (Arrow ``struct<type, size, indices, values>``) and stays
-sparse on the executors.
+or one of :data:`SPARSE_MIN_WIDTH` values or more (hashed or counted text) whose first
+rows store at most half of their values, travels as the vectors themselves (Arrow
+``struct<type, size, indices, values>``) and stays sparse on the executors.
 
 Example:
     >>> from sparkdl.data import label_kind
@@ -46,6 +46,7 @@ __all__ = [
     "label_columns",
     "label_kind",
     "label_name",
+    "model_features",
     "prepare",
     "summarize",
 ]
@@ -144,9 +145,7 @@ def prepare(
     keras_io.check_compiled(model)
     if not isinstance(df, DataFrame):
         raise ColumnTypeError(f"Expected a pyspark.sql.DataFrame. Received: {type(df).__name__}")
-    names = keras_io.input_names(model)
-    wants = [keras_io.prefers_sparse(model, i, SPARSE_MIN_WIDTH) for i in range(len(names))]
-    features, sparse = feature_columns(df, features_col, names, sparse=wants)
+    features, sparse = model_features(df, model, features_col)
     labels = label_columns(df, label_col, keras_io.output_names(model))
     frame = df.select(
         *[f.alias(feature_name(i)) for i, f in enumerate(features)],
@@ -167,6 +166,26 @@ def prepare(
             index=j,
         )
     return Prepared(frame, summary, kinds, shapes, tuple(sparse), time.perf_counter() - started)
+
+
+def model_features(df: DataFrame, model: Any, features_col: Any) -> tuple[list[Column], list[bool]]:
+    """The feature expressions for ``model``'s inputs and which of them stay sparse.
+
+    An ML vector column stays sparse for an input built with ``sparse=True``, and for
+    one :data:`SPARSE_MIN_WIDTH` wide or wider unless its first rows store more than
+    half of their values (DenseVectors: CSR would hold an index beside every value).
+
+    Raises:
+        SchemaError: The columns do not match the model's inputs.
+    """
+    names = keras_io.input_names(model)
+    wants = [keras_io.prefers_sparse(model, i, SPARSE_MIN_WIDTH) for i in range(len(names))]
+    takes = keras_io.sparse_inputs(model) or [False] * len(names)
+    features, sparse = feature_columns(df, features_col, names, sparse=wants)
+    for i, keep in enumerate(sparse):
+        if keep and not takes[i] and _mostly_dense(df.select(features[i])):
+            features[i], sparse[i] = vector_to_array(features[i], dtype="float32"), False
+    return features, sparse
 
 
 def feature_columns(
@@ -444,6 +463,17 @@ def _summary_aggregates(
         if scan_values:
             aggs.append(F.sum(F.when(y_bad, 1).otherwise(0)).alias(f"y_nan{j}"))
     return aggs
+
+
+def _mostly_dense(vectors: DataFrame, rows: int = 64) -> bool:
+    """Whether the first ``rows`` vectors of a one-column DataFrame store more than half
+    of their values (one small Spark job)."""
+    stored = size = 0
+    for (vector,) in vectors.limit(rows).collect():
+        if vector is not None:
+            stored += len(vector.values)
+            size += vector.size
+    return 2 * stored > size
 
 
 def _is_vector(df: DataFrame, column: Any) -> bool:

@@ -104,7 +104,8 @@ def _evaluate_partition(
         Column(label_name(j), "dense" if kind == "array" else kind, 0)
         for j, kind in enumerate(label_kinds)
     ]
-    feed = Feed(None, inputs, input_shapes, keras_io.sparse_inputs(model), outputs, batch_size)
+    takes_sparse = keras_io.sparse_inputs(model) or [False] * len(inputs)  # subclassed: none
+    feed = Feed(None, inputs, input_shapes, takes_sparse, outputs, batch_size)
     rows = 0
 
     def blocks() -> Iterator[Any]:

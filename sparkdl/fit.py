@@ -41,7 +41,7 @@ from sparkdl.server.service import ParameterService
 from sparkdl.server.store import WeightStore
 from sparkdl.spark_ui import EpochMarks
 from sparkdl.sync.schedule import train_rows
-from sparkdl.warmup import resolve_tf_log_level
+from sparkdl.warmup import gpus_requested, resolve_tf_log_level
 from sparkdl.worker import RESULT_SCHEMA, WorkerPayload, make_train_function
 
 if TYPE_CHECKING:
@@ -198,7 +198,7 @@ class Fit:
             initial_epoch=self.initial_epoch,
             validation_data=self.validation is not None,
             cache_budget=cluster.cache_budget(sc),
-            tf_log_level=resolve_tf_log_level(),
+            tf_log_level=resolve_tf_log_level(gpus=gpus_requested(sc.getConf())),
         )
 
     def _checks_seconds(self) -> float:

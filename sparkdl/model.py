@@ -210,13 +210,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
     def _features(self, dataset: DataFrame, model: Any) -> tuple[list[Any], list[bool]]:
         """The feature expressions for ``model`` and which of them stay sparse (as in
         :func:`sparkdl.data.prepare`)."""
-        from sparkdl import keras_io
-
-        names = keras_io.input_names(model)
-        wants = [
-            keras_io.prefers_sparse(model, i, data.SPARSE_MIN_WIDTH) for i in range(len(names))
-        ]
-        return data.feature_columns(dataset, self.features_col, names, sparse=wants)
+        return data.model_features(dataset, model, self.features_col)
 
     def _broadcast(self, dataset: DataFrame) -> Any:
         """The model bytes as a broadcast of ``dataset``'s SparkContext (made once)."""

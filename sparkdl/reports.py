@@ -42,6 +42,8 @@ class WorkerReport:
     Attributes:
         worker: The worker id (Spark partition id).
         rows: Rows of its partition.
+        validation_rows: Rows it scored as validation data (given apart, or its
+            ``validation_split`` share).
         gpus: GPUs TensorFlow saw.
         import_seconds: From the task's start until TensorFlow was imported and the
             worker had joined.
@@ -74,6 +76,7 @@ class WorkerReport:
 
     worker: int
     rows: int = 0
+    validation_rows: int = 0
     gpus: int = 0
     import_seconds: float = 0.0
     cache_seconds: float = 0.0

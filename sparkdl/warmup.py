@@ -44,8 +44,9 @@ import importlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -54,15 +55,25 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_TF_LOG_LEVEL",
+    "GPU_TF_LOG_LEVEL",
     "JOB_DESCRIPTION",
+    "REWARM_AFTER",
     "WarmUp",
+    "gpus_requested",
     "quiet_tensorflow",
     "resolve_tf_log_level",
     "warm_up",
 ]
 
-#: TensorFlow's C++ log level in the workers when the driver sets none: errors hidden too.
+#: TensorFlow's C++ log level in the workers when the driver sets none: errors hidden too
+#: (on a machine without a GPU the only one is CUDA's "failed call to cuInit").
 DEFAULT_TF_LOG_LEVEL = "3"
+#: The level when the executors have GPUs: warnings hidden, CUDA's errors shown.
+GPU_TF_LOG_LEVEL = "2"
+
+#: Seconds after which a finished warm-up is run again: Spark stops Python workers
+#: that stayed idle for 60 s (``PythonWorkerFactory``'s idle timeout).
+REWARM_AFTER = 45.0
 
 #: The warm-up job's description in the Spark UI.
 JOB_DESCRIPTION = "sparkdl warm-up"
@@ -83,6 +94,7 @@ class WarmUp:
     def __init__(self) -> None:
         self._finished = threading.Event()
         self._ok = False
+        self._finished_at = 0.0
 
     @property
     def done(self) -> bool:
@@ -102,7 +114,15 @@ class WarmUp:
 
     def _finish(self, ok: bool) -> None:
         self._ok = ok
+        self._finished_at = time.monotonic()
         self._finished.set()
+
+    def _stale(self) -> bool:
+        """Whether a new warm-up job should replace this one: it failed, or it ended
+        so long ago that Spark may have stopped the workers it warmed."""
+        if not self.done:
+            return False
+        return not self._ok or time.monotonic() - self._finished_at > REWARM_AFTER
 
 
 def warm_up(spark: SparkSession, *, wait: bool = False) -> WarmUp:
@@ -112,8 +132,10 @@ def warm_up(spark: SparkSession, *, wait: bool = False) -> WarmUp:
     slot) from a daemon thread of the driver, described as :data:`JOB_DESCRIPTION` in
     the Spark UI; each task holds its slot while its worker imports. The caller's job
     group and other local properties are inherited, never changed. A second call in the
-    same SparkContext returns the first call's handle unless that job failed. Errors
-    are logged at debug level and swallowed.
+    same SparkContext returns the first call's handle unless that job failed or ended
+    more than :data:`REWARM_AFTER` seconds ago (Spark stops a Python worker idle for a
+    minute; a warm-up of workers that are still warm costs one short job). Errors are
+    logged at debug level and swallowed.
 
     Args:
         spark: The active SparkSession.
@@ -133,7 +155,7 @@ def warm_up(spark: SparkSession, *, wait: bool = False) -> WarmUp:
         app_id = sc.applicationId
         with _lock:
             handle = _handles.get(app_id)
-            if handle is None or (handle.done and not handle._ok):
+            if handle is None or handle._stale():
                 handle = _start(spark)
                 _handles[app_id] = handle
     except Exception as exc:  # Spark Connect has no SparkContext; a stopped one fails
@@ -180,18 +202,41 @@ def quiet_tensorflow(level: str | None) -> None:
         os.environ[_TF_LOG_LEVEL] = level
 
 
-def resolve_tf_log_level(environ: Mapping[str, str] | None = None) -> str:
+def resolve_tf_log_level(environ: Mapping[str, str] | None = None, *, gpus: bool = False) -> str:
     """The TensorFlow C++ log level for the workers, decided on the driver.
 
     Args:
         environ: The driver's environment; ``None`` reads ``os.environ``.
+        gpus: Whether the executors have GPUs (:func:`gpus_requested`): there, ERROR
+            lines are CUDA's real errors and stay visible.
 
     Returns:
         The driver's ``TF_CPP_MIN_LOG_LEVEL`` if the user set one, else
-        :data:`DEFAULT_TF_LOG_LEVEL`.
+        :data:`GPU_TF_LOG_LEVEL` with GPUs or :data:`DEFAULT_TF_LOG_LEVEL` without.
+
+    Example:
+        >>> resolve_tf_log_level({}, gpus=True)
+        '2'
     """
     env = os.environ if environ is None else environ
-    return env.get(_TF_LOG_LEVEL) or DEFAULT_TF_LOG_LEVEL
+    return env.get(_TF_LOG_LEVEL) or (GPU_TF_LOG_LEVEL if gpus else DEFAULT_TF_LOG_LEVEL)
+
+
+def gpus_requested(conf: Any) -> bool:
+    """Whether a SparkConf gives executors or tasks GPUs
+    (``spark.{executor,task}.resource.gpu.amount``).
+
+    Example:
+        >>> gpus_requested({"spark.task.resource.gpu.amount": "1"})
+        True
+    """
+    for key in ("spark.task.resource.gpu.amount", "spark.executor.resource.gpu.amount"):
+        try:
+            if float(conf.get(key) or 0) > 0:
+                return True
+        except ValueError:
+            continue
+    return False
 
 
 # Driver side: one handle per SparkContext (by application id).
@@ -215,7 +260,7 @@ def _start(spark: SparkSession) -> WarmUp:
         return _finished(ok=True)  # nothing a warm-up could do in this SparkContext
     tasks = max(1, int(sc.defaultParallelism))
     handle = WarmUp()
-    level = resolve_tf_log_level()
+    level = resolve_tf_log_level(gpus=gpus_requested(sc.getConf()))
 
     def run() -> None:
         ok = False
@@ -224,7 +269,8 @@ def _start(spark: SparkSession) -> WarmUp:
             # thread's jobs only, under the job group inherited from the caller.
             spark.sparkContext.setLocalProperty("spark.job.description", JOB_DESCRIPTION)
             frame = spark.range(tasks, numPartitions=tasks)
-            rows = frame.mapInArrow(_warm_partition(level), "pid long, ok boolean").collect()
+            warm = _warm_partition(level, _EXECUTOR_MODULE)
+            rows = frame.mapInArrow(warm, "pid long, ok boolean").collect()
             ok = all(row.ok for row in rows)
             _log.debug("sparkdl warm-up of workers %s: ok=%s", [row.pid for row in rows], ok)
         except Exception as exc:
@@ -237,22 +283,24 @@ def _start(spark: SparkSession) -> WarmUp:
     return handle
 
 
-def _warm_partition(level: str) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The function each warm-up task runs in its Python worker."""
+def _warm_partition(
+    level: str, module: str
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The function each warm-up task runs in its Python worker: imports ``module``."""
 
     def warm(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for _ in batches:
             pass
         quiet_tensorflow(level)
-        yield pa.RecordBatch.from_pydict({"pid": [os.getpid()], "ok": [_import_executor()]})
+        yield pa.RecordBatch.from_pydict({"pid": [os.getpid()], "ok": [_import(module)]})
 
     return warm
 
 
-def _import_executor() -> bool:
-    """Imports the executor modules in this worker; whether that worked."""
+def _import(module: str) -> bool:
+    """Imports ``module`` in this worker; whether that worked."""
     try:
-        importlib.import_module(_EXECUTOR_MODULE)
+        importlib.import_module(module)
     except Exception:  # the fit's own import raises it again, in its task
         _log.debug("sparkdl warm-up import failed (ignored)", exc_info=True)
         return False

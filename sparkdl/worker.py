@@ -30,7 +30,7 @@ from pyspark import TaskContext
 from sparkdl import gpu
 from sparkdl.data import VALIDATION, feature_name, label_name
 from sparkdl.errors import ServiceError
-from sparkdl.executor.cache import Column, PartitionCache
+from sparkdl.executor.cache import Budget, Column, PartitionCache
 from sparkdl.plan import FitPlan
 from sparkdl.reports import WorkerReport
 from sparkdl.server.client import ServiceClient
@@ -127,36 +127,47 @@ def _run_task(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> Work
     # the import dominates a cold worker.
     importer = threading.Thread(target=_import_executor, name="sparkdl-import", daemon=True)
     importer.start()
-    with contextlib.ExitStack() as caches:
-        inputs, outputs = payload.columns()
-        data, held_out = _open_caches(caches, payload, inputs + outputs)
-        for batch in batches:  # one record batch in Python at a time
-            _append(batch, data, held_out)
-        cache_seconds = time.perf_counter() - started
-        client = ServiceClient(
-            payload.url,
-            payload.token,
-            worker=worker,
-            timeout=plan.request_timeout,
-            retries=plan.request_retries,
-            # Spark numbers task attempts uniquely and in launch order within a
-            # SparkContext, stage retries included: a newer attempt has a larger id.
-            attempt=int(ctx.taskAttemptId()),
-        )
-        try:
+    client = ServiceClient(
+        payload.url,
+        payload.token,
+        worker=worker,
+        timeout=plan.request_timeout,
+        retries=plan.request_retries,
+        # Spark numbers task attempts uniquely and in launch order within a
+        # SparkContext, stage retries included: a newer attempt has a larger id.
+        attempt=int(ctx.taskAttemptId()),
+    )
+    phase = "cache"
+    try:
+        with contextlib.ExitStack() as caches:
+            inputs, outputs = payload.columns()
+            data, held_out = _open_caches(caches, payload, inputs + outputs)
+            stream = iter(batches)
+            while True:  # one record batch in Python at a time
+                phase = "read"
+                batch = next(stream, None)
+                if batch is None:
+                    break
+                phase = "cache"
+                _append(batch, data, held_out)
+            cache_seconds = time.perf_counter() - started
+            phase = "train"
             joined = client.join(data.rows)
             importer.join()
             import_seconds = time.perf_counter() - started
             from sparkdl.executor.training import train
 
             report = train(payload, client, worker, data, held_out, joined)
-        except BaseException as exc:
-            client.report_failure(exc, fatal=not _transient(exc))
-            raise
-        finally:
-            client.close()
-        report.cache_mode = data.mode
-        report.data_bytes = data.data_bytes + (held_out.data_bytes if held_out else 0)
+            report.cache_mode = data.mode
+            report.data_bytes = data.data_bytes + (held_out.data_bytes if held_out else 0)
+    except BaseException as exc:
+        # Spark reuses this process for its next task, which must not import
+        # TensorFlow while this task's import thread still does (see warmup).
+        importer.join()
+        client.report_failure(exc, fatal=not _transient(exc, phase))
+        raise
+    finally:
+        client.close()
     report.cache_seconds = cache_seconds
     report.peak_rss_bytes = _peak_rss()
     report.import_seconds = import_seconds
@@ -173,11 +184,10 @@ def _open_caches(
 ) -> tuple[PartitionCache, PartitionCache | None]:
     """The partition's cache and, with validation data given apart, its own cache."""
     plan = payload.plan
+    budget = Budget(plan.cache_budget)  # shared: training and validation rows together
 
     def cache() -> PartitionCache:
-        return stack.enter_context(
-            PartitionCache(columns, mode=plan.data_cache, budget=plan.cache_budget)
-        )
+        return stack.enter_context(PartitionCache(columns, mode=plan.data_cache, budget=budget))
 
     return cache(), (cache() if payload.validation else None)
 
@@ -192,12 +202,20 @@ def _append(batch: pa.RecordBatch, data: PartitionCache, held_out: PartitionCach
     held_out.append(batch.filter(marked))
 
 
-def _transient(exc: BaseException) -> bool:
+def _transient(exc: BaseException, phase: str = "train") -> bool:
     """Whether a retry of the task may succeed (else the fit stops at once).
 
-    The service out of reach or a connection lost may pass; an error in the model, the
-    loss, the data or a diverged loss would only happen again.
+    ``phase`` is what the task was doing: ``"read"`` (Spark's input stream failed: a
+    lost shuffle block or executor, which Spark's own retry decides), ``"cache"`` (a
+    local disk or memory that ran out may pass on another executor; a row of another
+    width would fail again) or ``"train"`` (the service out of reach or a connection
+    lost may pass; an error in the model, the loss, the data or a diverged loss would
+    only happen again).
     """
+    if phase == "read":
+        return True
+    if phase == "cache" and isinstance(exc, (OSError, MemoryError)):
+        return True
     return isinstance(exc, (ServiceError, ConnectionError, TimeoutError, KeyboardInterrupt))
 
 

@@ -15,7 +15,8 @@ dropped: Python never holds more than one record batch. A spool is append-only b
   (:func:`epoch_batches`), so the memory a worker needs does not grow with its data.
 
 ``data_cache="auto"`` starts in memory and moves to disk the moment the partition
-outgrows its budget (resolved on the driver: :func:`sparkdl.plan.cache_budget`).
+outgrows its budget (resolved on the driver: :func:`sparkdl.cluster.cache_budget`); a
+task's training and validation caches share one :class:`Budget`.
 
 Columns are stored as the model takes them: dense features as float32 rows, scalar
 labels as int32 or float32, and ML ``SparseVector`` features as CSR (row offsets,
@@ -57,6 +58,7 @@ __all__ = [
     "BLOCK_BYTES",
     "WINDOW_BYTES",
     "Block",
+    "Budget",
     "Column",
     "Csr",
     "FileSpool",
@@ -168,6 +170,32 @@ class Csr:
         return out
 
 
+class Budget:
+    """Bytes of memory that the ``"auto"`` caches of one task may hold together.
+
+    Args:
+        limit: The bytes; the cache whose append passes them moves to disk.
+
+    Example:
+        >>> budget = Budget(100)
+        >>> budget.take(60), budget.take(60), budget.held
+        (True, False, 120)
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+    def take(self, nbytes: int) -> bool:
+        """Counts ``nbytes`` more held in memory; whether the total stays in the limit."""
+        self.held += nbytes
+        return self.held <= self.limit
+
+    def give(self, nbytes: int) -> None:
+        """Counts ``nbytes`` no longer held in memory (a cache moved to disk)."""
+        self.held -= nbytes
+
+
 class MemorySpool:
     """Append-only bytes in an anonymous memory map that grows without copying."""
 
@@ -182,7 +210,9 @@ class MemorySpool:
         raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8).data
         end = self.nbytes + raw.nbytes
         if end > len(self._map):
-            self._map.resize(max(end, 2 * len(self._map)))  # mremap: pages move, no copy
+            # mremap: pages move, no copy. Growing by a quarter keeps the address
+            # space (RLIMIT_AS under spark.executor.pyspark.memory) near the data.
+            self._map.resize(max(end, len(self._map) + len(self._map) // 4, 1 << 20))
         self._map[self.nbytes : end] = raw
         self.nbytes = end
 
@@ -248,7 +278,8 @@ class PartitionCache:
     Args:
         columns: The stored columns (features, then labels).
         mode: ``"memory"``, ``"disk"`` or ``"auto"`` (memory until ``budget`` bytes).
-        budget: Bytes an ``"auto"`` cache may hold in memory.
+        budget: Bytes an ``"auto"`` cache may hold in memory, or a :class:`Budget`
+            it shares with other caches.
         directory: Where disk spools go; ``None``: :func:`local_dir`.
 
     Example:
@@ -268,13 +299,13 @@ class PartitionCache:
         columns: Sequence[Column],
         *,
         mode: str = "memory",
-        budget: int = 1 << 30,
+        budget: int | Budget = 1 << 30,
         directory: str | None = None,
     ) -> None:
         if mode not in ("auto", "memory", "disk"):
             raise ValueError(f"Expected mode 'auto', 'memory' or 'disk'. Received: {mode!r}")
         self.columns = list(columns)
-        self.budget = budget
+        self.budget = budget if isinstance(budget, Budget) else Budget(budget)
         self.directory = directory
         self.mode = "disk" if mode == "disk" else "memory"
         self._auto = mode == "auto"
@@ -299,6 +330,7 @@ class PartitionCache:
         """
         if not batch.num_rows:
             return
+        before = self.data_bytes
         for name, value in convert(batch, self.columns).items():
             if isinstance(value, Csr):
                 offset = self._spools[name + ":values"].nbytes // 4  # values held so far
@@ -308,7 +340,9 @@ class PartitionCache:
             else:
                 self._spools[name].write(value)
         self.rows += batch.num_rows
-        if self._auto and self.mode == "memory" and self.data_bytes > self.budget:
+        grown = self.data_bytes - before
+        if self._auto and self.mode == "memory" and not self.budget.take(grown):
+            self.budget.give(self.data_bytes)
             self._spill()
 
     def read(self, start: int, stop: int) -> Block:
@@ -504,6 +538,11 @@ def _vector_rows(vectors: pa.Array, width: int) -> tuple[np.ndarray, np.ndarray,
     """
     if isinstance(vectors, pa.ChunkedArray):
         vectors = vectors.combine_chunks()
+    if vectors.null_count:
+        raise SchemaError(
+            f"Found {vectors.null_count} row(s) with null feature vectors. Drop them "
+            "(df.dropna()) or impute them first."
+        )
     kinds = vectors.field("type").to_numpy(zero_copy_only=False)
     values_list = vectors.field("values")
     lengths = values_list.value_lengths().to_numpy(zero_copy_only=False).astype(np.int64)

@@ -125,9 +125,10 @@ class Feed:
                 cache, start, stop, self.batch_size, shuffle=shuffle, rng=rng, limit=limit
             )
             return
-        order = np.arange(start, stop)
+        # int32 and shuffled in place: the order costs 4 bytes a row, not 16.
+        order = np.arange(start, stop, dtype=np.int32 if stop < 2**31 else np.int64)
         if shuffle:
-            order = rng.permutation(order)
+            rng.shuffle(order)
         if limit is not None:
             order = np.sort(order[:limit]) if not shuffle else order[:limit]
         arrays = cache.arrays()  # views of the cache's memory: each batch is a copy

@@ -22,6 +22,7 @@ from typing import Any
 
 import cloudpickle
 import keras
+import numpy as np
 import tensorflow as tf
 
 from sparkdl import gpu
@@ -96,6 +97,7 @@ def train(
     return WorkerReport(
         worker=worker,
         rows=rows,
+        validation_rows=val_rows,
         gpus=len(gpus),
         train_seconds=time.perf_counter() - train_start,
         comm_seconds=client.comm_seconds - setup_comm,
@@ -172,7 +174,9 @@ def _fit_epochs(
     """Runs epochs ``start[0]`` to ``plan.epochs``, the first from a resume point."""
     epoch, skip, synced = start
     held_in = sync.schedule.rows
-    seed = (plan.seed or 0) + 7919 * worker
+    # Without a seed, every task shuffles in its own order, as model.fit does.
+    base = plan.seed if plan.seed is not None else int(np.random.default_rng().integers(2**31))
+    seed = base + 7919 * worker
 
     def fit(first: int, last: int, rows: int | None = None) -> None:
         # Without shuffling, the rows left are the epoch's last ones; else a fresh

@@ -14,9 +14,17 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 MB = 1 << 20
 
 
-def test_disk_cache_from_parquet_trains_digits_with_validation(spark, digits, tmp_path) -> None:
-    """A user's table: Parquet in many files, read by disk-cached workers; validation rows
-    travel with the partitions (shuffled with them, so each worker gets a share)."""
+def test_parquet_with_validation_spills_to_disk_past_the_budget(
+    spark, digits, tmp_path, monkeypatch
+) -> None:
+    """A user's table: Parquet in many files; validation rows travel with the partitions
+    (shuffled with them, so each worker gets a share); an "auto" cache over its budget
+    moves to disk while the partition streams in."""
+    from sparkdl import cluster
+
+    # The budget of a Python worker capped at a few hundred kB (it comes from
+    # spark.executor.pyspark.memory, which a running session cannot change).
+    monkeypatch.setattr(cluster, "cache_budget", lambda sc: 100_000)
     train_df, test_df, (_, x_test, _, y_test) = digits
     train_df.repartition(8).write.parquet(str(tmp_path / "train"))
     spark.conf.set("spark.sql.files.maxPartitionBytes", "16k")  # a file a partition
@@ -34,7 +42,7 @@ def test_disk_cache_from_parquet_trains_digits_with_validation(spark, digits, tm
         epochs=20,
         batch_size=32,
         seed=0,
-        data_cache="disk",
+        data_cache="auto",
         validation_data=test_df,
     ).fit(table)
     acc = accuracy(fitted.get_model(), x_test, y_test)
@@ -46,6 +54,8 @@ def test_disk_cache_from_parquet_trains_digits_with_validation(spark, digits, tm
     assert [w["cache_mode"] for w in workers] == ["disk", "disk"]
     assert sum(w["rows"] for w in workers) == 1437
     assert min(w["rows"] for w in workers) > 600  # both workers train
+    assert sum(w["validation_rows"] for w in workers) == 360
+    assert min(w["validation_rows"] for w in workers) > 120  # both score validation rows
     # 64 float32 features and an int32 label a row, training and validation rows.
     assert sum(w["data_bytes"] for w in workers) == (1437 + 360) * 65 * 4
     assert all(w["peak_rss_bytes"] > 100 * MB for w in workers)
@@ -97,6 +107,37 @@ def test_disk_mode_worker_memory_does_not_grow_with_the_partition(spark) -> None
     assert sizes[1] > 380 * MB  # ten times the data per worker...
     growth = peaks[1] - peaks[0]
     assert growth < 300 * MB, (growth / MB, [p / MB for p in peaks])  # ...not its memory
+
+
+def test_wide_dense_vectors_are_cached_as_float_rows(spark) -> None:
+    """4,096-wide DenseVectors (an image flattened by VectorAssembler) go dense: float32
+    rows, not CSR with an index beside every value; scoring agrees with Keras."""
+    import keras
+    from pyspark.ml.linalg import Vectors
+
+    width, rows = 4096, 200
+    x = np.random.default_rng(0).random((rows, width), dtype=np.float32)
+    y = (x[:, :8].sum(axis=1) > 4).astype(int)
+    df = spark.createDataFrame(
+        [(Vectors.dense(r), int(label)) for r, label in zip(x.tolist(), y, strict=True)],
+        ["features", "label"],
+    ).repartition(2)
+    model = keras.Sequential([keras.Input((width,)), keras.layers.Dense(2, "softmax")])
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    fitted = KerasEstimator(
+        model=model,
+        features_col="features",
+        label_col="label",
+        mode="asynchronous",
+        num_workers=2,
+        epochs=1,
+        batch_size=50,
+    ).fit(df)
+    workers = fitted.fit_report["workers"]
+    assert sum(w["data_bytes"] for w in workers) == rows * (width + 1) * 4
+    scored = fitted.transform(df).select("features", "prediction").collect()
+    expected = fitted.get_model().predict(np.array([r.features for r in scored]), verbose=0)
+    np.testing.assert_allclose([r.prediction for r in scored], expected, atol=1e-5)
 
 
 def _documents(rows: int, seed: int) -> tuple[list[str], np.ndarray]:

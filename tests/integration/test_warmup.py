@@ -18,6 +18,8 @@ from sparkdl import warmup
 from sparkdl.warmup import WarmUp, quiet_tensorflow, resolve_tf_log_level, warm_up
 
 LEVEL = "TF_CPP_MIN_LOG_LEVEL"
+#: A standard-library module with no side effects that no other code imports.
+SENTINEL = "pydoc_data.topics"
 
 
 def test_quiet_tensorflow_keeps_a_level_the_user_set(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -49,6 +51,10 @@ def test_warm_up_imports_the_executor_in_the_workers_mapInArrow_uses(
     spark: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(warmup, "_handles", {})  # as if no warm-up ran in this session
+    # Earlier tests' fits imported the executor modules in these workers already: the
+    # warm-up imports a module nothing else imports, so only it can have loaded it.
+    monkeypatch.setattr(warmup, "_EXECUTOR_MODULE", SENTINEL)
+    assert _seen(spark) == [False, False]
     sc = spark.sparkContext
     sc.setJobGroup("caller-group", "caller's job")
     try:
@@ -68,14 +74,23 @@ def test_warm_up_imports_the_executor_in_the_workers_mapInArrow_uses(
     assert warm_up(spark) is handle  # a second call reuses the first's result
     assert time.perf_counter() - started < 1.0
 
-    found = spark.range(2, numPartitions=2).mapInArrow(_sees_executor, "seen boolean").collect()
-    assert [row.seen for row in found] == [True, True]
+    assert _seen(spark) == [True, True]
+
+    # A warm-up that ended long ago (Spark may have stopped its workers) runs again.
+    handle._finished_at -= warmup.REWARM_AFTER + 1
+    again = warm_up(spark, wait=True)
+    assert again is not handle and again.done
 
 
-def _sees_executor(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Whether this worker has the executor modules imported already."""
+def _seen(spark: Any) -> list[bool]:
+    """Whether each of two mapInArrow workers has the sentinel module imported."""
+    rows = spark.range(2, numPartitions=2).mapInArrow(_sees_sentinel, "seen boolean").collect()
+    return sorted(row.seen for row in rows)
+
+
+def _sees_sentinel(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     import sys
 
     for _ in batches:
         pass
-    yield pa.RecordBatch.from_pydict({"seen": ["sparkdl.executor.training" in sys.modules]})
+    yield pa.RecordBatch.from_pydict({"seen": [SENTINEL in sys.modules]})

@@ -10,6 +10,7 @@ import pytest
 
 from sparkdl.errors import SchemaError
 from sparkdl.executor.cache import (
+    Budget,
     Column,
     Csr,
     PartitionCache,
@@ -95,6 +96,20 @@ def test_auto_spills_to_disk_past_its_budget(tmp_path) -> None:
         assert c.read(0, 110)["y"].tolist() == list(range(110))
 
 
+def test_caches_sharing_a_budget_spill_when_together_they_pass_it(tmp_path) -> None:
+    budget = Budget(2500)
+    with (
+        PartitionCache([X, Y], mode="auto", budget=budget, directory=str(tmp_path)) as train,
+        PartitionCache([X, Y], mode="auto", budget=budget, directory=str(tmp_path)) as held,
+    ):
+        train.append(_batch(0, 60))  # 60 rows x 16 bytes: 960 bytes
+        held.append(_batch(0, 60))
+        assert (train.mode, held.mode, budget.held) == ("memory", "memory", 1920)
+        train.append(_batch(60, 60))  # 2880 together: the cache that passed it spills
+        assert (train.mode, held.mode, budget.held) == ("disk", "memory", 960)
+        assert train.read(0, 120)["y"].tolist() == list(range(120))
+
+
 def test_cache_files_have_no_name_and_vanish(tmp_path) -> None:
     with PartitionCache([X, Y], mode="disk", directory=str(tmp_path)) as c:
         c.append(_batch(0, 10))
@@ -159,6 +174,12 @@ def test_rows_of_another_width_are_refused() -> None:
         convert(pa.record_batch({"v": _vectors([(60, [1], [1.0])])}), [V])
     with pytest.raises(SchemaError, match="index outside"):
         convert(pa.record_batch({"v": _vectors([(50, [70], [1.0])])}), [V])
+    vectors = _vectors([(50, [1], [1.0]), (50, [2], [2.0])])
+    nulled = pa.StructArray.from_arrays(
+        vectors.flatten(), fields=list(vectors.type), mask=pa.array([False, True])
+    )
+    with pytest.raises(SchemaError, match=r"1 row\(s\) with null feature vectors"):
+        convert(pa.record_batch({"v": nulled}), [V])
 
 
 def test_dense_vectors_kept_sparse_are_scored_from_pandas() -> None:
@@ -185,3 +206,23 @@ def test_dense_vectors_kept_sparse_are_scored_from_pandas() -> None:
         }
     )
     assert _csr(mixed, 3).dense().tolist() == [[0, 0, 5], [0, 3, 0]]
+
+
+class _Context:
+    """What :func:`sparkdl.cluster.cache_budget` reads of a SparkContext: its conf."""
+
+    def __init__(self, conf: dict[str, str]) -> None:
+        self.conf = conf
+
+    def getConf(self) -> dict[str, str]:
+        return self.conf
+
+
+def test_cache_budget_is_half_of_each_python_workers_share() -> None:
+    from sparkdl.cluster import DEFAULT_CACHE_BUDGET, cache_budget
+
+    assert cache_budget(_Context({})) == DEFAULT_CACHE_BUDGET
+    # Spark caps each Python worker at pyspark.memory / executor cores.
+    conf = {"spark.executor.pyspark.memory": "8g", "spark.executor.cores": "4"}
+    assert cache_budget(_Context(conf)) == (8 << 30) // 4 // 2
+    assert cache_budget(_Context({"spark.executor.pyspark.memory": "1k"})) == 1 << 20
