@@ -12,9 +12,14 @@ epochs, batch 32, 2 workers, seed 0):
 * ``sparkdl, warm_up first``: as the demo and a notebook's first cell do,
   ``sparkdl.warm_up(spark)`` right after the session starts; the fit comes after the
   DataFrames are built.
-* ``elephas 7.3, <mode>``: Elephas's ``SparkModel(...).fit(rdd)`` at epoch frequency
-  (the RDD from ``to_simple_rdd``), when ``--elephas-path`` names a directory holding
-  the ``elephas`` package (``pip install --no-deps --target DIR elephas==7.3.0``).
+* ``sparkdl, after warm_up(spark, wait=True)``: a notebook whose first cell warmed
+  the workers a while before the fit's cell runs (the warm-up finished first).
+* ``elephas 7.3, <mode>``: Elephas's ``AsynchronousSparkModel(..., mode="asynchronous",
+  frequency="epoch").fit(rdd)`` and its synchronous ``SparkModel(...).fit(rdd)`` (one
+  Spark job per epoch), the RDD from ``to_simple_rdd``, when ``--elephas-path`` names a
+  directory holding the ``elephas`` package
+  (``pip install --no-deps --target DIR elephas==7.3.0``; it runs with this project's
+  TensorFlow, Keras and Spark, newer than its metadata asks for).
 
 ``fit s`` is the fit call alone (the session, the data and the compiled model exist
 before it, as in a notebook); ``from start s`` runs from the process's start (imports,
@@ -43,11 +48,21 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 EPOCHS, BATCH_SIZE, WORKERS = 20, 32, 2
-CONTENDERS = ["keras", "sparkdl", "sparkdl-warm", "elephas-asynchronous", "elephas-synchronous"]
+CONTENDERS = [
+    "keras",
+    "sparkdl",
+    "sparkdl-nowarm",
+    "sparkdl-warm",
+    "sparkdl-ready",
+    "elephas-asynchronous",
+    "elephas-synchronous",
+]
 LABELS = {
     "keras": "plain Keras (1 process)",
     "sparkdl": "sparkdl, synchronous",
+    "sparkdl-nowarm": "sparkdl, synchronous, fit's own warm-up off",
     "sparkdl-warm": "sparkdl, synchronous, warm_up(spark) first",
+    "sparkdl-ready": "sparkdl, synchronous, after warm_up(spark, wait=True)",
     "elephas-asynchronous": "elephas 7.3, asynchronous",
     "elephas-synchronous": "elephas 7.3, synchronous",
 }
@@ -121,7 +136,12 @@ def child(name: str) -> dict[str, float]:
     spark.sparkContext.setLogLevel("ERROR")
     try:
         if name.startswith("sparkdl"):
-            fit, trained = sparkdl_fit(spark, warm=name == "sparkdl-warm")
+            warm = {"sparkdl-warm": "start", "sparkdl-ready": "wait"}.get(name)
+            if name == "sparkdl-nowarm":
+                import sparkdl.estimator
+
+                sparkdl.estimator.warm_up = lambda spark, wait=False: None  # type: ignore
+            fit, trained = sparkdl_fit(spark, warm=warm)
         else:
             fit, trained = elephas_fit(spark, name.split("-")[1], x_train, y_train)
         return figures(fit, accuracy(trained, x_test, y_test))
@@ -129,13 +149,14 @@ def child(name: str) -> dict[str, float]:
         spark.stop()
 
 
-def sparkdl_fit(spark: Any, *, warm: bool) -> tuple[float, Any]:
-    """The demo's fit; ``warm``: ``sparkdl.warm_up`` right after the session starts."""
+def sparkdl_fit(spark: Any, *, warm: str | None) -> tuple[float, Any]:
+    """The demo's fit; ``warm``: ``sparkdl.warm_up`` right after the session starts
+    (``"start"``), or run to its end (``"wait"``)."""
     import sparkdl
     from examples.digits import digits_frames, digits_model
 
     if warm:
-        sparkdl.warm_up(spark)
+        sparkdl.warm_up(spark, wait=warm == "wait")
     train_df, _ = digits_frames(spark, partitions=WORKERS)
     estimator = sparkdl.KerasEstimator(
         model=digits_model(seed=0),
@@ -148,27 +169,52 @@ def sparkdl_fit(spark: Any, *, warm: bool) -> tuple[float, Any]:
         batch_size=BATCH_SIZE,
         seed=0,
     )
-    start = time.perf_counter()
+    start, wall = time.perf_counter(), time.time()
     fitted = estimator.fit(train_df)
-    return time.perf_counter() - start, fitted.get_model()
+    seconds = time.perf_counter() - start
+    report = fitted.fit_report
+    workers = report["workers"]
+    BREAKDOWN.update(
+        prepare=report["prepare_seconds"],
+        task_start=min(w["started_at"] for w in workers) - wall,
+        imported=max(w["import_seconds"] for w in workers),
+        train=report["train_seconds"],
+        after=seconds - (max(w["ended_at"] for w in workers) - wall),
+    )
+    return seconds, fitted.get_model()
 
 
 def elephas_fit(spark: Any, mode: str, x: Any, y: Any) -> tuple[float, Any]:
-    """Elephas 7.3's fit of the same model at epoch frequency."""
-    from elephas.spark_model import SparkModel
+    """Elephas 7.3's fit of the same model at epoch frequency: ``SparkModel`` (one Spark
+    job per epoch, averaged) or ``AsynchronousSparkModel`` (its HTTP parameter server)."""
+    import socket
+
+    from elephas.spark_model import AsynchronousSparkModel, SparkModel
     from elephas.utils.rdd_utils import to_simple_rdd
 
     from examples.digits import digits_model
 
     rdd = to_simple_rdd(spark.sparkContext, x, y).repartition(WORKERS)
-    model = SparkModel(digits_model(seed=0), frequency="epoch", mode=mode, num_workers=WORKERS)
+    if mode == "synchronous":
+        model = SparkModel(digits_model(seed=0), num_workers=WORKERS)
+    else:
+        with socket.socket() as probe:  # a free port for its parameter server
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        model = AsynchronousSparkModel(
+            digits_model(seed=0), num_workers=WORKERS, mode=mode, frequency="epoch", port=port
+        )
     start = time.perf_counter()
     model.fit(rdd, epochs=EPOCHS, batch_size=BATCH_SIZE, verbose=0, validation_split=0.0)
     return time.perf_counter() - start, model.master_network
 
 
+#: Where a sparkdl fit's seconds went (from its fit report).
+BREAKDOWN: dict[str, float] = {}
+
+
 def figures(fit: float, acc: float) -> dict[str, float]:
-    return {"fit": fit, "total": time.perf_counter() - STARTED, "accuracy": acc}
+    return {"fit": fit, "total": time.perf_counter() - STARTED, "accuracy": acc, **BREAKDOWN}
 
 
 def report(runs: dict[str, list[dict[str, float]]]) -> None:
@@ -191,6 +237,16 @@ def report(runs: dict[str, list[dict[str, float]]]) -> None:
             f"{LABELS[name]:<46} {spread(name, 'fit'):>20} {ratio:>9} "
             f"{spread(name, 'total'):>20} {median(name, 'accuracy'):>6.3f}"
         )
+    print(
+        "\nsparkdl's fit seconds (medians): prepare = the driver's checks and plan; "
+        "task start = the fit's start to its first training task's; import = a task's "
+        "start to TensorFlow imported and joined (slowest worker); train = the training "
+        "loop (slowest); after = the last task's end to the fit's return"
+    )
+    for name, results in runs.items():
+        if results and "prepare" in results[0]:
+            parts = ["prepare", "task_start", "imported", "train", "after"]
+            print(f"{LABELS[name]:<46} " + ", ".join(f"{p} {median(name, p):.2f}" for p in parts))
 
 
 if __name__ == "__main__":

@@ -7,17 +7,19 @@ there for the next task in that process. :func:`warm_up` uses this: one small
 ``mapInArrow`` job, one task per task slot, started from a driver thread, whose tasks
 import :mod:`sparkdl.executor.training` in their worker. The caller goes on at once
 (the driver's own preparation overlaps the imports); the fit's tasks then find the
-modules loaded.
+modules loaded, or loading.
 
-Each task imports in the worker's main thread and holds its slot until the import is
-done, on purpose. An import left running in a background thread of the worker races
-any other thread of that process that imports TensorFlow by another way in
-(``import tensorflow`` or ``import keras`` in a later task, while
-``sparkdl.executor.training`` is still loading): TensorFlow's modules import each other
-in cycles, and Python then raises ``_DeadlockError``, or ``AttributeError`` on a
-partially initialized module, in both threads, which can leave the worker unable to
-import TensorFlow at all. A worker runs one task at a time, so an import finished within
-the task races nothing.
+A task does not hold its slot while its worker imports: it starts the import in a
+background thread of the worker and returns, so the fit's own first Spark job (the data
+checks, a JVM job) runs beside the imports instead of queueing behind them. The thread
+holds Python's global import lock (``_imp.acquire_lock()``) for the whole import, so
+every other thread of that worker that imports a module not yet loaded waits until it
+is done. Without that, a later task importing TensorFlow by another way in
+(``import keras`` in a pandas UDF, while ``sparkdl.executor.training`` is still
+loading) would race it: TensorFlow and Keras import each other in cycles, and Python
+then raises ``_DeadlockError``, or ``AttributeError`` on a partially initialized
+module, in both threads. With the lock, the next task of that worker (the fit's
+training task, or anyone's) simply starts when the import is done.
 
 The job is a ``mapInArrow`` over ``spark.range`` on purpose: an executor keeps one pool
 of Python workers per set of worker environment variables, and an RDD job
@@ -40,6 +42,7 @@ Example:
 
 from __future__ import annotations
 
+import _imp
 import importlib
 import logging
 import os
@@ -95,6 +98,7 @@ class WarmUp:
         self._finished = threading.Event()
         self._ok = False
         self._finished_at = 0.0
+        self._blocking = False  # whether its tasks waited for their imports
 
     @property
     def done(self) -> bool:
@@ -130,7 +134,9 @@ def warm_up(spark: SparkSession, *, wait: bool = False) -> WarmUp:
 
     Runs one ``mapInArrow`` job with ``sc.defaultParallelism`` tasks (one per task
     slot) from a daemon thread of the driver, described as :data:`JOB_DESCRIPTION` in
-    the Spark UI; each task holds its slot while its worker imports. The caller's job
+    the Spark UI; each task starts the import in its worker's background (holding
+    Python's import lock, so that the worker's next task waits for it) and ends. The
+    caller's job
     group and other local properties are inherited, never changed. A second call in the
     same SparkContext returns the first call's handle unless that job failed or ended
     more than :data:`REWARM_AFTER` seconds ago (Spark stops a Python worker idle for a
@@ -139,8 +145,8 @@ def warm_up(spark: SparkSession, *, wait: bool = False) -> WarmUp:
 
     Args:
         spark: The active SparkSession.
-        wait: Whether to return only when the warm-up job has finished (every task's
-            worker has imported the executor modules).
+        wait: Whether to return only when every task's worker has imported the
+            executor modules (the tasks then wait for their imports).
 
     Returns:
         A :class:`WarmUp` handle.
@@ -155,8 +161,8 @@ def warm_up(spark: SparkSession, *, wait: bool = False) -> WarmUp:
         app_id = sc.applicationId
         with _lock:
             handle = _handles.get(app_id)
-            if handle is None or handle._stale():
-                handle = _start(spark)
+            if handle is None or handle._stale() or (wait and not handle._blocking):
+                handle = _start(spark, wait=wait)
                 _handles[app_id] = handle
     except Exception as exc:  # Spark Connect has no SparkContext; a stopped one fails
         _log.debug("sparkdl warm-up skipped: %s", exc)
@@ -250,7 +256,7 @@ def _finished(*, ok: bool) -> WarmUp:
     return handle
 
 
-def _start(spark: SparkSession) -> WarmUp:
+def _start(spark: SparkSession, *, wait: bool) -> WarmUp:
     """Runs the warm-up job from an inheritable daemon thread; returns its handle."""
     from pyspark import InheritableThread
 
@@ -260,6 +266,7 @@ def _start(spark: SparkSession) -> WarmUp:
         return _finished(ok=True)  # nothing a warm-up could do in this SparkContext
     tasks = max(1, int(sc.defaultParallelism))
     handle = WarmUp()
+    handle._blocking = block = wait
     level = resolve_tf_log_level(gpus=gpus_requested(sc.getConf()))
 
     def run() -> None:
@@ -269,7 +276,7 @@ def _start(spark: SparkSession) -> WarmUp:
             # thread's jobs only, under the job group inherited from the caller.
             spark.sparkContext.setLocalProperty("spark.job.description", JOB_DESCRIPTION)
             frame = spark.range(tasks, numPartitions=tasks)
-            warm = _warm_partition(level, _EXECUTOR_MODULE)
+            warm = _warm_partition(level, _EXECUTOR_MODULE, block=block)
             rows = frame.mapInArrow(warm, "pid long, ok boolean").collect()
             ok = all(row.ok for row in rows)
             _log.debug("sparkdl warm-up of workers %s: ok=%s", [row.pid for row in rows], ok)
@@ -284,24 +291,57 @@ def _start(spark: SparkSession) -> WarmUp:
 
 
 def _warm_partition(
-    level: str, module: str
+    level: str, module: str, *, block: bool
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The function each warm-up task runs in its Python worker: imports ``module``."""
+    """The function each warm-up task runs in its Python worker: starts importing
+    ``module`` (and waits for it when ``block``)."""
 
     def warm(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for _ in batches:
             pass
         quiet_tensorflow(level)
-        yield pa.RecordBatch.from_pydict({"pid": [os.getpid()], "ok": [_import(module)]})
+        if block:
+            _start_import(module).join()
+            yield _answer(_imported.get(module, False))
+            return
+        # Everything this task still does imports its modules before the lock is
+        # taken (pyarrow loads some lazily), so that it ends at once.
+        answer = _answer(True)
+        yield answer
+        _start_import(module)
 
     return warm
 
 
-def _import(module: str) -> bool:
-    """Imports ``module`` in this worker; whether that worked."""
+def _answer(ok: bool) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({"pid": [os.getpid()], "ok": [ok]})
+
+
+# Worker side: this process's background import, and how each import ended.
+_importer: threading.Thread | None = None
+_imported: dict[str, bool] = {}
+
+
+def _start_import(module: str) -> threading.Thread:
+    """Starts importing ``module`` in a background thread of this worker (once)."""
+    global _importer
+    if _importer is None or not (_importer.is_alive() or module in _imported):
+        _importer = threading.Thread(
+            target=_import_holding_lock, args=(module,), name="sparkdl-warm-import", daemon=True
+        )
+        _importer.start()
+    return _importer
+
+
+def _import_holding_lock(module: str) -> None:
+    """Imports ``module`` holding the global import lock: no other thread of this
+    process imports anything new until it is done (see the module docstring)."""
+    _imp.acquire_lock()
     try:
         importlib.import_module(module)
+        _imported[module] = True
     except Exception:  # the fit's own import raises it again, in its task
+        _imported[module] = False
         _log.debug("sparkdl warm-up import failed (ignored)", exc_info=True)
-        return False
-    return True
+    finally:
+        _imp.release_lock()

@@ -45,6 +45,39 @@ def test_resolve_tf_log_level_prefers_the_drivers_level(monkeypatch: pytest.Monk
     assert resolve_tf_log_level() == warmup.DEFAULT_TF_LOG_LEVEL == "3"
 
 
+def test_a_background_import_holds_back_other_threads_imports(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the warm-up thread imports, another thread's import of a new module waits
+    for it (no two imports interleave: TensorFlow and Keras import each other)."""
+    import sys
+    import threading
+
+    (tmp_path / "slow_sentinel.py").write_text(
+        "import time\nstarted = time.monotonic()\ntime.sleep(0.5)\nended = time.monotonic()\n"
+    )
+    (tmp_path / "other_sentinel.py").write_text("import time\nloaded = time.monotonic()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(warmup, "_importer", None)
+    importer = warmup._start_import("slow_sentinel")
+    time.sleep(0.1)  # the slow import is under way
+    loaded: dict[str, float] = {}
+    other = threading.Thread(target=lambda: loaded.update(t=_load("other_sentinel")))
+    other.start()
+    other.join(10)
+    importer.join(10)
+    slow = sys.modules["slow_sentinel"]
+    assert warmup._imported["slow_sentinel"] is True
+    assert loaded["t"] >= slow.ended > slow.started
+    assert warmup._start_import("slow_sentinel") is importer  # imported once per process
+
+
+def _load(name: str) -> float:
+    import importlib
+
+    return float(importlib.import_module(name).loaded)
+
+
 @pytest.mark.spark
 @pytest.mark.slow  # standalone, the workers import TensorFlow (seconds)
 def test_warm_up_imports_the_executor_in_the_workers_mapInArrow_uses(
