@@ -59,6 +59,7 @@ VALIDATION = "__sparkdl_validation"
 #: An ML vector column feeding a model input this wide (or wider) stays sparse.
 SPARSE_MIN_WIDTH = 4096
 _VECTOR_JSON = "struct<v:struct<type:tinyint,size:int,indices:array<int>,values:array<double>>>"
+_VECTOR_SIZES = "struct<v:struct<size:int,values:array<double>>>"
 
 
 class ColumnTypeError(SchemaError, TypeError):
@@ -127,6 +128,7 @@ def prepare(
     label_col: Any,
     *,
     validate: bool = True,
+    sparse: Sequence[bool] | None = None,
 ) -> Prepared:
     """Checks the model and the data and selects the prepared columns.
 
@@ -135,7 +137,9 @@ def prepare(
     outputs.
 
     Runs one Spark job (an aggregate) to count rows and find nulls, NaNs and ragged rows;
-    ``validate=False`` skips its look at every value for NaNs.
+    ``validate=False`` skips its look at every value for NaNs. ``sparse`` gives each
+    input's sparse-or-dense choice (validation data takes the training data's);
+    ``None`` makes it (:func:`model_features`).
 
     Raises:
         SchemaError: A column is missing or has a wrong type, or the data is bad.
@@ -145,7 +149,7 @@ def prepare(
     keras_io.check_compiled(model)
     if not isinstance(df, DataFrame):
         raise ColumnTypeError(f"Expected a pyspark.sql.DataFrame. Received: {type(df).__name__}")
-    features, sparse = model_features(df, model, features_col)
+    features, sparse = model_features(df, model, features_col, decided=sparse)
     labels = label_columns(df, label_col, keras_io.output_names(model))
     frame = df.select(
         *[f.alias(feature_name(i)) for i, f in enumerate(features)],
@@ -168,22 +172,41 @@ def prepare(
     return Prepared(frame, summary, kinds, shapes, tuple(sparse), time.perf_counter() - started)
 
 
-def model_features(df: DataFrame, model: Any, features_col: Any) -> tuple[list[Column], list[bool]]:
+def model_features(
+    df: DataFrame,
+    model: Any,
+    features_col: Any,
+    *,
+    decided: Sequence[bool] | None = None,
+    sample: bool = True,
+) -> tuple[list[Column], list[bool]]:
     """The feature expressions for ``model``'s inputs and which of them stay sparse.
 
     An ML vector column stays sparse for an input built with ``sparse=True``, and for
     one :data:`SPARSE_MIN_WIDTH` wide or wider unless its first rows store more than
-    half of their values (DenseVectors: CSR would hold an index beside every value).
+    half of their values (DenseVectors: CSR would hold an index beside every value;
+    one small Spark job looks, unless ``sample`` is false: scoring converts one batch
+    at a time either way).
+
+    Args:
+        df: The input DataFrame.
+        model: The Keras model.
+        features_col: As :func:`feature_columns` takes it.
+        decided: Per input, a choice made before (the training data's, for the
+            validation data); ``None`` decides here.
+        sample: Whether to look at the first rows of a wide vector column.
 
     Raises:
         SchemaError: The columns do not match the model's inputs.
     """
     names = keras_io.input_names(model)
+    if decided is not None:
+        return feature_columns(df, features_col, names, sparse=list(decided))
     wants = [keras_io.prefers_sparse(model, i, SPARSE_MIN_WIDTH) for i in range(len(names))]
     takes = keras_io.sparse_inputs(model) or [False] * len(names)
     features, sparse = feature_columns(df, features_col, names, sparse=wants)
     for i, keep in enumerate(sparse):
-        if keep and not takes[i] and _mostly_dense(df.select(features[i])):
+        if keep and sample and not takes[i] and _mostly_dense(df.select(features[i])):
             features[i], sparse[i] = vector_to_array(features[i], dtype="float32"), False
     return features, sparse
 
@@ -467,12 +490,15 @@ def _summary_aggregates(
 
 def _mostly_dense(vectors: DataFrame, rows: int = 64) -> bool:
     """Whether the first ``rows`` vectors of a one-column DataFrame store more than half
-    of their values (one small Spark job)."""
-    stored = size = 0
-    for (vector,) in vectors.limit(rows).collect():
-        if vector is not None:
-            stored += len(vector.values)
-            size += vector.size
+    of their values (one small Spark job; only two numbers a row reach the driver)."""
+    column = F.col(vectors.columns[0])
+    fields = F.from_json(F.to_json(F.struct(column.alias("v"))), _VECTOR_SIZES)["v"]
+    sizes = vectors.limit(rows).select(
+        F.size(fields["values"]).alias("stored"),
+        F.coalesce(fields["size"], F.size(fields["values"])).alias("size"),
+    )
+    found = sizes.agg(F.sum("stored"), F.sum("size")).first()
+    stored, size = (int(v or 0) for v in (found or (0, 0)))
     return 2 * stored > size
 
 

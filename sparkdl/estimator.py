@@ -144,8 +144,8 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
     def _fit(self, dataset: DataFrame) -> KerasModel:
         # Executors import TensorFlow while the driver checks the data (at once if
         # warm_up(spark) ran earlier in the session).
-        warm_up(dataset.sparkSession)
         config = self.train_config()
+        warm_up(dataset.sparkSession, workers=config.num_workers)
         found = None
         if config.resume and config.checkpoint_dir:
             found = checkpoints.latest(config.checkpoint_dir)
@@ -167,6 +167,7 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
                 self.features_col,
                 self.label_col,
                 validate=config.validate,
+                sparse=prepared.sparse,  # the training data's choice: the rows travel together
             )
         tracker = None
         callbacks = list(self.callbacks)

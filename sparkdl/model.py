@@ -209,8 +209,9 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
 
     def _features(self, dataset: DataFrame, model: Any) -> tuple[list[Any], list[bool]]:
         """The feature expressions for ``model`` and which of them stay sparse (as in
-        :func:`sparkdl.data.prepare`)."""
-        return data.model_features(dataset, model, self.features_col)
+        :func:`sparkdl.data.prepare`, without its look at the rows: scoring densifies one
+        batch at a time, so it needs no Spark job to choose)."""
+        return data.model_features(dataset, model, self.features_col, sample=False)
 
     def _broadcast(self, dataset: DataFrame) -> Any:
         """The model bytes as a broadcast of ``dataset``'s SparkContext (made once)."""

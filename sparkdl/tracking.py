@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from sparkdl.errors import ConfigError
@@ -26,6 +27,10 @@ def wanted(mlflow_run: bool | str | None) -> bool:
     if mlflow_run is False:
         return False
     if mlflow_run is None:  # follow MLflow's Keras autologging switch
+        if "mlflow" not in sys.modules:
+            # Switching autologging on imports MLflow (so does Databricks at start);
+            # importing it here only to ask would cost every fit a second and more.
+            return False
         try:
             from mlflow.utils.autologging_utils import autologging_is_disabled
         except ImportError:

@@ -90,8 +90,9 @@ _log = logging.getLogger(__name__)
 class WarmUp:
     """The handle :func:`warm_up` returns: whether its Spark job has finished.
 
-    The job finishes when every task's worker has imported the executor modules. A
-    failed job (or import) counts as finished: the warm-up never fails a fit.
+    The job finishes when every task has started its worker's import (with
+    ``wait=True``: when every import is done). A failed job (or import) counts as
+    finished: the warm-up never fails a fit.
     """
 
     def __init__(self) -> None:
@@ -99,6 +100,7 @@ class WarmUp:
         self._ok = False
         self._finished_at = 0.0
         self._blocking = False  # whether its tasks waited for their imports
+        self._tasks = 0  # workers it warmed
 
     @property
     def done(self) -> bool:
@@ -129,22 +131,25 @@ class WarmUp:
         return not self._ok or time.monotonic() - self._finished_at > REWARM_AFTER
 
 
-def warm_up(spark: SparkSession, *, wait: bool = False) -> WarmUp:
+def warm_up(spark: SparkSession, *, workers: int | None = None, wait: bool = False) -> WarmUp:
     """Imports TensorFlow and Keras in every Python worker, from a driver thread.
 
-    Runs one ``mapInArrow`` job with ``sc.defaultParallelism`` tasks (one per task
-    slot) from a daemon thread of the driver, described as :data:`JOB_DESCRIPTION` in
-    the Spark UI; each task starts the import in its worker's background (holding
-    Python's import lock, so that the worker's next task waits for it) and ends. The
-    caller's job
-    group and other local properties are inherited, never changed. A second call in the
-    same SparkContext returns the first call's handle unless that job failed or ended
-    more than :data:`REWARM_AFTER` seconds ago (Spark stops a Python worker idle for a
-    minute; a warm-up of workers that are still warm costs one short job). Errors are
-    logged at debug level and swallowed.
+    Runs one ``mapInArrow`` job of ``workers`` tasks (default: one per task slot,
+    ``sc.defaultParallelism``) from a daemon thread of the driver, described as
+    :data:`JOB_DESCRIPTION` in the Spark UI; each task starts the import in its
+    worker's background (holding Python's import lock, so that the worker's next task
+    waits for it) and ends. The caller's job group and other local properties are
+    inherited, never changed. A second call in the same SparkContext returns the first
+    call's handle unless that job failed, warmed fewer workers, or ended more than
+    :data:`REWARM_AFTER` seconds ago (Spark stops a Python worker idle for a minute; a
+    warm-up of workers that are still warm costs one short job). Errors are logged at
+    debug level and swallowed.
 
     Args:
         spark: The active SparkSession.
+        workers: Python workers to warm: pass the fit's ``num_workers`` (each one
+            holds TensorFlow, about 0.7 GB, so a machine of many slots need not warm
+            them all).
         wait: Whether to return only when every task's worker has imported the
             executor modules (the tasks then wait for their imports).
 
@@ -161,8 +166,14 @@ def warm_up(spark: SparkSession, *, wait: bool = False) -> WarmUp:
         app_id = sc.applicationId
         with _lock:
             handle = _handles.get(app_id)
-            if handle is None or handle._stale() or (wait and not handle._blocking):
-                handle = _start(spark, wait=wait)
+            tasks = _tasks(sc, workers)
+            if (
+                handle is None
+                or handle._stale()
+                or (wait and not handle._blocking)
+                or handle._tasks < tasks
+            ):
+                handle = _start(spark, tasks, wait=wait)
                 _handles[app_id] = handle
     except Exception as exc:  # Spark Connect has no SparkContext; a stopped one fails
         _log.debug("sparkdl warm-up skipped: %s", exc)
@@ -256,7 +267,12 @@ def _finished(*, ok: bool) -> WarmUp:
     return handle
 
 
-def _start(spark: SparkSession, *, wait: bool) -> WarmUp:
+def _tasks(sc: Any, workers: int | None) -> int:
+    slots = max(1, int(sc.defaultParallelism))
+    return slots if workers is None else max(1, min(int(workers), slots))
+
+
+def _start(spark: SparkSession, tasks: int, *, wait: bool) -> WarmUp:
     """Runs the warm-up job from an inheritable daemon thread; returns its handle."""
     from pyspark import InheritableThread
 
@@ -264,9 +280,9 @@ def _start(spark: SparkSession, *, wait: bool) -> WarmUp:
     if sc.getConf().get("spark.python.worker.reuse", "true").lower() != "true":
         _log.debug("sparkdl warm-up skipped: spark.python.worker.reuse is false")
         return _finished(ok=True)  # nothing a warm-up could do in this SparkContext
-    tasks = max(1, int(sc.defaultParallelism))
     handle = WarmUp()
     handle._blocking = block = wait
+    handle._tasks = tasks
     level = resolve_tf_log_level(gpus=gpus_requested(sc.getConf()))
 
     def run() -> None:
@@ -323,20 +339,31 @@ _imported: dict[str, bool] = {}
 
 
 def _start_import(module: str) -> threading.Thread:
-    """Starts importing ``module`` in a background thread of this worker (once)."""
+    """Starts importing ``module`` in a background thread of this worker (once).
+
+    Returns once the thread holds the import lock. The caller is in no import then, so
+    the thread never waits for a module lock this thread holds while this thread waits
+    for the import lock (a deadlock Python would not detect).
+    """
     global _importer
     if _importer is None or not (_importer.is_alive() or module in _imported):
+        locked = threading.Event()
         _importer = threading.Thread(
-            target=_import_holding_lock, args=(module,), name="sparkdl-warm-import", daemon=True
+            target=_import_holding_lock,
+            args=(module, locked),
+            name="sparkdl-warm-import",
+            daemon=True,
         )
         _importer.start()
+        locked.wait()
     return _importer
 
 
-def _import_holding_lock(module: str) -> None:
+def _import_holding_lock(module: str, locked: threading.Event) -> None:
     """Imports ``module`` holding the global import lock: no other thread of this
     process imports anything new until it is done (see the module docstring)."""
     _imp.acquire_lock()
+    locked.set()
     try:
         importlib.import_module(module)
         _imported[module] = True

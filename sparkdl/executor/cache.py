@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from sparkdl.errors import SchemaError
+from sparkdl.errors import ConfigError, SchemaError
 
 __all__ = [
     "BLOCK_BYTES",
@@ -205,14 +205,24 @@ class MemorySpool:
         self._map = mmap.mmap(-1, max(capacity, mmap.PAGESIZE), flags=mmap.MAP_PRIVATE)
         self.nbytes = 0
 
-    def write(self, data: np.ndarray) -> None:
-        """Appends ``data``'s bytes."""
-        raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8).data
-        end = self.nbytes + raw.nbytes
+    def reserve(self, nbytes: int) -> None:
+        """Makes room for ``nbytes`` more bytes.
+
+        Raises:
+            OSError: The map cannot grow (ENOMEM: the address space is capped, as
+                ``spark.executor.pyspark.memory`` caps a Python worker's).
+        """
+        end = self.nbytes + nbytes
         if end > len(self._map):
             # mremap: pages move, no copy. Growing by a quarter keeps the address
             # space (RLIMIT_AS under spark.executor.pyspark.memory) near the data.
             self._map.resize(max(end, len(self._map) + len(self._map) // 4, 1 << 20))
+
+    def write(self, data: np.ndarray) -> None:
+        """Appends ``data``'s bytes."""
+        raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8).data
+        self.reserve(raw.nbytes)
+        end = self.nbytes + raw.nbytes
         self._map[self.nbytes : end] = raw
         self.nbytes = end
 
@@ -331,7 +341,10 @@ class PartitionCache:
         if not batch.num_rows:
             return
         before = self.data_bytes
-        for name, value in convert(batch, self.columns).items():
+        block = convert(batch, self.columns)
+        if self.mode == "memory":
+            self._make_room(block)
+        for name, value in block.items():
             if isinstance(value, Csr):
                 offset = self._spools[name + ":values"].nbytes // 4  # values held so far
                 self._spools[name + ":indptr"].write(value.indptr[1:] + offset)
@@ -394,6 +407,28 @@ class PartitionCache:
         if self.mode == "disk":
             return FileSpool(self.directory or local_dir())
         return MemorySpool()
+
+    def _make_room(self, block: Block) -> None:
+        """Grows the memory maps for ``block`` before anything is written, so that a
+        map that cannot grow leaves the cache whole: ``"auto"`` then moves to disk."""
+        try:
+            for name, value in block.items():
+                if isinstance(value, Csr):
+                    self._spools[name + ":indptr"].reserve(8 * len(value))
+                    self._spools[name + ":indices"].reserve(value.indices.nbytes)
+                    self._spools[name + ":values"].reserve(value.values.nbytes)
+                else:
+                    self._spools[name].reserve(value.nbytes)
+        except (OSError, MemoryError) as exc:
+            if not self._auto:
+                raise ConfigError(
+                    f"data_cache='memory' could not keep this partition in memory "
+                    f"({self.data_bytes:,} bytes held, {exc}). Use data_cache='disk' "
+                    "(or 'auto'), give the Python workers more memory "
+                    "(spark.executor.pyspark.memory), or split the data over more workers."
+                ) from exc
+            self.budget.give(self.data_bytes)
+            self._spill()
 
     def _spill(self) -> None:
         """Moves every memory spool to a file (``"auto"`` past its budget)."""

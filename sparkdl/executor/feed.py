@@ -3,7 +3,7 @@
 A generator cuts each epoch into batches, chosen by where the partition is:
 
 * in memory: the rows stay where the cache put them; each epoch shuffles row
-  *indices* (8 bytes a row) and gathers each batch from the cache's memory, as
+  *indices* (4 bytes a row) and gathers each batch from the cache's memory, as
   ``model.fit(x, y, shuffle=True)`` would order them. (Tensors over the whole
   partition would copy it, and a ``tf.data`` shuffle of a million row indices holds
   a few hundred bytes per row.)

@@ -31,20 +31,20 @@ def test_parquet_with_validation_spills_to_disk_past_the_budget(
     try:
         table = spark.read.parquet(str(tmp_path / "train"))
         assert table.rdd.getNumPartitions() == 8
+        fitted = KerasEstimator(
+            model=digits_model(),
+            features_col="features",
+            label_col="label",
+            mode="asynchronous",
+            num_workers=2,
+            epochs=20,
+            batch_size=32,
+            seed=0,
+            data_cache="auto",
+            validation_data=test_df,
+        ).fit(table)
     finally:
         spark.conf.unset("spark.sql.files.maxPartitionBytes")
-    fitted = KerasEstimator(
-        model=digits_model(),
-        features_col="features",
-        label_col="label",
-        mode="asynchronous",
-        num_workers=2,
-        epochs=20,
-        batch_size=32,
-        seed=0,
-        data_cache="auto",
-        validation_data=test_df,
-    ).fit(table)
     acc = accuracy(fitted.get_model(), x_test, y_test)
     assert acc >= 0.95, acc
     assert len(fitted.history["val_accuracy"]) == 20
@@ -121,7 +121,7 @@ def test_wide_dense_vectors_are_cached_as_float_rows(spark) -> None:
     df = spark.createDataFrame(
         [(Vectors.dense(r), int(label)) for r, label in zip(x.tolist(), y, strict=True)],
         ["features", "label"],
-    ).repartition(2)
+    ).repartition(4)  # coalesced to the 2 workers
     model = keras.Sequential([keras.Input((width,)), keras.layers.Dense(2, "softmax")])
     model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
     fitted = KerasEstimator(
@@ -135,6 +135,7 @@ def test_wide_dense_vectors_are_cached_as_float_rows(spark) -> None:
     ).fit(df)
     workers = fitted.fit_report["workers"]
     assert sum(w["data_bytes"] for w in workers) == rows * (width + 1) * 4
+    assert sorted(w["rows"] for w in workers) == [100, 100]  # two partitions each
     scored = fitted.transform(df).select("features", "prediction").collect()
     expected = fitted.get_model().predict(np.array([r.features for r in scored]), verbose=0)
     np.testing.assert_allclose([r.prediction for r in scored], expected, atol=1e-5)

@@ -8,11 +8,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from sparkdl.errors import SchemaError
+from sparkdl.errors import ConfigError, SchemaError
 from sparkdl.executor.cache import (
     Budget,
     Column,
     Csr,
+    MemorySpool,
     PartitionCache,
     convert,
     epoch_batches,
@@ -111,11 +112,32 @@ def test_caches_sharing_a_budget_spill_when_together_they_pass_it(tmp_path) -> N
 
 
 def test_cache_files_have_no_name_and_vanish(tmp_path) -> None:
+    open_files = len(os.listdir("/proc/self/fd"))
     with PartitionCache([X, Y], mode="disk", directory=str(tmp_path)) as c:
         c.append(_batch(0, 10))
         assert os.listdir(tmp_path) == []  # unnamed (O_TMPFILE): nothing to clean up
+        assert len(os.listdir("/proc/self/fd")) == open_files + 2  # a file a column
+    assert len(os.listdir("/proc/self/fd")) == open_files  # closed: the files are gone
     with pytest.raises(RuntimeError, match="memory mode"):
         c.arrays()
+
+
+def _no_room(self: MemorySpool, nbytes: int) -> None:
+    raise OSError(12, "Cannot allocate memory")
+
+
+def test_a_map_that_cannot_grow_spills_auto_and_stops_memory(tmp_path, monkeypatch) -> None:
+    """Under spark.executor.pyspark.memory (a capped address space) a map may not grow."""
+    with PartitionCache([X, Y], mode="auto", directory=str(tmp_path)) as auto:
+        auto.append(_batch(0, 10))
+        monkeypatch.setattr(MemorySpool, "reserve", _no_room)
+        auto.append(_batch(10, 10))  # nothing written to memory: all of it to disk
+        assert auto.mode == "disk" and auto.budget.held == 0
+        assert auto.read(0, 20)["y"].tolist() == list(range(20))
+    with PartitionCache([X, Y], mode="memory") as memory:
+        with pytest.raises(ConfigError, match="data_cache='disk'"):
+            memory.append(_batch(0, 10))
+        assert memory.rows == 0 and memory.data_bytes == 0  # left whole
 
 
 @pytest.mark.parametrize("shuffle", [True, False])

@@ -1,0 +1,19 @@
+"""When a fit asks MLflow about autologging (sparkdl.tracking.wanted)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from sparkdl.tracking import wanted
+
+
+def test_autologging_is_not_asked_of_an_mlflow_nobody_imported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in [m for m in sys.modules if m == "mlflow" or m.startswith("mlflow.")]:
+        monkeypatch.delitem(sys.modules, name)
+    assert wanted(None) is False
+    assert "mlflow" not in sys.modules  # not imported (seconds) just to ask
+    assert wanted(True) is True and wanted(False) is False
