@@ -140,7 +140,7 @@ def child(name: str) -> dict[str, float]:
             if name == "sparkdl-nowarm":
                 import sparkdl.estimator
 
-                sparkdl.estimator.warm_up = lambda spark, wait=False: None  # type: ignore
+                sparkdl.estimator.warm_up = lambda spark, **settings: None  # type: ignore
             fit, trained = sparkdl_fit(spark, warm=warm)
         else:
             fit, trained = elephas_fit(spark, name.split("-")[1], x_train, y_train)
