@@ -478,12 +478,14 @@ def epoch_batches(
     for lo in starts.tolist():
         if count >= total:
             break
-        hi = min(lo + block, stop, lo + total - count)
+        # Shuffled, whole blocks are read and the rows past ``total`` are dropped
+        # after the window's shuffle: a random subset even of a single block.
+        hi = min(lo + block, stop) if shuffle else min(lo + block, stop, lo + total - count)
         spans.append((lo, hi))
         count += hi - lo
     carry: list[Block] = []
     parts: list[Block] = []
-    held = 0
+    held = emitted = 0
     for i, (lo, hi) in enumerate(spans):
         parts.append(cache.read(lo, hi))
         held += hi - lo
@@ -496,7 +498,11 @@ def epoch_batches(
             merged = take_block(merged, rng.permutation(n))
         full = n if last else n - n % batch_size
         for row in range(0, full, batch_size):
-            yield slice_block(merged, row, min(row + batch_size, full))
+            end = min(row + batch_size, full, row + total - emitted)
+            yield slice_block(merged, row, end)
+            emitted += end - row
+            if emitted >= total:
+                return
         carry = [slice_block(merged, full, n)] if full < n else []
         parts, held = [], 0
 

@@ -140,3 +140,23 @@ def test_validation_rows_are_counted_in_rows_not_features(inputs: int) -> None:
 
 def _first(x):
     return x[0] if isinstance(x, tuple) else x
+
+
+@pytest.mark.parametrize("mode", ["memory", "disk"])
+def test_a_resumed_epoch_trains_the_rows_that_were_left(mode: str, tmp_path) -> None:
+    """A retried task finishes its epoch on as many rows as were left: without
+    shuffling, the epoch's last rows in order; with it, a random subset."""
+    columns = [Column("x", "dense", 1), Column("y", "int", 1)]
+    with PartitionCache(columns, mode=mode, directory=str(tmp_path)) as cache:
+        ids = np.arange(100)
+        cache.append(pa.record_batch({"x": [[float(i)] for i in ids], "y": ids}))
+        feed = Feed(cache, columns[:1], [(1,)], [False], columns[1:], 8)
+
+        def rows(start: int, *, shuffle: bool, seed: int) -> list[int]:
+            batches = feed.train(start, 100, shuffle=shuffle, seed=seed, limit=30).take(4)
+            return [int(v) for _, y in batches for v in y.numpy()]
+
+        assert rows(70, shuffle=False, seed=0) == list(range(70, 100))
+        first, second = rows(0, shuffle=True, seed=0), rows(0, shuffle=True, seed=1)
+        assert len(set(first)) == len(set(second)) == 30  # 30 rows, none twice
+        assert first != second and sorted(first) != list(range(30))  # random subsets

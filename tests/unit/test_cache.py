@@ -172,6 +172,7 @@ def test_a_limited_epoch_is_a_random_subset(cache: PartitionCache) -> None:
         [b["y"] for b in epoch_batches(cache, 0, 100, 16, shuffle=True, rng=rng, limit=37)]
     )
     assert len(rows) == 37 and len(set(rows.tolist())) == 37
+    assert sorted(rows.tolist()) != list(range(37))  # not the first rows: a random subset
 
 
 def test_csr_take_concat_and_dense_vectors() -> None:
