@@ -142,16 +142,10 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
         return self
 
     def _fit(self, dataset: DataFrame) -> KerasModel:
+        # Executors import TensorFlow while the driver checks the data (at once if
+        # warm_up(spark) ran earlier in the session).
         config = self.train_config()
-        # Executors import TensorFlow while the driver works (at once if warm_up(spark)
-        # ran earlier in the session): beside the data checks when the cluster has
-        # slots to spare for it, else after them, so that it never holds up their job
-        # (measured on 2 slots: first fits took 2 s longer with it started first).
-        spark = dataset.sparkSession
-        workers = config.num_workers  # None: every slot, none to spare
-        early = workers is not None and workers < spark.sparkContext.defaultParallelism
-        if early:
-            warm_up(spark, workers=config.num_workers)
+        warm_up(dataset.sparkSession, workers=config.num_workers)
         found = None
         if config.resume and config.checkpoint_dir:
             found = checkpoints.latest(config.checkpoint_dir)
@@ -175,8 +169,6 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
                 validate=config.validate,
                 sparse=prepared.sparse,  # the training data's choice: the rows travel together
             )
-        if not early:
-            warm_up(spark, workers=config.num_workers)
         tracker = None
         callbacks = list(self.callbacks)
         if tracking.wanted(config.mlflow_run):

@@ -213,6 +213,9 @@ def assert_port_released(port: int) -> None:
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=2)
     with socket.socket() as s:
+        # As a new service binds (SO_REUSEADDR): connections the service closed may
+        # linger in TIME_WAIT, a listening socket still held would refuse the bind.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", port))  # raises if the service still held it
 
 
