@@ -145,7 +145,7 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
         # Executors import TensorFlow while the driver checks the data (at once if
         # warm_up(spark) ran earlier in the session).
         config = self.train_config()
-        warm_up(dataset.sparkSession, workers=config.num_workers)
+        warm_up(dataset.sparkSession, workers=config.num_workers, engine=False)
         found = None
         if config.resume and config.checkpoint_dir:
             found = checkpoints.latest(config.checkpoint_dir)

@@ -34,7 +34,7 @@ from sparkdl.executor.cache import Budget, Column, PartitionCache
 from sparkdl.plan import FitPlan
 from sparkdl.reports import WorkerReport
 from sparkdl.server.client import ServiceClient
-from sparkdl.warmup import quiet_tensorflow
+from sparkdl.warmup import import_executor, quiet_tensorflow
 
 __all__ = ["RESULT_SCHEMA", "WorkerPayload", "make_train_function"]
 
@@ -125,7 +125,7 @@ def _run_task(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> Work
     quiet_tensorflow(plan.tf_log_level)
     # Import TensorFlow and Keras (the executor modules) while the partition is read:
     # the import dominates a cold worker.
-    importer = threading.Thread(target=_import_executor, name="sparkdl-import", daemon=True)
+    importer = threading.Thread(target=import_executor, name="sparkdl-import", daemon=True)
     importer.start()
     client = ServiceClient(
         payload.url,
@@ -217,10 +217,6 @@ def _transient(exc: BaseException, phase: str = "train") -> bool:
     if phase == "cache" and isinstance(exc, (OSError, MemoryError)):
         return True
     return isinstance(exc, (ServiceError, ConnectionError, TimeoutError, KeyboardInterrupt))
-
-
-def _import_executor() -> None:
-    import sparkdl.executor.training  # noqa: F401
 
 
 def _reset_peak_rss() -> None:

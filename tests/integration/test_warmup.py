@@ -45,6 +45,39 @@ def test_resolve_tf_log_level_prefers_the_drivers_level(monkeypatch: pytest.Monk
     assert resolve_tf_log_level() == warmup.DEFAULT_TF_LOG_LEVEL == "3"
 
 
+def test_the_executor_import_leaves_out_the_packages_workers_never_use(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A module imported by ``import_executor`` finds the packages of
+    ``UNUSED_ON_WORKERS`` missing (as Keras's optional imports of scikit-learn and
+    matplotlib do), and they import as usual after it."""
+    import sys
+
+    (tmp_path / "unused_pkg").mkdir()
+    (tmp_path / "unused_pkg" / "__init__.py").write_text("")
+    (tmp_path / "unused_pkg" / "pyplot.py").write_text("")
+    (tmp_path / "unused_mod.py").write_text("")
+    (tmp_path / "optional_user.py").write_text(
+        "try:\n    import unused_mod\nexcept ImportError:\n    unused_mod = None\n"
+        "try:\n    import unused_pkg.pyplot as plt\nexcept ImportError:\n    plt = None\n"
+        "import json\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(warmup, "UNUSED_ON_WORKERS", ("unused_mod", "unused_pkg"))
+    warmup.import_executor("optional_user")
+    user = sys.modules["optional_user"]
+    assert user.unused_mod is None and user.plt is None and user.json is not None
+    assert "unused_mod" not in sys.modules and "unused_pkg" not in sys.modules
+    import unused_mod  # nothing left marked missing
+    import unused_pkg.pyplot
+
+    assert unused_mod is not None and unused_pkg.pyplot is not None
+    warmup.import_executor("optional_user")  # imported already: nothing happens
+    assert sys.modules["optional_user"] is user
+    for name in ("optional_user", "unused_mod", "unused_pkg", "unused_pkg.pyplot"):
+        monkeypatch.delitem(sys.modules, name)
+
+
 def test_a_background_import_holds_back_other_threads_imports(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -96,7 +129,8 @@ def test_warm_up_imports_the_executor_in_the_workers_mapInArrow_uses(
         assert handle.wait(60), "the warm-up job did not finish within 60 s"
         assert handle.done
         # The warm-up job ran in the caller's group, and left the caller's properties.
-        assert sc.statusTracker().getJobIdsForGroup("caller-group")
+        # Without wait on a local master, the query engine's warm-up is left out.
+        assert len(sc.statusTracker().getJobIdsForGroup("caller-group")) == 1
         assert sc.getLocalProperty("spark.jobGroup.id") == "caller-group"
         assert sc.getLocalProperty("spark.job.description") == "caller's job"
     finally:
@@ -111,8 +145,16 @@ def test_warm_up_imports_the_executor_in_the_workers_mapInArrow_uses(
 
     # A warm-up that ended long ago (Spark may have stopped its workers) runs again.
     handle._finished_at -= warmup.REWARM_AFTER + 1
-    again = warm_up(spark, wait=True)
-    assert again is not handle and again.done
+    sc.setJobGroup("waiting-group", "caller's wait")
+    try:
+        again = warm_up(spark, wait=True)
+        assert again is not handle and again.done
+        # With wait, the data checks' aggregate ran too (the engine's warm-up): its
+        # failure would be swallowed, so the jobs are counted.
+        assert len(sc.statusTracker().getJobIdsForGroup("waiting-group")) >= 2
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+        sc.setJobDescription(None)
 
 
 def _seen(spark: Any) -> list[bool]:
