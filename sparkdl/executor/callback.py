@@ -99,7 +99,9 @@ class SyncCallback(keras.callbacks.Callback):
             "step": self.schedule.step_of(seen),
         }
         if epoch_logs is not None:
-            meta["epoch_logs"] = {k: float(v) for k, v in epoch_logs.items()}
+            # A metric with no value this epoch (NaN) travels as null: the service
+            # refuses NaN, which JSON cannot carry.
+            meta["epoch_logs"] = {k: _finite_or_none(v) for k, v in epoch_logs.items()}
             meta["epoch_samples"] = self.schedule.rows
             meta["val_samples"] = self.val_rows
         # An epoch's closing push waits for its answer, so every epoch starts from
@@ -122,3 +124,8 @@ class SyncCallback(keras.callbacks.Callback):
         if isinstance(rate, (int, float)) and rate != self.learning_rate:
             self.model.optimizer.learning_rate = float(rate)  # ReduceLROnPlateau
             self.learning_rate = float(rate)
+
+
+def _finite_or_none(value: Any) -> float | None:
+    number = float(value)
+    return number if math.isfinite(number) else None

@@ -192,7 +192,9 @@ class _BadArg(StoreError):
 
 
 def _json(status: int, payload: dict[str, Any]) -> Response:
-    return Response(json.dumps(payload), status=status, mimetype="application/json")
+    # allow_nan=False: NaN and Infinity are not JSON (the store never holds them).
+    body = json.dumps(payload, allow_nan=False)
+    return Response(body, status=status, mimetype="application/json")
 
 
 def _json_error(status: int, message: str) -> Response:
@@ -241,7 +243,7 @@ def _json_body() -> dict[str, Any]:
 def _meta_int(meta: dict[str, Any], key: str, default: int | None = None) -> int:
     value = meta.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**62:
-        raise _BadArg(f"Expected '{key}' to be a non-negative int. Received: {value!r}")
+        raise _BadArg(f"Expected '{key}' to be a non-negative int. Received: {repr(value)[:60]}")
     return value
 
 

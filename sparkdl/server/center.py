@@ -4,6 +4,14 @@ A version's arrays are never modified once answered (merges make new arrays), ex
 in hogwild mode, where pushes add into the live arrays and an answer is encoded anew
 each time. The encoded answer of a version is built once however many workers ask.
 
+No push may make the center overflow its dtype (one worker's huge values would make
+it inf for every worker). A merge moves a center array by at most the largest
+magnitude it is pushed (averages take a share of it, deltas and elastic differences
+add it), so the center keeps an upper bound on each array's largest magnitude: the
+bound plus the push's must stay within the dtype's range, else the bound is
+recomputed exactly (one pass over that array, only near the limit) and the push is
+refused if it still does not fit. The check happens before anything changes.
+
 Example:
     >>> import numpy as np
     >>> center = Center([np.zeros(2, np.float32)])
@@ -21,9 +29,9 @@ import numpy as np
 
 from sparkdl.server import wire
 from sparkdl.server.errors import StoreError
-from sparkdl.sync.merges import is_float
+from sparkdl.sync.merges import float_limit, is_float
 
-__all__ = ["Center"]
+__all__ = ["Center", "magnitude"]
 
 
 class Center:
@@ -40,9 +48,16 @@ class Center:
         self.version = 0
         self._specs = [(w.dtype, w.shape) for w in self.weights]
         self._encoded: tuple[int, list[Any]] | None = None
+        self._limits = [float_limit(w.dtype) if is_float(w) else None for w in self.weights]
+        #: Per array, at least the largest magnitude it holds or may hold once every
+        #: push admitted so far is folded in.
+        self._bounds = [magnitude(w) if is_float(w) else 0.0 for w in self.weights]
 
-    def check(self, arrays: Sequence[np.ndarray]) -> None:
+    def check(self, arrays: Sequence[np.ndarray]) -> list[float]:
         """Refuses arrays that do not match the weights or hold NaN or inf.
+
+        Returns:
+            Each array's largest magnitude (0 for integer arrays), for :meth:`reserve`.
 
         Raises:
             StoreError: 400 naming the first offending array.
@@ -53,6 +68,7 @@ class Center:
                 f"Expected {len(self._specs)} weight arrays (the model's weights). "
                 f"Received: {len(arrays)}",
             )
+        magnitudes = []
         for i, (array, (dtype, shape)) in enumerate(zip(arrays, self._specs, strict=True)):
             if array.dtype != dtype or array.shape != shape:
                 raise StoreError(
@@ -60,12 +76,47 @@ class Center:
                     f"Weight {i}: expected dtype {dtype} and shape {shape}. "
                     f"Received: dtype {array.dtype}, shape {array.shape}",
                 )
-            if is_float(array) and not np.isfinite(array).all():
+            largest = magnitude(array) if is_float(array) else 0.0
+            if not np.isfinite(largest):
                 raise StoreError(
                     400,
                     f"Weight {i} holds NaN or infinite values; the update was refused. "
                     "Training diverged: lower the learning rate or clip gradients.",
                 )
+            magnitudes.append(largest)
+        return magnitudes
+
+    def reserve(
+        self, magnitudes: Sequence[float], pending: Callable[[], Sequence[float]] | None = None
+    ) -> None:
+        """Admits a push of these magnitudes, or refuses it if it could overflow the center.
+
+        Args:
+            magnitudes: The push's, from :meth:`check`.
+            pending: The summed magnitudes of pushes admitted but not yet folded into
+                :attr:`weights` (an open synchronous round, hogwild steps under way);
+                asked for only when a bound is recomputed.
+
+        Raises:
+            StoreError: 400; nothing changed.
+        """
+        for i, largest in enumerate(magnitudes):
+            limit = self._limits[i]
+            if limit is None or self._bounds[i] + largest <= limit:
+                continue
+            extra = pending()[i] if pending is not None else 0.0
+            self._bounds[i] = magnitude(self.weights[i]) + extra
+            if self._bounds[i] + largest > limit:
+                dtype = self._specs[i][0]
+                raise StoreError(
+                    400,
+                    f"The update would carry weight {i} past the range of {dtype} (values up "
+                    f"to {largest:.3g} onto a center holding up to {self._bounds[i]:.3g}); it "
+                    "was refused and the center is unchanged. Training diverged: lower the "
+                    "learning rate or clip gradients.",
+                )
+        for i, largest in enumerate(magnitudes):
+            self._bounds[i] += largest
 
     def commit(self, weights: list[np.ndarray]) -> None:
         """Makes ``weights`` (new arrays) the next version."""
@@ -95,3 +146,16 @@ class Center:
     def forget_encoding(self) -> None:
         """Drops the cached answer (its control fields changed)."""
         self._encoded = None
+
+
+def magnitude(array: np.ndarray) -> float:
+    """The largest absolute value in a floating-point array (NaN if it holds a NaN).
+
+    Example:
+        >>> magnitude(np.array([1.0, -3.0], np.float32))
+        3.0
+    """
+    if array.size == 0:
+        return 0.0
+    with np.errstate(invalid="ignore"):  # a NaN is the answer, not a warning
+        return float(max(array.max(), -array.min()))

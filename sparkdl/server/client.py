@@ -15,6 +15,7 @@ Example:
     >>> store = WeightStore([np.zeros(2, np.float32)], num_workers=1, merge=Average())
     >>> with ParameterService(store) as service:
     ...     client = ServiceClient(service.url, service.token, worker=0)
+    ...     joined = client.join(rows=3)
     ...     weights, version = client.push([np.ones(2, np.float32)], base_version=0, samples=3)
     ...     client.close()
     >>> version, weights[0].tolist()

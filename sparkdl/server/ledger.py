@@ -71,6 +71,11 @@ class WorkerLedger:
         record = self.records.get(worker)
         return record.attempt if record is not None else 0
 
+    def last_seq(self, worker: int) -> int:
+        """The sequence number of ``worker``'s last recorded push (0 before any)."""
+        record = self.records.get(worker)
+        return record.seq if record is not None else 0
+
     def admit(self, worker: int, seq: int | None, attempt: int) -> tuple[WorkerRecord, bool]:
         """Notes a contact; returns the record and whether ``seq`` was used already.
 

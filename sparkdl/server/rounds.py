@@ -66,6 +66,10 @@ class Rounds:
         """Whether the open round waited longer than the timeout."""
         return self._started is not None and time.monotonic() - self._started > self.timeout
 
+    def open_updates(self) -> list[Update]:
+        """The open round's pushes (not closing it)."""
+        return list(self._open.values())
+
     def take(self) -> list[Update]:
         """Closes the open round: its pushes in worker order."""
         updates = [self._open[w] for w in sorted(self._open)]

@@ -13,9 +13,16 @@ about HTTP: a refused request raises :class:`StoreError` with the status to answ
 Every push carries the worker's id, a sequence number and its task attempt: a push
 whose sequence number the worker already used (a retry after a lost answer) is
 acknowledged without being applied again; a push from an attempt older than the
-worker's newest one (a zombie task) is refused. A retried task rejoins under the same
-id and learns where training stands (the last sequence number applied, the version,
-its own position), so it continues there with the current weights.
+worker's newest one (a zombie task) is refused. A push is checked whole before it
+changes anything (:meth:`WeightStore.screen`): the worker joined, its samples are at
+most the rows it joined with, its sequence number lies within :data:`SEQ_WINDOW` of
+the last one applied (a number far ahead would make every later honest push look like
+a repeat), its metadata can be recorded (:mod:`sparkdl.server.meta`) and the center
+cannot overflow (:meth:`~sparkdl.server.center.Center.reserve`).
+
+A retried task rejoins under the same id and learns where training stands (the last
+sequence number applied, the version, its own position), so it continues there with
+the current weights.
 
 The driver's threads (callbacks, progress, Spark UI marks) read it through
 :class:`sparkdl.server.events.FitEvents`.
@@ -24,6 +31,8 @@ Example:
     >>> import numpy as np
     >>> from sparkdl.sync.merges import Average
     >>> store = WeightStore([np.zeros(2, np.float32)], num_workers=1, merge=Average())
+    >>> store.join(0, rows=4, wait=0.0)["rows"]
+    [4]
     >>> store.push(0, seq=1, attempt=0, base_version=0, arrays=[np.ones(2, np.float32)],
     ...            samples=4, meta={})
     1
@@ -47,13 +56,17 @@ from sparkdl.server.control import ControlChannel
 from sparkdl.server.errors import StoreError
 from sparkdl.server.history import EpochHistory
 from sparkdl.server.ledger import WorkerLedger, WorkerRecord
+from sparkdl.server.meta import check_push_meta
 from sparkdl.server.rounds import Rounds
 from sparkdl.sync.merges import Merge, Update
 from sparkdl.sync.modes import Mode, Synchronous, mode_class
 
-__all__ = ["StoreError", "WeightStore"]
+__all__ = ["SEQ_WINDOW", "StoreError", "WeightStore"]
 
 MAX_WORKERS = 100_000
+#: How far past the last applied sequence number a worker's next push may be
+#: numbered (workers number their pushes 1, 2, 3...; retries repeat a number).
+SEQ_WINDOW = 16
 
 _log = logging.getLogger(__name__)
 
@@ -108,6 +121,8 @@ class WeightStore:
         self._history = EpochHistory(history)
         self._failures: dict[int, str] = {}
         self._rows: dict[int, int] = {}
+        #: Summed magnitudes of hogwild steps admitted but not yet added in.
+        self.in_flight = [0.0] * len(self.center.weights)
         self.started = time.time()
 
     # ------------------------------------------------------------------ reads
@@ -265,18 +280,22 @@ class WeightStore:
         (a synchronous round may still be open).
 
         Raises:
-            StoreError: 400 for a bad worker id, shapes, values or a version from the
-                future; 409 for a round from the future, a superseded attempt, or when
-                training was aborted. Nothing changed.
+            StoreError: 400 for a bad worker id, shapes, values, samples, sequence
+                number, metadata or a version from the future, or values that would
+                overflow the center; 409 for a worker that has not joined, a round
+                from the future, a superseded attempt, or when training was aborted.
+                Nothing changed.
         """
         self._check_worker(worker)
-        self.center.check(arrays)
+        magnitudes = self.center.check(arrays)
+        check_push_meta(meta, rows=self._rows.get(worker))
         update = Update(
             worker=worker,
             arrays=list(arrays),
             samples=samples,
             base_version=base_version,
             meta=meta,
+            magnitudes=magnitudes,
         )
         return self.mode.push(self, update, seq=seq, attempt=attempt)
 
@@ -348,6 +367,41 @@ class WeightStore:
                 self.lock.notify_all()
 
     # ------------------------------------------ the modes' steps (lock held)
+    def screen(self, update: Update, seq: int, attempt: int) -> bool:
+        """Checks a push against what the service knows; returns whether ``seq`` repeats.
+
+        Changes nothing: the mode admits the push (:meth:`admit`) once every check
+        passed.
+
+        Raises:
+            StoreError: 409 for a superseded attempt or a worker that has not joined;
+                400 for more samples than the worker's rows or a sequence number
+                beyond :data:`SEQ_WINDOW`.
+        """
+        worker = update.worker
+        self.rounds.check_fenced(worker, attempt, self.ledger.newest_attempt(worker))
+        rows = self._rows.get(worker)
+        if rows is None:
+            raise StoreError(409, f"Worker {worker} pushed before it joined: POST /join first.")
+        if update.samples > rows:
+            raise StoreError(
+                400,
+                f"Worker {worker} claims {update.samples} samples in one push, but it "
+                f"joined with {rows} rows.",
+            )
+        last = self.ledger.last_seq(worker)
+        if seq > last + SEQ_WINDOW:
+            raise StoreError(
+                400,
+                f"Worker {worker} sent sequence number {seq}, but its last applied push "
+                f"was {last}: the next one must be at most {last + SEQ_WINDOW}.",
+            )
+        return seq <= last
+
+    def pending_round(self) -> list[float]:
+        """Summed magnitudes of the open synchronous round's pushes, per array."""
+        return _summed(self.rounds.open_updates(), len(self.in_flight))
+
     def admit(self, worker: int, seq: int | None, attempt: int) -> tuple[WorkerRecord, bool]:
         """Fences old attempts; returns the worker's record and whether ``seq`` repeats."""
         self.rounds.check_fenced(worker, attempt, self.ledger.newest_attempt(worker))
@@ -434,6 +488,14 @@ class WeightStore:
         )
         self.rounds.timed_out_rounds += 1
         self.merge_round()
+
+
+def _summed(updates: Sequence[Update], arrays: int) -> list[float]:
+    total = [0.0] * arrays
+    for update in updates:
+        for i, m in enumerate(update.magnitudes):
+            total[i] += m
+    return total
 
 
 def _count(value: Any) -> int:

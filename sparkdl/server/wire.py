@@ -233,11 +233,12 @@ def _dtype_name(dtype: np.dtype[Any]) -> str:
 def _parse_spec(index: int, spec: Any) -> tuple[np.dtype[Any], tuple[int, ...]]:
     if not isinstance(spec, dict):
         raise WireError(f"Array spec {index} must be an object with 'dtype' and 'shape'.")
-    dtype = _ALLOWED_DTYPES.get(spec.get("dtype"))  # type: ignore[arg-type]
+    name = spec.get("dtype")
+    dtype = _ALLOWED_DTYPES.get(name) if isinstance(name, str) else None
     if dtype is None:
         raise WireError(
             f"Array {index}: expected dtype in {sorted(_ALLOWED_DTYPES)}. "
-            f"Received: {spec.get('dtype')!r}"
+            f"Received: {repr(name)[:60]}"
         )
     shape = spec.get("shape")
     if (
@@ -246,7 +247,8 @@ def _parse_spec(index: int, spec: Any) -> tuple[np.dtype[Any], tuple[int, ...]]:
         or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**40 for d in shape)
     ):
         raise WireError(
-            f"Array {index}: expected shape to be a list of non-negative ints. Received: {shape!r}"
+            f"Array {index}: expected shape to be a list of non-negative ints. "
+            f"Received: {repr(shape)[:60]}"
         )
     return dtype, tuple(shape)
 

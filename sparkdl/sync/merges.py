@@ -67,6 +67,7 @@ __all__ = [
     "Elastic",
     "Merge",
     "Update",
+    "float_limit",
     "is_float",
     "merge_class",
     "register",
@@ -92,6 +93,8 @@ class Update:
         samples: Samples the worker trained on since its previous push.
         base_version: Center version the worker computed the push against.
         meta: The rest of the message's metadata.
+        magnitudes: Each array's largest absolute value (the service's overflow
+            check, :meth:`sparkdl.server.center.Center.reserve`).
     """
 
     worker: int
@@ -99,11 +102,34 @@ class Update:
     samples: int
     base_version: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
+    magnitudes: list[float] = field(default_factory=list)
 
 
 def is_float(array: np.ndarray) -> bool:
-    """Whether ``array`` holds floating-point values (weights that merges move)."""
-    return bool(np.issubdtype(array.dtype, np.floating))
+    """Whether ``array`` holds floating-point values (weights that merges move).
+
+    ``bfloat16`` (ml_dtypes, Keras's mixed precision) counts: numpy does not file it
+    under ``np.floating``.
+
+    Example:
+        >>> import ml_dtypes
+        >>> is_float(np.zeros(1, ml_dtypes.bfloat16)), is_float(np.zeros(1, np.int64))
+        (True, False)
+    """
+    dtype = array.dtype
+    return bool(np.issubdtype(dtype, np.floating)) or dtype.name == "bfloat16"
+
+
+def float_limit(dtype: Any) -> float:
+    """The largest finite value of a floating-point dtype (``bfloat16`` included).
+
+    Example:
+        >>> float_limit(np.float16)
+        65504.0
+    """
+    import ml_dtypes  # a dependency of Keras; only the service's bounds need it
+
+    return float(ml_dtypes.finfo(dtype).max)
 
 
 class Merge(abc.ABC):

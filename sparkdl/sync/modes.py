@@ -26,6 +26,7 @@ Example:
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 from sparkdl.server.errors import StoreError
@@ -162,19 +163,22 @@ class Synchronous(Mode):
         worker, round_no = update.worker, update.base_version
         with store.lock:
             store.control.check_aborted()
-            record, duplicate = store.admit(worker, seq, attempt)
+            duplicate = store.screen(update, seq, attempt)
             version = store.center.version
-            if round_no < version and duplicate:
-                return version  # retry of a merged round
             if round_no > version:
                 raise StoreError(
                     409,
                     f"Worker {worker} pushed for round {round_no}, but the open round is "
                     f"{version}.",
                 )
-            if duplicate:
-                return version if store.control.finished else round_no + 1
             late = round_no < version or store.control.finished
+            if not (duplicate or late):
+                store.center.reserve(update.magnitudes, store.pending_round)
+            record, _ = store.admit(worker, seq, attempt)
+            if duplicate:  # a retry: of a merged round, or of one still open
+                if round_no < version or store.control.finished:
+                    return version
+                return round_no + 1
             store.record(record, update, seq=seq, applied=not late)
             if late:  # (its epoch logs may have finished the fit and merged the round)
                 return store.center.version
@@ -227,22 +231,30 @@ class Asynchronous(Mode):
     def push(self, store: WeightStore, update: Update, *, seq: int, attempt: int) -> int:
         with store.lock:
             store.control.check_aborted()
-            record, duplicate = store.admit(update.worker, seq, attempt)
+            duplicate = store.screen(update, seq, attempt)
             version = store.center.version
+            if not duplicate:
+                if update.base_version > version:
+                    raise StoreError(
+                        400,
+                        f"Worker {update.worker} pushed an update against version "
+                        f"{update.base_version}, but the service is at version {version}.",
+                    )
+                store.center.reserve(update.magnitudes, self._pending(store))
+            record, _ = store.admit(update.worker, seq, attempt)
             if duplicate:
                 return version
-            if update.base_version > version:
-                raise StoreError(
-                    400,
-                    f"Worker {update.worker} pushed an update against version "
-                    f"{update.base_version}, but the service is at version {version}.",
-                )
             self._apply_locked(store, update, version)
             store.record(record, update, seq=seq)
             version = store.center.version
             store.lock.notify_all()
         self._apply_unlocked(store, update, version - 1)
         return version
+
+    def _pending(self, store: WeightStore) -> Callable[[], list[float]] | None:
+        """What :meth:`~sparkdl.server.center.Center.reserve` adds to a recomputed
+        bound: nothing, the center holds every admitted push."""
+        return None
 
     def _apply_locked(self, store: WeightStore, update: Update, version: int) -> None:
         store.center.commit(store.merge.apply(store.center.weights, update, version))
@@ -287,8 +299,18 @@ class Hogwild(Asynchronous):
     name: ClassVar[str] = "hogwild"
     live_center: ClassVar[bool] = True
 
+    def _pending(self, store: WeightStore) -> Callable[[], list[float]] | None:
+        return lambda: list(store.in_flight)  # steps admitted, still being added
+
     def _apply_locked(self, store: WeightStore, update: Update, version: int) -> None:
         store.center.bump()  # only the count: the step is taken outside the lock
+        for i, m in enumerate(update.magnitudes):
+            store.in_flight[i] += m
 
     def _apply_unlocked(self, store: WeightStore, update: Update, version: int) -> None:
-        store.merge.apply_in_place(store.center.weights, update, version)
+        try:
+            store.merge.apply_in_place(store.center.weights, update, version)
+        finally:
+            with store.lock:
+                for i, m in enumerate(update.magnitudes):
+                    store.in_flight[i] -= m

@@ -19,6 +19,7 @@ from sparkdl.server.client import ServiceClient
 from sparkdl.server.service import ParameterService
 from sparkdl.server.store import WeightStore
 from sparkdl.sync.merges import Average, Delta
+from tests.stores import joined
 
 SHAPES = [(8, 4), (4,)]
 
@@ -26,7 +27,7 @@ SHAPES = [(8, 4), (4,)]
 @pytest.fixture
 def service():
     store = WeightStore([np.zeros(s, np.float32) for s in SHAPES], num_workers=1, merge=Average())
-    with ParameterService(store, host="127.0.0.1") as svc:
+    with ParameterService(joined(store), host="127.0.0.1") as svc:
         yield svc
 
 
@@ -119,7 +120,7 @@ def any_service(request):
     store = WeightStore(
         [np.zeros(s, np.float32) for s in SHAPES], num_workers=2, merge=merge, mode=request.param
     )
-    with ParameterService(store, host="127.0.0.1") as svc:
+    with ParameterService(joined(store), host="127.0.0.1") as svc:
         yield svc
 
 

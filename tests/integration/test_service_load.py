@@ -14,6 +14,7 @@ from sparkdl.server.service import ParameterService
 from sparkdl.server.store import WeightStore
 from sparkdl.sync.merges import Average, Delta
 from tests.integration.dropping_proxy import DroppingProxy
+from tests.stores import joined
 
 SHAPES = [(64, 32), (32,)]
 CLIENTS = 8
@@ -23,7 +24,7 @@ PUSHES = 200
 def test_concurrent_deltas_through_dropped_answers_apply_exactly_once() -> None:
     rng = np.random.default_rng(0)
     initial = [rng.integers(-100, 100, s).astype(np.float32) for s in SHAPES]
-    store = WeightStore(initial, num_workers=CLIENTS, merge=Delta(), mode="asynchronous")
+    store = joined(WeightStore(initial, num_workers=CLIENTS, merge=Delta(), mode="asynchronous"))
     with (
         ParameterService(store, host="127.0.0.1") as service,
         DroppingProxy(service.port, drop_every=17) as proxy,

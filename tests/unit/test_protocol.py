@@ -17,6 +17,7 @@ from sparkdl.sync import merges
 from sparkdl.sync.merges import Merge, Update
 from sparkdl.sync.modes import Asynchronous, Hogwild, Standing, Synchronous
 from sparkdl.sync.schedule import EpochEnd, Schedule
+from tests.stores import joined
 
 
 @pytest.fixture
@@ -49,7 +50,7 @@ def test_a_merge_registered_in_a_test_runs_a_whole_fit_plan(median: type[Merge])
     config = TrainConfig(merge="median", epochs=2)
     plan = FitPlan.resolve(config, num_workers=3, rows=30, threads=1, service_host="127.0.0.1")
     assert isinstance(plan.merge, median) and plan.mode.name == "synchronous"
-    store = WeightStore([np.zeros(2, np.float32)], num_workers=3, merge=plan.merge)
+    store = joined(WeightStore([np.zeros(2, np.float32)], num_workers=3, merge=plan.merge))
     for worker, value in enumerate([1.0, 7.0, 2.0]):
         target = store.push(
             worker,
@@ -68,8 +69,8 @@ def test_a_merge_registered_in_a_test_runs_a_whole_fit_plan(median: type[Merge])
     # Its worker half is the default one: push the weights, continue from the answer.
     local = [np.ones(2, np.float32)]
     assert plan.merge.outgoing(local, weights)[0].tolist() == [1.0, 1.0]
-    hogwild = WeightStore(
-        [np.zeros(2, np.float32)], num_workers=1, merge=plan.merge, mode=Hogwild()
+    hogwild = joined(
+        WeightStore([np.zeros(2, np.float32)], num_workers=1, merge=plan.merge, mode=Hogwild())
     )
     hogwild.push(
         0,

@@ -8,6 +8,7 @@ import pytest
 from sparkdl.server import wire
 from sparkdl.server.store import StoreError, WeightStore
 from sparkdl.sync.merges import Average, Delta, Elastic
+from tests.stores import joined
 
 
 def sync_call(store: WeightStore, worker: int, *, round_no: int, wait: float, **kw):  # type: ignore[no-untyped-def]
@@ -23,7 +24,7 @@ def async_call(store: WeightStore, worker: int, **kw):  # type: ignore[no-untype
 
 
 def make_store(workers: int = 2) -> WeightStore:
-    return WeightStore([np.zeros(3, np.float32)], num_workers=workers, merge=Average())
+    return joined(WeightStore([np.zeros(3, np.float32)], num_workers=workers, merge=Average()))
 
 
 def push(
@@ -131,7 +132,7 @@ def test_epoch_logs_are_averaged_by_samples() -> None:
 
 
 def test_join_returns_all_row_counts() -> None:
-    store = make_store()
+    store = WeightStore([np.zeros(3, np.float32)], num_workers=2, merge=Average())
     assert store.join(0, 10, wait=0.0) is None
     assert store.join(1, 12, wait=1.0) == {
         "rows": [10, 12],
@@ -144,8 +145,8 @@ def test_join_returns_all_row_counts() -> None:
 
 
 def test_round_timeout_closes_the_round_with_the_workers_present(caplog) -> None:
-    store = WeightStore(
-        [np.zeros(1, np.float32)], num_workers=2, merge=Average(), round_timeout=0.2
+    store = joined(
+        WeightStore([np.zeros(1, np.float32)], num_workers=2, merge=Average(), round_timeout=0.2)
     )
     sync_call(
         store, 0, seq=1, round_no=0, arrays=[np.ones(1, np.float32)], samples=1, meta={}, wait=0
@@ -197,8 +198,10 @@ def test_a_retried_barrier_stage_starts_a_generation_and_fences_the_old_one() ->
 
 
 def test_backup_workers_close_rounds_on_a_quorum_and_drop_late_pushes() -> None:
-    store = WeightStore(
-        [np.zeros(1, np.float32)], num_workers=3, merge=Average(), backup_workers=1, epochs=1
+    store = joined(
+        WeightStore(
+            [np.zeros(1, np.float32)], num_workers=3, merge=Average(), backup_workers=1, epochs=1
+        )
     )
     sync_push(store, 0, 3.0, seq=1, round_no=0)
     weights, version = sync_push(store, 1, 5.0, seq=1, round_no=0)  # quorum: 2 of 3
@@ -246,11 +249,13 @@ def test_only_fatal_failures_abort_and_later_reports_keep_the_first() -> None:
 
 
 def make_async(staleness: str = "none") -> WeightStore:
-    return WeightStore(
-        [np.zeros(3, np.float32)],
-        num_workers=2,
-        merge=Delta(staleness=staleness),
-        mode="asynchronous",
+    return joined(
+        WeightStore(
+            [np.zeros(3, np.float32)],
+            num_workers=2,
+            merge=Delta(staleness=staleness),
+            mode="asynchronous",
+        )
     )
 
 
@@ -308,7 +313,9 @@ def test_encoded_snapshot_is_built_once_per_version() -> None:
 
 
 def test_hogwild_adds_into_the_live_arrays_and_counts_every_push_once() -> None:
-    store = WeightStore([np.zeros(3, np.float32)], num_workers=4, merge=Delta(), mode="hogwild")
+    store = joined(
+        WeightStore([np.zeros(3, np.float32)], num_workers=4, merge=Delta(), mode="hogwild")
+    )
     live = store.weights()[0]
 
     def work(worker: int) -> None:
@@ -331,14 +338,18 @@ def test_hogwild_adds_into_the_live_arrays_and_counts_every_push_once() -> None:
 
 
 def test_hogwild_pushes_in_sequence_are_exact() -> None:
-    store = WeightStore([np.zeros(3, np.float32)], num_workers=2, merge=Elastic(), mode="hogwild")
+    store = joined(
+        WeightStore([np.zeros(3, np.float32)], num_workers=2, merge=Elastic(), mode="hogwild")
+    )
     push_async(store, 0, 0.5, seq=1)
     push_async(store, 1, -0.25, seq=1)
     np.testing.assert_array_equal(store.weights()[0], [0.25, 0.25, 0.25])
 
 
 def test_epoch_gate_holds_the_closing_round_until_the_callbacks_ran() -> None:
-    store = WeightStore([np.zeros(1, np.float32)], num_workers=2, merge=Average(), gate_epochs=True)
+    store = joined(
+        WeightStore([np.zeros(1, np.float32)], num_workers=2, merge=Average(), gate_epochs=True)
+    )
     logs = {"epoch": 0, "epoch_logs": {"loss": 1.0}, "epoch_samples": 1}
     sync_push(store, 0, 2.0, seq=1, round_no=0, meta=logs)
     assert sync_push(store, 1, 4.0, seq=1, round_no=0, meta=logs) is None  # held

@@ -1,0 +1,101 @@
+"""What a push's metadata may hold: checked whole before the push changes anything.
+
+A push's header carries, beside the weights, the worker's progress: its loss, where it
+stands in the epoch, the logs of an epoch it finished. The service records them in the
+ledger and the history and serves them in ``GET /status``, so a value that cannot be
+recorded (a number too large for a float, a NaN that would make ``/status`` invalid
+JSON, a nested object, thousands of metrics) must be refused before the center moves:
+:func:`check_push_meta` refuses it with a 400 naming the field. Keys it does not know
+are ignored.
+
+Example:
+    >>> check_push_meta({"loss": 0.5, "epoch": 0, "step": 3, "epoch_logs": {"loss": 0.4}})
+    >>> try:
+    ...     check_push_meta({"loss": float("nan")})
+    ... except StoreError as exc:
+    ...     print(exc.status, exc.message[:38])
+    400 Expected 'loss' in the push's metadata
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from sparkdl.server.errors import StoreError
+
+__all__ = ["MAX_EPOCHS", "MAX_LOGS", "check_push_meta"]
+
+#: Epoch numbers a push may name.
+MAX_EPOCHS = 1_000_000
+#: Metrics an epoch's logs may hold.
+MAX_LOGS = 256
+_MAX_NAME = 200
+_MAX_COUNT = 2**53
+
+
+def check_push_meta(meta: dict[str, Any], *, rows: int | None = None) -> None:
+    """Refuses metadata the service could not record exactly.
+
+    Args:
+        meta: The push's header metadata.
+        rows: The rows the worker joined with: a push's epoch cannot have more.
+
+    Raises:
+        StoreError: 400 naming the field.
+    """
+    _number(meta, "loss")
+    _number(meta, "comm_seconds", minimum=0.0)
+    _count(meta, "epoch", MAX_EPOCHS)
+    _count(meta, "step", _MAX_COUNT)
+    _count(meta, "epoch_samples", rows if rows is not None else _MAX_COUNT)
+    _count(meta, "val_samples", _MAX_COUNT)
+    logs = meta.get("epoch_logs")
+    if logs is None:
+        return
+    if not isinstance(logs, dict) or len(logs) > MAX_LOGS:
+        raise StoreError(
+            400, f"Expected 'epoch_logs' to be an object of at most {MAX_LOGS} metrics."
+        )
+    for name in logs:
+        if not isinstance(name, str) or len(name) > _MAX_NAME:
+            raise StoreError(400, f"Expected metric names of at most {_MAX_NAME} characters.")
+        _number(logs, name, where=f"epoch_logs[{name[:40]!r}]")
+
+
+def _number(
+    meta: dict[str, Any], key: str, *, minimum: float | None = None, where: str | None = None
+) -> None:
+    value = meta.get(key)
+    if value is None:
+        return
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok:
+        try:
+            ok = math.isfinite(float(value)) and (minimum is None or value >= minimum)
+        except OverflowError:  # an int beyond float's range
+            ok = False
+    if not ok:
+        bound = f" >= {minimum}" if minimum is not None else ""
+        raise StoreError(
+            400,
+            f"Expected {where or repr(key)} in the push's metadata to be a finite number"
+            f"{bound} or null. Received: {_short(value)}",
+        )
+
+
+def _count(meta: dict[str, Any], key: str, limit: int) -> None:
+    value = meta.get(key)
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
+        raise StoreError(
+            400,
+            f"Expected {key!r} in the push's metadata to be an int from 0 to {limit}. "
+            f"Received: {_short(value)}",
+        )
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,0 +1,183 @@
+"""The store refuses what a token holder could use to poison or stall a fit.
+
+Each refusal is checked to leave the training state as it was: the center, its
+version, the samples and sequence numbers, the workers' attempts and the history.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from sparkdl.server import wire
+from sparkdl.server.store import SEQ_WINDOW, StoreError, WeightStore
+from sparkdl.sync.merges import Average, Delta, Elastic, is_float
+
+ROWS = 100
+
+
+def make(mode: str, merge: Any, dtype: Any = np.float32, workers: int = 2) -> WeightStore:
+    store = WeightStore([np.zeros(3, dtype)], num_workers=workers, merge=merge, mode=mode)
+    for worker in range(workers):
+        store.join(worker, ROWS, wait=0.0)
+    return store
+
+
+def state(store: WeightStore) -> str:
+    """Everything a refused request must leave unchanged, as one comparable string."""
+    status = store.status()
+    workers = {
+        w: {k: r[k] for k in ("seq", "attempt", "samples", "pushes", "position", "last_loss")}
+        for w, r in status["workers"].items()
+    }
+    kept = {k: status[k] for k in ("version", "samples_seen", "history", "aborted", "round_pushed")}
+    weights = [w.astype(np.float64).tolist() for w in store.weights()]
+    return json.dumps([kept, workers, weights], sort_keys=True)
+
+
+def send(store: WeightStore, worker: int = 0, *, value: float = 1.0, **kw: Any) -> int:
+    kw.setdefault("seq", 1)
+    kw.setdefault("attempt", 0)
+    kw.setdefault("base_version", store.version)
+    kw.setdefault("samples", 10)
+    kw.setdefault("meta", {})
+    dtype = store.weights()[0].dtype
+    arrays = kw.pop("arrays", [np.full(3, value, dtype)])
+    return store.push(worker, arrays=arrays, **kw)
+
+
+STORES = {
+    "async-delta": lambda: make("asynchronous", Delta()),
+    "async-average": lambda: make("asynchronous", Average(share=0.5)),
+    "hogwild-delta": lambda: make("hogwild", Delta()),
+    "hogwild-elastic": lambda: make("hogwild", Elastic()),
+    "sync-delta": lambda: make("synchronous", Delta()),
+    "sync-elastic": lambda: make("synchronous", Elastic()),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STORES))
+def test_a_push_that_would_overflow_the_center_is_refused(name: str) -> None:
+    """Two pushes of 3e38 deltas would make the center inf: the one that would is
+    refused, the center stays finite and keeps serving honest pushes."""
+    store = STORES[name]()
+    big = 3e38
+    send(store, 0, value=big, seq=1)
+    before = state(store)
+    with pytest.raises(StoreError, match="past the range of float32") as info:
+        send(store, 1, value=big, seq=1)
+    assert info.value.status == 400
+    assert state(store) == before
+    if store.mode.barrier:  # close the round with an honest push of worker 1
+        send(store, 1, value=0.0, seq=1)
+    assert np.isfinite(store.weights()[0]).all()
+    send(store, 0, value=1.0, seq=2, base_version=store.version)  # an honest push
+    if store.mode.barrier:
+        send(store, 1, value=1.0, seq=2, base_version=store.version - 1)
+    assert np.isfinite(store.weights()[0]).all()
+
+
+def test_samples_cannot_exceed_the_rows_the_worker_joined_with() -> None:
+    store = make("synchronous", Average())
+    before = state(store)
+    with pytest.raises(StoreError, match="100 rows") as info:
+        send(store, 0, samples=2**61)
+    assert info.value.status == 400 and state(store) == before
+    send(store, 0, value=2.0, samples=ROWS)
+    send(store, 1, value=4.0, samples=ROWS)
+    np.testing.assert_array_equal(store.weights()[0], [3.0, 3.0, 3.0])
+
+
+def test_a_worker_pushes_only_after_it_joined() -> None:
+    store = WeightStore(
+        [np.zeros(3, np.float32)], num_workers=2, merge=Delta(), mode="asynchronous"
+    )
+    with pytest.raises(StoreError, match="join") as info:
+        send(store, 0)
+    assert info.value.status == 409 and store.version == 0
+    store.join(0, ROWS, wait=0.0)
+    assert send(store, 0) == 1
+
+
+def test_sequence_numbers_are_taken_only_just_after_the_last_applied_one() -> None:
+    store = make("asynchronous", Delta())
+    send(store, 0, seq=1)
+    before = state(store)
+    with pytest.raises(StoreError, match="sequence number") as info:
+        send(store, 0, seq=2**62 - 1)
+    assert info.value.status == 400 and state(store) == before
+    with pytest.raises(StoreError, match="sequence number"):
+        send(store, 0, seq=2 + SEQ_WINDOW)
+    assert send(store, 0, seq=2) == 2  # the honest next push is applied
+    assert send(store, 0, seq=2 + SEQ_WINDOW) == 3  # within the window
+    np.testing.assert_array_equal(store.weights()[0], [3.0, 3.0, 3.0])
+
+
+BAD_META: list[tuple[str, dict[str, Any]]] = [
+    ("huge loss", {"loss": 10**400}),
+    ("NaN loss", {"loss": float("nan")}),
+    ("inf loss", {"loss": float("inf")}),
+    ("string loss", {"loss": "low"}),
+    ("NaN in epoch logs", {"epoch": 0, "epoch_logs": {"loss": float("nan")}}),
+    ("huge value in epoch logs", {"epoch": 0, "epoch_logs": {"loss": 10**400}}),
+    ("logs not a dict", {"epoch": 0, "epoch_logs": [1, 2]}),
+    ("nested logs", {"epoch": 0, "epoch_logs": {"loss": {"a": 1}}}),
+    ("too many logs", {"epoch": 0, "epoch_logs": {f"m{i}": 1.0 for i in range(1000)}}),
+    ("epoch a string", {"epoch": "0"}),
+    ("epoch negative", {"epoch": -1}),
+    ("epoch huge", {"epoch": 2**40}),
+    ("step a float", {"epoch": 0, "step": 1.5}),
+    ("comm seconds inf", {"comm_seconds": float("inf")}),
+    ("comm seconds negative", {"comm_seconds": -1.0}),
+    ("epoch samples too many", {"epoch": 0, "epoch_logs": {}, "epoch_samples": 2**61}),
+    ("validation samples a string", {"epoch": 0, "epoch_logs": {}, "val_samples": "5"}),
+]
+
+
+@pytest.mark.parametrize("mode", ["synchronous", "asynchronous", "hogwild"])
+@pytest.mark.parametrize("case", BAD_META, ids=[name for name, _ in BAD_META])
+def test_bad_metadata_is_refused_before_anything_changes(
+    mode: str, case: tuple[str, dict[str, Any]]
+) -> None:
+    store = make(mode, Delta())
+    send(store, 0, seq=1, meta={"loss": 0.5, "epoch": 0, "step": 1})
+    before = state(store)
+    version = store.version
+    with pytest.raises(StoreError) as info:
+        send(store, 0, seq=2, attempt=7, meta=case[1])
+    assert info.value.status == 400, info.value.message
+    assert state(store) == before and store.version == version
+    json.loads(json.dumps(store.status(), allow_nan=False))  # valid JSON
+    # The refused push's attempt number fenced nothing: attempt 0 still pushes.
+    send(store, 0, seq=2, base_version=store.version, meta={"loss": 0.25})
+
+
+def test_bfloat16_is_a_float_everywhere() -> None:
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    assert is_float(np.zeros(1, bf16))
+    store = make("synchronous", Average(), dtype=bf16)
+    bad = np.array([1.0, np.nan, 2.0], bf16)
+    before = state(store)
+    with pytest.raises(StoreError, match="NaN or infinite"):
+        send(store, 0, arrays=[bad])
+    assert state(store) == before
+    send(store, 0, value=1.0, samples=30)
+    send(store, 1, value=2.0, samples=10)
+    merged = store.weights()[0]
+    assert merged.dtype == bf16
+    np.testing.assert_allclose(merged.astype(np.float32), [1.25, 1.25, 1.25])  # weighted mean
+
+
+def test_an_unhashable_dtype_in_the_header_is_a_wire_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for odd in (["float32"], {"name": "float32"}, 32, None):
+        with monkeypatch.context() as patch:  # the sender names the dtype as it likes
+            patch.setattr(wire, "_dtype_name", lambda dtype, odd=odd: odd)
+            body = wire.encode_bytes([np.zeros(3, np.float32)], {"worker": 0})
+        with pytest.raises(wire.WireError, match="expected dtype"):
+            wire.decode(body)
