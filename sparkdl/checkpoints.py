@@ -3,9 +3,13 @@
 After every epoch the driver writes ``<checkpoint_dir>/ckpt-<epoch>/`` holding the
 center weights (``weights.sdlw``: sparkdl's wire format, no pickle) and ``state.json``
 (the epoch, the history so far, and the fit's settings), then keeps the newest
-``checkpoint_keep``. A checkpoint is written into a temporary directory and renamed into
-place, so a driver that dies mid-write leaves at worst a ``.tmp-*`` directory that
-resuming ignores: the newest ``ckpt-*`` is always complete.
+``checkpoint_keep``. A checkpoint is written into a temporary directory, its files and
+the directory fsynced, and renamed into place (the parent fsynced after), so a driver
+that dies mid-write leaves at worst a ``.tmp-*`` directory that resuming ignores: the
+newest ``ckpt-*`` is always complete. A checkpoint of an epoch that already has one (a
+resumed fit that redoes it) is renamed in as the next revision, ``ckpt-<epoch>-r<n>``,
+before the older one is removed: a crash between the two leaves both, and resuming
+takes the newer revision. No moment is without a complete checkpoint of that epoch.
 
 Example:
     >>> checkpoint_name(7)
@@ -29,7 +33,7 @@ from sparkdl.server import wire
 
 __all__ = ["Checkpoint", "checkpoint_callback", "checkpoint_name", "latest", "write"]
 
-_NAME = re.compile(r"^ckpt-(\d{6})$")
+_NAME = re.compile(r"^ckpt-(\d{6})(?:-r(\d+))?$")
 
 
 def checkpoint_name(epoch: int) -> str:
@@ -70,12 +74,19 @@ def write(
         json.dump(state, f, default=str)
         f.flush()
         os.fsync(f.fileno())
-    final = os.path.join(root, checkpoint_name(epoch))
-    if os.path.exists(final):
-        shutil.rmtree(final)
+    _fsync_directory(staging)
+    same = [n for n in _complete(root) if _key(n)[0] == epoch]
+    name = checkpoint_name(epoch)
+    if same:
+        name = f"{name}-r{_key(same[-1])[1] + 1}"
+    final = os.path.join(root, name)
     os.rename(staging, final)  # atomic: the checkpoint appears whole or not at all
-    for old in _complete(root)[:-keep]:
-        shutil.rmtree(os.path.join(root, old), ignore_errors=True)
+    _fsync_directory(root)
+    for older in same:  # replaced: the new revision is in place first
+        shutil.rmtree(os.path.join(root, older), ignore_errors=True)
+    for old in _epochs(root)[:-keep]:
+        for stale in [n for n in _complete(root) if _key(n)[0] == old]:
+            shutil.rmtree(os.path.join(root, stale), ignore_errors=True)
     return final
 
 
@@ -124,7 +135,33 @@ def checkpoint_callback(
 
 
 def _complete(root: str) -> list[str]:
-    return sorted(n for n in os.listdir(root) if _NAME.match(n))
+    """The checkpoint directories in ``root``, oldest first (by epoch, then revision)."""
+    return sorted((n for n in os.listdir(root) if _NAME.match(n)), key=_key)
+
+
+def _epochs(root: str) -> list[int]:
+    return sorted({_key(n)[0] for n in _complete(root)})
+
+
+def _key(name: str) -> tuple[int, int]:
+    """``(epoch, revision)`` of a checkpoint directory's name."""
+    match = _NAME.match(name)
+    assert match is not None
+    return int(match.group(1)), int(match.group(2) or 0)
+
+
+def _fsync_directory(path: str) -> None:
+    """Makes the entries of a directory durable (a no-op where the OS cannot)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _local(directory: str) -> str:

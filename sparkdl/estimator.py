@@ -233,10 +233,12 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
         }
 
     @classmethod
-    def _from_persisted(cls, files: dict[str, bytes | None]) -> KerasEstimator:
-        if files.get("model") is None:
+    def _from_persisted(
+        cls, files: dict[str, bytes | None], loading: persistence.Loading, path: str
+    ) -> KerasEstimator:
+        model_bytes = files.get("model")
+        if model_bytes is None:
             raise FileNotFoundError("The saved KerasEstimator has no model.keras file.")
-        pickled = files.get("custom_objects")
-        custom = cloudpickle.loads(pickled) if pickled else None
-        model = keras_io.model_from_bytes(files["model"], custom)  # type: ignore[arg-type]
+        custom = loading.custom(files.get("custom_objects"), path)
+        model = keras_io.model_from_bytes(model_bytes, custom, safe_mode=loading.safe_mode)
         return cls(model=model, custom_objects=custom)

@@ -42,6 +42,7 @@ def evaluate_frame(
     custom_objects: bytes | None,
     batch_size: int,
     sparse: Sequence[bool] = (),
+    safe_mode: bool = False,
 ) -> dict[str, float]:
     """Evaluates the broadcast model on a prepared frame (features and label columns).
 
@@ -53,7 +54,9 @@ def evaluate_frame(
     def run(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
         rows, logs = _evaluate_partition(
             iter(batches),
-            load=lambda: load_model(broadcast, digest, custom_objects, compile=True),
+            load=lambda: load_model(
+                broadcast, digest, custom_objects, compile=True, safe_mode=safe_mode
+            ),
             input_shapes=input_shapes,
             label_kinds=label_kinds,
             sparse=sparse,

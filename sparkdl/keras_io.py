@@ -224,6 +224,11 @@ def model_from_bytes(
 
     ``safe_mode`` is off by default because these bytes come from the user's own
     driver through Spark (so ``Lambda`` layers work); they never come from the network.
+    Stages loaded from a directory pass ``safe_mode=True`` (:mod:`sparkdl.persistence`).
+
+    Raises:
+        ModelError: The bytes are no ``.keras`` archive, or safe mode refused code the
+            model holds.
     """
     import keras
 
@@ -237,9 +242,19 @@ def model_from_bytes(
             # A compiled but never-trained model saves an unbuilt optimizer; Keras warns
             # that it skips those (empty) optimizer variables on load. Nothing is lost.
             warnings.filterwarnings("ignore", message="Skipping variable loading for optimizer")
-            model: keras.Model = keras.saving.load_model(
-                path, custom_objects=custom_objects, compile=compile, safe_mode=safe_mode
-            )
+            try:
+                model: keras.Model = keras.saving.load_model(
+                    path, custom_objects=custom_objects, compile=compile, safe_mode=safe_mode
+                )
+            except ValueError as exc:
+                if not safe_mode or "safe_mode" not in str(exc):
+                    raise
+                raise ModelError(
+                    "The saved model holds code (a Lambda layer, or a function saved as "
+                    "bytecode) and was loaded in safe mode, which refuses to run it. Load "
+                    "it with safe_mode=False if you trust whoever saved it, or replace the "
+                    "Lambda with a registered custom layer."
+                ) from exc
         return model
 
 

@@ -78,6 +78,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         custom_objects: bytes | None = None,
         fit_report: dict[str, Any] | None = None,
         batch_size: int = 1024,
+        safe_mode: bool = False,
     ) -> None:
         super().__init__()
         self._set_column_defaults()
@@ -94,6 +95,9 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         self._broadcasts: dict[int, Any] = {}
         self._digest = predict.model_digest(model_bytes)
         self._input_shapes = [tuple(s) for s in input_shapes] if input_shapes else None
+        #: Keras's safe mode for every load of the model, here and on the executors
+        #: (on for a stage loaded from a directory: :meth:`load`).
+        self.safe_mode = safe_mode
 
     @property
     def features_col(self) -> Any:
@@ -133,7 +137,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
             import cloudpickle
 
             custom = cloudpickle.loads(self.custom_objects) if self.custom_objects else None
-            self._model = model_from_bytes(self.model_bytes, custom)
+            self._model = model_from_bytes(self.model_bytes, custom, safe_mode=self.safe_mode)
         return self._model
 
     def evaluate(
@@ -174,6 +178,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
             sparse=sparse,
             custom_objects=self.custom_objects,
             batch_size=int(batch_size or self.getOrDefault("predictBatchSize")),
+            safe_mode=self.safe_mode,
         )
 
     def copy(self, extra: dict[Any, Any] | None = None) -> KerasModel:
@@ -199,6 +204,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
             batch_size=int(self.getOrDefault("predictBatchSize")),
             custom_objects=self.custom_objects,
             sparse=sparse,
+            safe_mode=self.safe_mode,
         )
         scored = dataset.withColumn(self.prediction_col, udf(*features))
         class_col = str(self.getOrDefault("classCol"))
@@ -235,16 +241,24 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         }
 
     @classmethod
-    def _from_persisted(cls, files: dict[str, bytes | None]) -> KerasModel:
+    def _from_persisted(
+        cls, files: dict[str, bytes | None], loading: persistence.Loading, path: str
+    ) -> KerasModel:
+        import cloudpickle
+
         state = persistence.load_state(files.get("state"))
         shapes = state.get("input_shapes")
         model_bytes = files["model"]
         if model_bytes is None:
             raise FileNotFoundError("The saved KerasModel has no model.keras file.")
-        return cls(
+        custom = loading.custom(files.get("custom_objects"), path)
+        stage = cls(
             model_bytes=model_bytes,
             input_shapes=[tuple(t) for t in shapes] if shapes else None,
             history=state.get("history"),
             fit_report=state.get("fit_report"),
-            custom_objects=files.get("custom_objects"),
+            custom_objects=cloudpickle.dumps(custom) if custom else None,
+            safe_mode=loading.safe_mode,
         )
+        stage.get_model()  # loads here, so what safe mode refuses fails the load
+        return stage

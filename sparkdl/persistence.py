@@ -8,7 +8,14 @@ can write works (local, ``file://``, HDFS, DBFS, object stores):
 * ``model.keras``: the Keras model in its native format;
 * ``state.json``: history, fit report and input shape (models only);
 * ``custom_objects.pkl``: the cloudpickled ``custom_objects``, when there are any.
-  Loading unpickles this file: load only directories you (or someone you trust) saved.
+
+Loading is safe by default: ``KerasModel.load(path)`` (and ``read().load``, and a
+``Pipeline`` holding the stage) loads ``model.keras`` in Keras's safe mode, which
+refuses to run code a file carries (a ``Lambda`` layer's bytecode), on the driver and
+on every executor that scores with it, and does not unpickle ``custom_objects.pkl``
+(unpickling runs code): pass ``custom_objects={...}`` to load instead, or
+``safe_mode=False`` to unpickle it and allow ``Lambda`` layers, for a directory you
+(or someone you trust) saved.
 
 Example:
     >>> sorted(FILES)
@@ -18,15 +25,18 @@ Example:
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark import SparkContext
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReader, MLWriter
 
 from sparkdl.compat.spark import hadoop_filesystem, read_all_bytes
+from sparkdl.errors import ModelError
 
 __all__ = [
     "FILES",
+    "Loading",
     "Persistable",
     "StageReader",
     "StageWriter",
@@ -74,7 +84,7 @@ class Persistable:
     """Spark ML ``write()`` / ``read()`` for a stage that lists its files.
 
     The stage implements ``_persisted_files()`` (key of :data:`FILES` -> bytes or
-    ``None``) and the classmethod ``_from_persisted(files)``.
+    ``None``) and the classmethod ``_from_persisted(files, loading)``.
     """
 
     def write(self) -> StageWriter:
@@ -82,9 +92,36 @@ class Persistable:
         return StageWriter(self)
 
     @classmethod
-    def read(cls) -> StageReader:
-        """A Spark ML reader: ``Stage.read().load(path)``."""
-        return StageReader(cls)
+    def read(
+        cls, *, safe_mode: bool = True, custom_objects: dict[str, Any] | None = None
+    ) -> StageReader:
+        """A Spark ML reader: ``Stage.read().load(path)`` (see :meth:`load`)."""
+        return StageReader(cls, Loading(safe_mode=safe_mode, custom_objects=custom_objects))
+
+    @classmethod
+    def load(
+        cls, path: str, *, safe_mode: bool = True, custom_objects: dict[str, Any] | None = None
+    ) -> Any:
+        """Loads a stage saved with ``write().save(path)``.
+
+        Args:
+            path: The directory (any path Spark's Hadoop FileSystem reads).
+            safe_mode: Keras's safe mode for ``model.keras``: a ``Lambda`` layer's code
+                is refused, and ``custom_objects.pkl`` is not unpickled. Pass ``False``
+                only for a directory you trust: both run code.
+            custom_objects: The custom objects to load the model with (instead of the
+                saved pickle).
+
+        Raises:
+            ModelError: The stage was saved with custom objects and neither
+                ``custom_objects`` nor ``safe_mode=False`` was given, or the model
+                holds code safe mode refuses.
+
+        Example:
+            >>> from sparkdl import KerasModel
+            >>> KerasModel.load("/tmp/model", custom_objects={})  # doctest: +SKIP
+        """
+        return cls.read(safe_mode=safe_mode, custom_objects=custom_objects).load(path)
 
 
 class StageWriter(MLWriter):
@@ -103,12 +140,44 @@ class StageWriter(MLWriter):
                 write_bytes(sc, f"{path}/{FILES[key]}", data)
 
 
+@dataclass(frozen=True)
+class Loading:
+    """How a stage is loaded (:meth:`Persistable.load`)."""
+
+    safe_mode: bool = True
+    custom_objects: dict[str, Any] | None = None
+
+    def custom(self, pickled: bytes | None, path: str) -> dict[str, Any] | None:
+        """The custom objects to load with: the given ones, else the saved pickle
+        (unpickled only outside safe mode).
+
+        Raises:
+            ModelError: A pickle was saved and safe mode forbids unpickling it.
+        """
+        if self.custom_objects is not None:
+            return self.custom_objects
+        if not pickled:
+            return None
+        if self.safe_mode:
+            raise ModelError(
+                f"The stage at {path} was saved with custom_objects, in "
+                f"{FILES['custom_objects']}, a pickle: unpickling it runs code. Load it with "
+                "custom_objects={...} (the objects, defined or imported here), or with "
+                "safe_mode=False if you trust whoever saved it."
+            )
+        import cloudpickle
+
+        loaded: dict[str, Any] = cloudpickle.loads(pickled)
+        return loaded
+
+
 class StageReader(MLReader):
     """Reads what :class:`StageWriter` wrote and rebuilds the stage."""
 
-    def __init__(self, cls: Any) -> None:
+    def __init__(self, cls: Any, loading: Loading | None = None) -> None:
         super().__init__()
         self.cls = cls
+        self.loading = loading or Loading()
 
     def load(self, path: str) -> Any:
         sc = self.sparkSession.sparkContext
@@ -117,7 +186,7 @@ class StageReader(MLReader):
         for key, name in FILES.items():
             full = f"{path}/{name}"
             files[key] = read_bytes(sc, full) if exists(sc, full) else None
-        instance = self.cls._from_persisted(files)
+        instance = self.cls._from_persisted(files, self.loading, path)
         instance._resetUid(metadata["uid"])
         DefaultParamsReader.getAndSetParams(instance, metadata)
         return instance

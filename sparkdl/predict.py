@@ -50,6 +50,7 @@ def predict_udf(
     batch_size: int = 1024,
     custom_objects: bytes | None = None,
     sparse: Sequence[bool] = (),
+    safe_mode: bool = False,
 ) -> Callable[..., Column]:
     """Returns a pandas UDF that maps ``array<float>`` feature columns to predictions.
 
@@ -65,6 +66,8 @@ def predict_udf(
         sparse: Per input, whether its column is ML vectors kept sparse (they reach
             the UDF as ``type, size, indices, values`` columns and become a
             ``tf.SparseTensor``, or dense rows one chunk at a time).
+        safe_mode: Keras's safe mode for the executors' load (a stage loaded from a
+            directory).
 
     Rows with a null feature get a null prediction.
     """
@@ -83,7 +86,7 @@ def predict_udf(
     def predict(batches: Iterator[Any]) -> Iterator[Any]:
         from sparkdl.keras_io import sparse_inputs
 
-        model = load_model(broadcast, digest, custom_objects)
+        model = load_model(broadcast, digest, custom_objects, safe_mode=safe_mode)
         takes_sparse = sparse_inputs(model) or [False] * len(shapes)
         for batch in batches:
             columns = [batch] if isinstance(batch, (pd.Series, pd.DataFrame)) else list(batch)
@@ -212,10 +215,15 @@ def arg_max(prediction: Column, *, scalar: bool) -> Column:
 
 
 def load_model(
-    broadcast: Any, digest: str, custom_objects: bytes | None, *, compile: bool = False
+    broadcast: Any,
+    digest: str,
+    custom_objects: bytes | None,
+    *,
+    compile: bool = False,
+    safe_mode: bool = False,
 ) -> Any:
     """The model of ``broadcast``, loaded once per Python worker and kept (LRU of 4)."""
-    key = f"{digest}:{'compiled' if compile else 'plain'}"
+    key = f"{digest}:{'compiled' if compile else 'plain'}:{'safe' if safe_mode else 'any'}"
     with _cache_lock:
         if key in _cache:
             _cache.move_to_end(key)
@@ -225,7 +233,7 @@ def load_model(
     from sparkdl.keras_io import model_from_bytes
 
     custom = cloudpickle.loads(custom_objects) if custom_objects else None
-    model = model_from_bytes(broadcast.value, custom, compile=compile)
+    model = model_from_bytes(broadcast.value, custom, compile=compile, safe_mode=safe_mode)
     with _cache_lock:
         _cache[key] = model
         while len(_cache) > _CACHE_SIZE:

@@ -27,14 +27,21 @@ from types import TracebackType
 from cheroot import wsgi
 
 from sparkdl.errors import ServiceError
-from sparkdl.server.app import create_app, max_body_bytes
+from sparkdl.server.app import create_app
 from sparkdl.server.store import WeightStore
 from sparkdl.server.transport import use_bulk_io
 
-__all__ = ["MAX_HEADER_BYTES", "ParameterService"]
+__all__ = ["MAX_HEADER_BYTES", "MAX_REQUEST_BYTES", "SERVER_NAME", "ParameterService"]
 
 #: Bound on a request's line and headers (cheroot's default is unbounded).
 MAX_HEADER_BYTES = 64 * 1024
+#: The bound cheroot applies to an announced body before the app runs. It is the same
+#: for every model: the model's own bound (its weights plus 1 MiB) is checked by the
+#: app after the token, so an unauthenticated client learns nothing of the model's size
+#: from a 413 against a 401.
+MAX_REQUEST_BYTES = 1 << 40
+#: The ``Server`` header: names neither sparkdl nor the server software.
+SERVER_NAME = "httpd"
 _SELECT_SECONDS = 0.02
 
 _log = logging.getLogger(__name__)
@@ -96,14 +103,15 @@ class ParameterService:
             (self._host, self._port),
             app,
             numthreads=self._threads,
-            server_name="sparkdl-parameter-service",
+            server_name=SERVER_NAME,
             request_queue_size=64,
             timeout=30,
             shutdown_timeout=2,
         )
-        # Over-long bodies are refused (413, connection closed) before the app runs, so
-        # nothing larger than the bound is ever read or drained.
-        server.max_request_body_size = max_body_bytes(self.store)
+        # Absurd bodies are refused (413, connection closed) before the app runs; the
+        # app refuses the rest beyond the model's bound after checking the token, and
+        # closes a connection whose body it did not read (nothing is read or drained).
+        server.max_request_body_size = MAX_REQUEST_BYTES
         server.max_request_header_size = MAX_HEADER_BYTES
         # The selector loop's select() timeout, which is also how long stop() may wait
         # for it (cheroot's 0.5 s would add up to half a second to every fit).

@@ -16,6 +16,10 @@ the whole answer, which then leaves in one ``send`` when smaller than
 :data:`BULK_BYTES`; and a connection reads requests through a 64 KiB buffer, so a
 small push arrives in one ``recv``.
 
+cheroot answers some requests itself, before the app runs (a malformed request line,
+headers too large, a body over the size bound): :class:`JSONErrorRequest` makes those
+answers JSON ``{"error": ..., "status": ...}`` like every answer of the app.
+
 Example:
     >>> from cheroot import wsgi
     >>> server = wsgi.Server(("127.0.0.1", 0), lambda environ, start: [])
@@ -26,6 +30,8 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import json
 import selectors
 import socket
 from typing import Any
@@ -42,6 +48,7 @@ __all__ = [
     "BulkGateway",
     "BulkReader",
     "BulkWriter",
+    "JSONErrorRequest",
     "use_bulk_io",
 ]
 
@@ -173,6 +180,29 @@ class BulkWriter(makefile.StreamWriter):
         return size
 
 
+class JSONErrorRequest(server.HTTPRequest):
+    """cheroot's request handler, whose own error answers are JSON."""
+
+    def simple_response(self, status: Any, msg: Any = "") -> None:
+        code, _, reason = str(status).partition(" ")
+        if not code.isdigit() or int(code) < 400:
+            super().simple_response(status, msg)
+            return
+        text = msg.decode("latin-1") if isinstance(msg, bytes) else str(msg or reason)
+        body = json.dumps({"error": text or reason, "status": int(code)}).encode()
+        lines = [
+            f"{self.server.protocol} {status}",
+            f"Content-Length: {len(body)}",
+            "Content-Type: application/json",
+        ]
+        if code in ("413", "414"):
+            self.close_connection = True  # the rest of the request is never read
+            lines.append("Connection: close")
+        head = "\r\n".join(lines).encode("latin-1") + b"\r\n\r\n"
+        with contextlib.suppress(OSError):  # the client is gone
+            self.conn.wfile.write(head + body)
+
+
 class BulkConnection(server.HTTPConnection):
     """A cheroot HTTP connection with bulk I/O that keeps its thread between requests.
 
@@ -185,6 +215,7 @@ class BulkConnection(server.HTTPConnection):
     """
 
     rbufsize = READ_BUFFER_BYTES
+    RequestHandlerClass = JSONErrorRequest
 
     def __init__(self, http_server: server.HTTPServer, sock: socket.socket, makefile: Any = None):
         super().__init__(http_server, sock, _bulk_makefile)

@@ -324,3 +324,38 @@ def test_port_is_released_after_stop() -> None:
         socket.create_connection(("127.0.0.1", port), timeout=2)
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))  # would raise if the port were still held
+
+
+def _raw(port: int, request: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        return _read_answer(sock)
+
+
+def test_unauthenticated_answers_tell_nothing_of_the_model_or_the_server() -> None:
+    """The same announced sizes get the same answers from a small and a large model's
+    service without the token; the banner names no software; errors are JSON."""
+    answers = []
+    for width in (4, 400_000):
+        store = WeightStore([np.zeros(width, np.float32)], num_workers=1, merge=Average())
+        with ParameterService(store, host="127.0.0.1") as svc:
+            seen = []
+            for size in (100, 10 * 1024 * 1024, 1 << 41):
+                head = (
+                    f"POST /push HTTP/1.1\r\nHost: x\r\nContent-Type: {wire.CONTENT_TYPE}\r\n"
+                    f"Content-Length: {size}\r\n\r\n"
+                )
+                answer = _raw(svc.port, head.encode())
+                status = answer.split(b"\r\n", 1)[0]
+                body = json.loads(answer.split(b"\r\n\r\n", 1)[1])
+                assert b"Content-Type: application/json" in answer and "error" in body
+                assert b"sparkdl" not in answer.lower() and b"cheroot" not in answer.lower()
+                seen.append((status, body["status"]))
+            banner = _raw(svc.port, b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert b"\r\nServer: httpd\r\n" in banner
+            malformed = _raw(svc.port, b"NOT A REQUEST\r\n\r\n")
+            assert malformed.startswith(b"HTTP/1.1 400") and b"application/json" in malformed
+            assert json.loads(malformed.split(b"\r\n\r\n", 1)[1])["status"] == 400
+        answers.append(seen)
+    assert answers[0] == answers[1]
+    assert [status for _, status in answers[0]] == [401, 401, 413]

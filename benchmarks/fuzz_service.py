@@ -1,0 +1,315 @@
+"""Fuzzes the parameter service with authenticated requests whose JSON is mutated.
+
+A client that holds the fit's token (a buggy or hostile worker) sends pushes, joins
+and failure reports built from valid ones, with their JSON changed the way a fuzzer
+would: values replaced by other types (strings, lists, nested objects, null, bools),
+by huge or odd numbers (10**400, 2**63, -1, NaN, Infinity, 1e308), by wrong codecs
+(``float8``, ``object``, ``<f4``, ``complex64``...), keys dropped, added or
+duplicated, structures nested dozens deep (or 50,000 deep in the raw text), the
+header replaced by a list or cut short. The service runs in this process on 127.0.0.1
+(cheroot, as a fit runs it) with two workers joined; the script reads the store's state
+before and after each request.
+
+Printed per mode: requests sent, answers 2xx (a mutation that left a valid request:
+taken), 4xx, and >= 500, state changes after a refused request (there must be none: a
+refused request changes nothing), and whether ``GET /status`` stayed strict JSON.
+
+Run:
+    .venv/bin/python benchmarks/fuzz_service.py                 # 10,000 per mode
+    .venv/bin/python benchmarks/fuzz_service.py --requests 500 --seed 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import random
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import urllib3
+
+from sparkdl.server import wire
+from sparkdl.server.service import ParameterService
+from sparkdl.server.store import WeightStore
+from sparkdl.sync.merges import Average, Delta, Elastic
+
+MODES = {
+    "synchronous": Average(),
+    "asynchronous": Delta(),
+    "hogwild": Elastic(alpha=0.45),
+}
+SHAPES = [(16, 8), (8,), (3,)]
+DTYPES = [np.float32, np.float32, np.int64]
+ROWS = 1000
+
+#: Values a mutation puts in place of another.
+ODD_VALUES: list[Any] = [
+    10**400,
+    -(10**400),
+    2**63,
+    2**62 - 1,
+    -1,
+    0,
+    1.5,
+    -0.0,
+    float("nan"),
+    float("inf"),
+    float("-inf"),
+    1e308,
+    "",
+    "0",
+    "float32",
+    "x" * 5000,
+    None,
+    True,
+    False,
+    [],
+    [1, 2],
+    [[[[1]]]],
+    {},
+    {"a": {"b": [1, {"c": None}]}},
+]
+ODD_DTYPES = ["float8", "object", "<f4", ">f4", "complex64", "float128", "str", "V8", "bfloat16"]
+ODD_SHAPES: list[Any] = [[-1], [2**40], [16, "8"], [[16], [8]], [16.0, 8.0], [1] * 40, None, 16]
+
+
+@dataclass
+class Figures:
+    """What one mode's run counted."""
+
+    requests: int = 0
+    taken: int = 0
+    refused: int = 0
+    server_errors: int = 0
+    changed_on_refusal: int = 0
+    status_strict_json: bool = True
+    examples: list[str] = field(default_factory=list)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=10_000, help="requests per mode")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--modes", nargs="*", default=list(MODES), choices=list(MODES))
+    args = parser.parse_args()
+    print(
+        "| mode | requests | taken (2xx) | refused (4xx) | answers >= 500 | "
+        "state changes on refusal | /status strict JSON | seconds |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---|---:|")
+    failed = False
+    for mode in args.modes:
+        started = time.perf_counter()
+        figures = fuzz(mode, args.requests, seed=args.seed)
+        seconds = time.perf_counter() - started
+        print(
+            f"| {mode} | {figures.requests} | {figures.taken} | {figures.refused} | "
+            f"{figures.server_errors} | {figures.changed_on_refusal} | "
+            f"{'yes' if figures.status_strict_json else 'NO'} | {seconds:.1f} |",
+            flush=True,
+        )
+        failed |= bool(figures.server_errors or figures.changed_on_refusal)
+        failed |= not figures.status_strict_json
+        for example in figures.examples[:5]:
+            print(f"    {example}")
+    raise SystemExit(1 if failed else 0)
+
+
+def fuzz(mode: str, requests: int, *, seed: int = 0) -> Figures:
+    """Sends ``requests`` mutated, authenticated requests to a service of ``mode``
+    (a fresh one after a taken fatal failure report ended the fit)."""
+    rng = random.Random(seed)
+    figures = Figures()
+    while figures.requests < requests:
+        _serve_and_fuzz(mode, requests, rng, figures)
+    return figures
+
+
+def _serve_and_fuzz(mode: str, requests: int, rng: random.Random, figures: Figures) -> None:
+    weights = [np.zeros(s, d) for s, d in zip(SHAPES, DTYPES, strict=True)]
+    store = WeightStore(weights, num_workers=2, merge=MODES[mode], mode=mode)
+    for worker in range(2):
+        store.join(worker, ROWS, wait=0.0)
+    with ParameterService(store, host="127.0.0.1") as service:
+        auth = {"Authorization": f"Bearer {service.token}"}
+        pool = urllib3.HTTPConnectionPool(
+            "127.0.0.1", service.port, retries=False, timeout=urllib3.Timeout(10.0), maxsize=1
+        )
+        try:
+            while figures.requests < requests and store.status()["aborted"] is None:
+                path, content_type, body = _request(rng, store)
+                before = _state(store)
+                response = pool.urlopen(
+                    "POST",
+                    path + "?wait=0",
+                    body=body,
+                    headers={**auth, "Content-Type": content_type},
+                )
+                figures.requests += 1
+                if response.status >= 500:
+                    figures.server_errors += 1
+                    figures.examples.append(f"{response.status} for {body[:120]!r}")
+                elif response.status >= 400:
+                    figures.refused += 1
+                    if _state(store) != before:
+                        figures.changed_on_refusal += 1
+                        figures.examples.append(f"state changed by refused {body[:120]!r}")
+                else:
+                    figures.taken += 1
+            status = pool.urlopen("GET", "/status", headers=auth)
+            try:
+                json.loads(status.data, parse_constant=_refuse_constant)
+            except ValueError:
+                figures.status_strict_json = False
+        finally:
+            pool.close()
+
+
+def _request(rng: random.Random, store: WeightStore) -> tuple[str, str, bytes]:
+    """One mutated request: a push (mostly), a join or a failure report."""
+    kind = rng.random()
+    if kind < 0.8:
+        header = _valid_push_header(rng, store)
+        for _ in range(rng.randint(1, 3)):
+            header = _mutate(rng, header)
+        return "/push", wire.CONTENT_TYPE, _frame(rng, header)
+    worker = rng.randrange(2)
+    if kind < 0.9:
+        report: Any = {"worker": worker, "rows": ROWS, "attempt": 0}
+        path = "/join"
+    else:
+        report = {"worker": worker, "traceback": "x", "attempt": 0, "fatal": False}
+        path = "/fail"
+    for _ in range(rng.randint(1, 3)):
+        report = _mutate(rng, report)
+    return path, "application/json", _json_text(rng, report).encode("utf-8", "surrogatepass")
+
+
+def _valid_push_header(rng: random.Random, store: WeightStore) -> dict[str, Any]:
+    status = store.status()
+    worker = rng.randrange(2)
+    record = status["workers"].get(str(worker), {})
+    specs = [
+        {"dtype": np.dtype(d).name, "shape": list(s)} for s, d in zip(SHAPES, DTYPES, strict=True)
+    ]
+    meta = {
+        "worker": worker,
+        "seq": int(record.get("seq", 0)) + 1,
+        "attempt": 0,
+        "base_version": status["version"],
+        "samples": rng.randint(0, ROWS),
+        "loss": rng.random(),
+        "epoch": 0,
+        "step": rng.randint(0, 30),
+        "comm_seconds": rng.random(),
+    }
+    if rng.random() < 0.3:
+        meta.update(epoch_logs={"loss": rng.random(), "acc": rng.random()}, epoch_samples=10)
+    return {"arrays": specs, "meta": meta}
+
+
+def _mutate(rng: random.Random, value: Any) -> Any:
+    """``value`` with one random change somewhere in its JSON structure."""
+    value = copy.deepcopy(value)
+    paths = list(_paths(value))
+    path = rng.choice(paths)
+    parent, key = _locate(value, path)
+    op = rng.random()
+    if parent is None:  # the whole document
+        return rng.choice([[value], "header", 7, None, _nested(rng.randint(2, 60))])
+    current = parent[key]
+    if op < 0.5:
+        if isinstance(key, str) and key == "dtype":
+            parent[key] = rng.choice(ODD_DTYPES + ODD_VALUES)
+        elif isinstance(key, str) and key == "shape":
+            parent[key] = rng.choice(ODD_SHAPES)
+        else:
+            parent[key] = rng.choice(ODD_VALUES)
+    elif op < 0.65 and isinstance(parent, dict):
+        del parent[key]
+    elif op < 0.8 and isinstance(parent, dict):
+        parent[rng.choice(["extra", "seq ", "Worker", "__proto__", "x" * 300])] = rng.choice(
+            ODD_VALUES
+        )
+    elif op < 0.9:
+        parent[key] = _nested(rng.randint(2, 60), leaf=current)
+    elif isinstance(parent, list) and parent:
+        parent.append(copy.deepcopy(rng.choice(parent)))  # one array spec too many
+    else:
+        parent[key] = [current, current]
+    return value
+
+
+def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> Any:
+    yield prefix
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _paths(v, (*prefix, i))
+
+
+def _locate(value: Any, path: tuple[Any, ...]) -> tuple[Any, Any]:
+    if not path:
+        return None, None
+    parent = value
+    for step in path[:-1]:
+        parent = parent[step]
+    return parent, path[-1]
+
+
+def _nested(depth: int, leaf: Any = 1) -> Any:
+    for _ in range(depth):
+        leaf = [leaf]
+    return leaf
+
+
+def _json_text(rng: random.Random, value: Any) -> str:
+    text = json.dumps(value)  # NaN and Infinity as Python writes them
+    cut = rng.random()
+    if cut < 0.02:
+        return "[" * 50_000 + text  # nested deeper than any parser's stack
+    if cut < 0.05:
+        return text[: rng.randrange(len(text) + 1)]  # cut short
+    if cut < 0.08:
+        return text + "\udcff"  # not UTF-8
+    return text
+
+
+def _frame(rng: random.Random, header: Any) -> bytes:
+    """A wire message with ``header`` as its JSON (whatever its structure) and the
+    buffers a valid push of :data:`SHAPES` would carry."""
+    text = _json_text(rng, header).encode("utf-8", "surrogatepass")
+    head = struct.pack("<4sB3xI", b"SDLW", 1, len(text)) + text
+    head += b"\0" * (-len(head) % 8)
+    buffers = b"".join(
+        np.ones(s, d).tobytes() + b"\0" * (-np.ones(s, d).nbytes % 8)
+        for s, d in zip(SHAPES, DTYPES, strict=True)
+    )
+    return head + buffers
+
+
+def _state(store: WeightStore) -> str:
+    """The training state a refused request must leave as it was."""
+    status = store.status()
+    workers = {
+        w: {k: r[k] for k in ("seq", "attempt", "samples", "pushes", "position", "last_loss")}
+        for w, r in status["workers"].items()
+    }
+    kept = {k: status[k] for k in ("version", "samples_seen", "history", "aborted", "round_pushed")}
+    weights = [w.tobytes().hex() for w in store.weights()]
+    return json.dumps([kept, workers, weights], sort_keys=True)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""Loading a saved stage runs no code from the directory unless the caller allows it.
+
+A ``Lambda`` layer's bytecode and the pickled ``custom_objects.pkl`` both run code when
+loaded; a stage loaded from a directory uses Keras's safe mode, on the driver and on
+the executors that score with it, unless ``safe_mode=False`` is passed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cloudpickle
+import keras
+import numpy as np
+import pytest
+
+from sparkdl import KerasModel
+from sparkdl.errors import ModelError
+from sparkdl.keras_io import model_to_bytes
+from sparkdl.predict import load_model
+
+pytestmark = [pytest.mark.spark]
+
+
+class Doubling(keras.layers.Layer):  # deliberately not registered with Keras
+    def call(self, inputs: Any) -> Any:
+        return inputs * 2.0
+
+
+def _lambda_model() -> keras.Model:
+    return keras.Sequential(
+        [keras.Input((3,)), keras.layers.Lambda(lambda x: x * 2.0), keras.layers.Dense(1)]
+    )
+
+
+def _custom_model() -> keras.Model:
+    return keras.Sequential([keras.Input((3,)), Doubling(), keras.layers.Dense(1)])
+
+
+def _rows(spark: Any) -> Any:
+    data = [([1.0, 2.0, 3.0],), ([0.5, 0.0, -1.0],)]
+    return spark.createDataFrame(data, "features array<float>")
+
+
+def _scores(stage: KerasModel, spark: Any) -> list[float]:
+    return [float(r.prediction) for r in stage.transform(_rows(spark)).collect()]
+
+
+def test_a_lambda_layer_loads_only_with_safe_mode_off(spark: Any, tmp_path: Any) -> None:
+    net = _lambda_model()
+    path = str(tmp_path / "lambda")
+    KerasModel(model_bytes=model_to_bytes(net)).write().save(path)
+    with pytest.raises(ModelError, match="safe_mode=False"):
+        KerasModel.load(path)
+    with pytest.raises(ModelError, match="safe_mode=False"):
+        KerasModel.read().load(path)
+    trusted = KerasModel.load(path, safe_mode=False)
+    assert trusted.safe_mode is False
+    want = net.predict(np.array([[1, 2, 3], [0.5, 0, -1]], np.float32), verbose=0)[:, 0]
+    np.testing.assert_allclose(_scores(trusted, spark), want, rtol=1e-5, atol=1e-6)
+
+
+def test_pickled_custom_objects_are_not_unpickled_in_safe_mode(spark: Any, tmp_path: Any) -> None:
+    net = _custom_model()
+    custom = cloudpickle.dumps({"Doubling": Doubling})
+    path = str(tmp_path / "custom")
+    KerasModel(model_bytes=model_to_bytes(net), custom_objects=custom).write().save(path)
+    with pytest.raises(ModelError, match=r"custom_objects\.pkl.*custom_objects=\{"):
+        KerasModel.load(path)
+    want = net.predict(np.array([[1, 2, 3], [0.5, 0, -1]], np.float32), verbose=0)[:, 0]
+    given = KerasModel.load(path, custom_objects={"Doubling": Doubling})
+    assert given.safe_mode is True
+    np.testing.assert_allclose(_scores(given, spark), want, rtol=1e-5, atol=1e-6)
+    trusted = KerasModel.load(path, safe_mode=False)
+    np.testing.assert_allclose(_scores(trusted, spark), want, rtol=1e-5, atol=1e-6)
+
+
+def test_executors_load_a_safe_stages_model_in_safe_mode() -> None:
+    """The executors' loader keeps the stage's safe mode (a Lambda is refused there)."""
+
+    class Broadcast:
+        value = model_to_bytes(_lambda_model())
+
+    with pytest.raises(ModelError, match="safe mode"):
+        load_model(Broadcast(), "lambda-digest-safe", None, safe_mode=True)
+    assert load_model(Broadcast(), "lambda-digest-any", None, safe_mode=False) is not None
