@@ -166,6 +166,9 @@ def _serve_and_fuzz(mode: str, requests: int, rng: random.Random, figures: Figur
                 json.loads(status.data, parse_constant=_refuse_constant)
             except ValueError:
                 figures.status_strict_json = False
+            if status.status != 200:
+                figures.status_strict_json = False
+                figures.examples.append(f"/status answered {status.status}: {status.data[:200]!r}")
         finally:
             pool.close()
 

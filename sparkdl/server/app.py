@@ -76,7 +76,7 @@ def create_app(store: WeightStore, token: str) -> Flask:
 
     @app.get("/status")
     def _status() -> Response:
-        return _json(200, store.status())
+        return _json(200, _finite(store.status()))
 
     @app.get("/weights")
     def _weights() -> Response:
@@ -195,6 +195,18 @@ def _json(status: int, payload: dict[str, Any]) -> Response:
     # allow_nan=False: NaN and Infinity are not JSON (the store never holds them).
     body = json.dumps(payload, allow_nan=False)
     return Response(body, status=status, mimetype="application/json")
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float replaced by ``None`` (JSON null):
+    a history's epoch without a metric is NaN on the driver, null on the wire."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _json_error(status: int, message: str) -> Response:

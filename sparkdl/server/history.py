@@ -90,3 +90,6 @@ class EpochHistory:
                 else sum(v for _, v in pairs) / len(pairs)
             )
             self._logs.setdefault(key, [float("nan")] * done).append(float(value))
+        for values in self._logs.values():  # a metric missing this epoch: NaN, aligned
+            if len(values) == done:
+                values.append(float("nan"))

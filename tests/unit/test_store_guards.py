@@ -181,3 +181,22 @@ def test_an_unhashable_dtype_in_the_header_is_a_wire_error(
             body = wire.encode_bytes([np.zeros(3, np.float32)], {"worker": 0})
         with pytest.raises(wire.WireError, match="expected dtype"):
             wire.decode(body)
+
+
+def test_a_metric_missing_from_an_epoch_keeps_the_history_aligned_and_status_json() -> None:
+    from sparkdl.server.app import create_app
+
+    store = make("asynchronous", Delta(), workers=1)
+    logs = [{"loss": 1.0, "auc": 0.5}, {"loss": 0.5, "auc": None}, {"loss": 0.25}]
+    for epoch, metrics in enumerate(logs):
+        meta = {"epoch": epoch, "epoch_logs": metrics, "epoch_samples": 10}
+        send(store, 0, seq=epoch + 1, meta=meta)
+    history = store.history()
+    assert history["loss"] == [1.0, 0.5, 0.25]
+    assert history["auc"][0] == 0.5 and np.isnan(history["auc"][1:]).all()
+    assert store.status()["epochs_done"] == 3
+    client = create_app(store, token="t").test_client()
+    answer = client.get("/status", headers={"Authorization": "Bearer t"})
+    assert answer.status_code == 200
+    status = json.loads(answer.data, parse_constant=lambda name: pytest.fail(name))
+    assert status["history"]["auc"] == [0.5, None, None]
