@@ -135,7 +135,8 @@ def _serve_and_fuzz(mode: str, requests: int, rng: random.Random, figures: Figur
     store = WeightStore(weights, num_workers=2, merge=MODES[mode], mode=mode)
     for worker in range(2):
         store.join(worker, ROWS, wait=0.0)
-    with ParameterService(store, host="127.0.0.1") as service:
+    # As in a fit, an attempt is taken only when Spark confirms it: here attempt 0.
+    with ParameterService(store, host="127.0.0.1", attempts=_live_attempt) as service:
         auth = {"Authorization": f"Bearer {service.token}"}
         pool = urllib3.HTTPConnectionPool(
             "127.0.0.1", service.port, retries=False, timeout=urllib3.Timeout(10.0), maxsize=1
@@ -308,6 +309,10 @@ def _state(store: WeightStore) -> str:
     kept = {k: status[k] for k in ("version", "samples_seen", "history", "aborted", "round_pushed")}
     weights = [w.tobytes().hex() for w in store.weights()]
     return json.dumps([kept, workers, weights], sort_keys=True)
+
+
+def _live_attempt(worker: int, attempt: int) -> bool:
+    return attempt == 0
 
 
 def _refuse_constant(name: str) -> Any:

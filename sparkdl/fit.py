@@ -36,6 +36,7 @@ from sparkdl.errors import SparkDLError, WorkerError
 from sparkdl.plan import FitPlan
 from sparkdl.progress import Progress
 from sparkdl.reports import SERVICE_KEYS, FitReport, WorkerReport
+from sparkdl.server.attempts import SparkAttempts
 from sparkdl.server.events import FitEvents
 from sparkdl.server.service import ParameterService
 from sparkdl.server.store import WeightStore
@@ -137,7 +138,12 @@ class Fit:
         group = f"sparkdl-fit-{store.started:.0f}-{id(store):x}"
         with contextlib.ExitStack() as stack:
             service = stack.enter_context(
-                ParameterService(store, host=plan.service_host, port=plan.port)
+                ParameterService(
+                    store,
+                    host=plan.service_host,
+                    port=plan.port,
+                    attempts=SparkAttempts(sc, group),
+                )
             )
             payload = WorkerPayload(
                 plan=plan,

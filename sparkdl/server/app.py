@@ -42,6 +42,7 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
 from sparkdl.server import wire
+from sparkdl.server.attempts import AttemptCheck
 from sparkdl.server.store import StoreError, WeightStore
 
 __all__ = ["MAX_WAIT_SECONDS", "create_app", "max_body_bytes"]
@@ -57,12 +58,15 @@ def max_body_bytes(store: WeightStore) -> int:
     return wire.payload_size([w.shape for w in weights], [w.dtype for w in weights]) + _HEADER_SLACK
 
 
-def create_app(store: WeightStore, token: str) -> Flask:
+def create_app(store: WeightStore, token: str, *, attempts: AttemptCheck | None = None) -> Flask:
     """Builds the Flask app that serves ``store``, guarded by ``token``.
 
     Args:
         store: The training state to serve.
         token: The per-fit secret every request must carry.
+        attempts: Confirms a task attempt newer than any the store saw for that worker
+            before a request of it is taken (a token holder could otherwise fence out
+            the live task with a made-up attempt); ``None`` takes every attempt.
 
     Returns:
         A Flask app (never run it with ``debug=True``; :class:`ParameterService` serves
@@ -73,6 +77,20 @@ def create_app(store: WeightStore, token: str) -> Flask:
     app.config["DEBUG"] = False
     app.config["PROPAGATE_EXCEPTIONS"] = False
     app.before_request(_authenticator(app, token))
+
+    def vouched(worker: int, attempt: int) -> int:
+        """``attempt``, once confirmed when it is new for ``worker``."""
+        if (
+            attempts is not None
+            and attempt > store.newest_attempt(worker)
+            and not attempts(worker, attempt)
+        ):
+            raise StoreError(
+                409,
+                f"Worker {worker} attempt {attempt} is not a running task of this fit's "
+                "Spark job; its requests are refused.",
+            )
+        return attempt
 
     @app.get("/status")
     def _status() -> Response:
@@ -91,10 +109,11 @@ def create_app(store: WeightStore, token: str) -> Flask:
         if request.mimetype != wire.CONTENT_TYPE:
             return _json_error(415, f"Expected Content-Type {wire.CONTENT_TYPE}.")
         arrays, meta = wire.decode(_read_body())
+        worker = _meta_int(meta, "worker")
         target = store.push(
-            _meta_int(meta, "worker"),
+            worker,
             seq=_meta_int(meta, "seq"),
-            attempt=_meta_int(meta, "attempt", 0),
+            attempt=vouched(worker, _meta_int(meta, "attempt", 0)),
             base_version=_meta_int(meta, "base_version"),
             arrays=arrays,
             samples=_meta_int(meta, "samples"),
@@ -110,11 +129,12 @@ def create_app(store: WeightStore, token: str) -> Flask:
     @app.post("/join")
     def _join() -> Response:
         report = _json_body()
+        worker = _meta_int(report, "worker")
         joined = store.join(
-            _meta_int(report, "worker"),
+            worker,
             _meta_int(report, "rows"),
             _wait_arg(),
-            attempt=_meta_int(report, "attempt", 0),
+            attempt=vouched(worker, _meta_int(report, "attempt", 0)),
         )
         if joined is None:
             return _json(202, {"pending": True})
@@ -131,10 +151,11 @@ def create_app(store: WeightStore, token: str) -> Flask:
                 "Expected a JSON body {'worker': int, 'traceback': str, 'attempt': int, "
                 "'fatal': bool}.",
             )
+        worker = _meta_int(report, "worker")
         store.report_failure(
-            _meta_int(report, "worker"),
+            worker,
             report["traceback"],
-            attempt=_meta_int(report, "attempt", 0),
+            attempt=vouched(worker, _meta_int(report, "attempt", 0)),
             fatal=report.get("fatal", True),
         )
         return _json(200, {"ok": True})

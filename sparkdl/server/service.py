@@ -28,6 +28,7 @@ from cheroot import wsgi
 
 from sparkdl.errors import ServiceError
 from sparkdl.server.app import create_app
+from sparkdl.server.attempts import AttemptCheck
 from sparkdl.server.store import WeightStore
 from sparkdl.server.transport import use_bulk_io
 
@@ -57,6 +58,9 @@ class ParameterService:
         token: Per-fit secret; a random one is made when ``None``.
         threads: Server threads. Synchronous pushes wait in a thread, so this must
             exceed the number of workers; the default leaves room for status calls.
+        attempts: Confirms a worker's new task attempt before it is taken
+            (:class:`sparkdl.server.attempts.SparkAttempts` in a fit); ``None`` takes
+            every attempt.
     """
 
     def __init__(
@@ -67,8 +71,10 @@ class ParameterService:
         port: int = 0,
         token: str | None = None,
         threads: int | None = None,
+        attempts: AttemptCheck | None = None,
     ) -> None:
         self.store = store
+        self._attempts = attempts
         self.token = token or secrets.token_urlsafe(32)
         self._host = host
         self._port = port
@@ -98,7 +104,7 @@ class ParameterService:
         Raises:
             ServiceError: The address cannot be bound (port in use, unknown host).
         """
-        app = create_app(self.store, self.token)
+        app = create_app(self.store, self.token, attempts=self._attempts)
         server = wsgi.Server(
             (self._host, self._port),
             app,

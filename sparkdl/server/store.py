@@ -179,6 +179,11 @@ class WeightStore:
         with self.lock:
             return self._history.logs()
 
+    def newest_attempt(self, worker: int) -> int:
+        """The newest task attempt the store took from ``worker`` (0 before any)."""
+        with self.lock:
+            return self.ledger.newest_attempt(worker)
+
     def failures(self) -> dict[int, str]:
         """``{worker: traceback}`` of every failure a worker reported."""
         with self.lock:

@@ -1,0 +1,106 @@
+"""Task attempts the service takes only when Spark confirms them.
+
+Every request of a worker carries its Spark task attempt id (``taskAttemptId``, unique
+within the SparkContext); a newer attempt of a worker fences the older one out, which
+is how a retried task takes over from a zombie. A client that holds the token could
+therefore claim a huge attempt id and fence out the live task. So the first request of
+an attempt newer than any the service saw for that worker is checked against Spark's
+own record, on the driver: :class:`SparkAttempts` looks through the stages of the fit's
+job group for a task with that id, for that partition (the worker id), that is
+running. Spark's status store learns of a task start from its listener bus, a little
+after the task starts, so the check asks again for up to :data:`CONFIRM_SECONDS`.
+
+It reads the driver's ``AppStatusStore`` through Py4J (``taskList``), the store behind
+Spark's UI and ``statusTracker``; where that is not reachable (Spark Connect), no
+attempt can be confirmed, and the fit runs without the check (a debug log says so).
+
+Example:
+    >>> accept_all = lambda worker, attempt: True
+    >>> accept_all(0, 17)
+    True
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["CONFIRM_SECONDS", "AttemptCheck", "SparkAttempts"]
+
+#: How long a claimed attempt is looked for in Spark's status store.
+CONFIRM_SECONDS = 10.0
+_POLL_SECONDS = 0.05
+#: Tasks read per stage attempt (the newest first): every worker's attempts fit.
+_TASKS_PER_STAGE = 10_000
+
+#: ``check(worker, attempt)``: whether the attempt is a live task of the fit.
+AttemptCheck = Callable[[int, int], bool]
+
+_log = logging.getLogger(__name__)
+
+
+class SparkAttempts:
+    """Confirms task attempts against Spark's status store (driver side).
+
+    Args:
+        sc: The driver's SparkContext.
+        job_group: The fit's job group: only its stages count.
+        timeout: Seconds to wait for Spark to record a task start.
+
+    Example:
+        >>> SparkAttempts(None, "group").available  # no SparkContext: no check
+        False
+    """
+
+    def __init__(self, sc: Any, job_group: str, *, timeout: float = CONFIRM_SECONDS) -> None:
+        self._sc = sc
+        self._group = job_group
+        self._timeout = timeout
+        self._store = _status_store(sc)
+
+    @property
+    def available(self) -> bool:
+        """Whether Spark's status store can be read here."""
+        return self._store is not None
+
+    def __call__(self, worker: int, attempt: int) -> bool:
+        """Whether ``attempt`` is a running task of the fit for partition ``worker``."""
+        if self._store is None:
+            return True  # nothing to check against (logged once at start)
+        deadline = time.monotonic() + self._timeout
+        while True:
+            try:
+                if self._running(worker, attempt):
+                    return True
+            except Exception as exc:  # Py4J trouble: do not refuse a live task for it
+                _log.debug("attempt check failed, attempt taken: %s", exc)
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(_POLL_SECONDS)
+
+    def _running(self, worker: int, attempt: int) -> bool:
+        tracker = self._sc.statusTracker()
+        for job_id in tracker.getJobIdsForGroup(self._group):
+            job = tracker.getJobInfo(job_id)
+            for stage_id in job.stageIds if job else ():
+                stage = tracker.getStageInfo(stage_id)
+                if stage is None:
+                    continue
+                for stage_attempt in range(stage.currentAttemptId, -1, -1):
+                    tasks = self._store.taskList(stage_id, stage_attempt, _TASKS_PER_STAGE)
+                    for i in range(tasks.length()):
+                        task = tasks.apply(i)
+                        if task.taskId() == attempt:
+                            return bool(task.index() == worker and task.status() == "RUNNING")
+        return False
+
+
+def _status_store(sc: Any) -> Any:
+    try:
+        return sc._jsc.sc().statusStore()
+    except Exception as exc:  # Spark Connect, or a Spark without it
+        _log.debug("Spark's status store is not reachable; attempts are not checked: %s", exc)
+        return None
