@@ -206,8 +206,14 @@ class ServiceConfig:
 
     service_host: str | None = None
     port: int = 0
+    service_tls: bool | None = None
 
     def __post_init__(self) -> None:
+        if self.service_tls is not None and not isinstance(self.service_tls, bool):
+            raise ConfigError(
+                f"Expected service_tls to be True, False or None (on for a cluster, off "
+                f"for a local master). Received: service_tls={self.service_tls!r}"
+            )
         if (
             isinstance(self.port, bool)
             or not isinstance(self.port, int)
@@ -278,6 +284,10 @@ class TrainConfig:
         service_host: Address the parameter service binds to and workers call.
             ``None``: 127.0.0.1 for local masters, else ``spark.driver.host``.
         port: Port of the parameter service; 0 picks a free one.
+        service_tls: Serve the parameter service over HTTPS with a certificate made
+            for the fit and pinned by its workers (:mod:`sparkdl.server.tls`).
+            ``None``: on unless the master is local (``local[...]``,
+            ``local-cluster[...]``), where the traffic never leaves the machine.
         request_timeout: Seconds a worker waits for one service call (connect and read).
         round_timeout: Seconds a synchronous round waits for missing workers; then it
             closes with the workers present and logs a warning (their late pushes are
@@ -346,6 +356,7 @@ class TrainConfig:
     shuffle: bool = RunConfig.shuffle
     service_host: str | None = ServiceConfig.service_host
     port: int = ServiceConfig.port
+    service_tls: bool | None = ServiceConfig.service_tls
     request_timeout: float = FailureConfig.request_timeout
     round_timeout: float = FailureConfig.round_timeout
     backup_workers: int = SyncConfig.backup_workers

@@ -40,6 +40,7 @@ from sparkdl.server.attempts import SparkAttempts
 from sparkdl.server.events import FitEvents
 from sparkdl.server.service import ParameterService
 from sparkdl.server.store import WeightStore
+from sparkdl.server.tls import Certificate
 from sparkdl.spark_ui import EpochMarks
 from sparkdl.sync.schedule import train_rows
 from sparkdl.warmup import gpus_requested, resolve_tf_log_level
@@ -137,18 +138,21 @@ class Fit:
         )
         group = f"sparkdl-fit-{store.started:.0f}-{id(store):x}"
         with contextlib.ExitStack() as stack:
+            certificate = Certificate.make(plan.service_host) if plan.service_tls else None
             service = stack.enter_context(
                 ParameterService(
                     store,
                     host=plan.service_host,
                     port=plan.port,
                     attempts=SparkAttempts(sc, group),
+                    tls=certificate,
                 )
             )
             payload = WorkerPayload(
                 plan=plan,
                 url=service.url,
                 token=service.token,
+                tls_cert=certificate.pem if certificate else None,
                 model_bytes=stack.enter_context(_broadcast(sc, model_bytes)),
                 custom_objects=(
                     cloudpickle.dumps(self.custom_objects) if self.custom_objects else None
@@ -185,6 +189,7 @@ class Fit:
                 seconds=time.perf_counter() - started,
                 rows=self.prepared.summary.rows,
                 job_group=group,
+                service_url=payload.url,
                 workers=reports,
                 service={key: status.get(key) for key in SERVICE_KEYS},
                 prepare_seconds=prepare_seconds,
@@ -205,6 +210,7 @@ class Fit:
             validation_data=self.validation is not None,
             cache_budget=cluster.cache_budget(sc),
             tf_log_level=resolve_tf_log_level(gpus=gpus_requested(sc.getConf())),
+            local_master=cluster.parse_local_master(str(sc.master)),
         )
 
     def _checks_seconds(self) -> float:

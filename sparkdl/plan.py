@@ -53,6 +53,7 @@ class FitPlan:
         backup_workers: Workers a synchronous round may close without.
         service_host: Address the service binds to and workers call.
         port: The service's port; 0 picks a free one.
+        service_tls: The service speaks HTTPS (``TrainConfig.service_tls`` resolved).
         data_cache: ``"auto"``, ``"memory"`` or ``"disk"`` (``TrainConfig.data_cache``).
         cache_budget: Bytes of its partition an ``"auto"`` worker keeps in memory.
         tf_log_level: ``TF_CPP_MIN_LOG_LEVEL`` for workers whose environment has none.
@@ -78,6 +79,7 @@ class FitPlan:
     backup_workers: int
     service_host: str
     port: int
+    service_tls: bool = False
     data_cache: str = "auto"
     cache_budget: int = 1 << 30
     tf_log_level: str | None = None
@@ -95,6 +97,7 @@ class FitPlan:
         validation_data: bool = False,
         cache_budget: int = 1 << 30,
         tf_log_level: str | None = None,
+        local_master: bool = True,
     ) -> FitPlan:
         """Resolves ``config`` for a fit over ``rows`` rows on ``num_workers`` workers.
 
@@ -110,6 +113,7 @@ class FitPlan:
             cache_budget: Bytes of its partition a worker may keep in memory
                 (:func:`sparkdl.cluster.cache_budget`).
             tf_log_level: ``TF_CPP_MIN_LOG_LEVEL`` for the workers.
+            local_master: The master is local (``service_tls=None`` then means off).
 
         Raises:
             ConfigError: ``backup_workers`` leaves no worker for a round.
@@ -152,6 +156,11 @@ class FitPlan:
             backup_workers=sync.backup_workers,
             service_host=config.service_host or service_host,
             port=config.port,
+            service_tls=(
+                config.service.service_tls
+                if config.service.service_tls is not None
+                else not local_master
+            ),
             data_cache=config.scaling.data_cache,
             cache_budget=cache_budget,
             tf_log_level=tf_log_level,

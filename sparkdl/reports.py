@@ -128,6 +128,7 @@ class FitReport:
         job_group: The fit's Spark job group (its jobs in the Spark UI).
         workers: Each worker's :class:`WorkerReport`, in worker order.
         service: The service's final status (:data:`SERVICE_KEYS`).
+        service_url: The address workers called (``https://`` when it spoke TLS).
     """
 
     seconds: float
@@ -136,6 +137,7 @@ class FitReport:
     workers: list[WorkerReport]
     service: dict[str, Any]
     prepare_seconds: float = 0.0
+    service_url: str = ""
 
     @property
     def data_seconds(self) -> float:

@@ -58,6 +58,7 @@ class WorkerPayload:
         sparse_columns: Whether each feature column arrives as ML vectors (kept sparse)
             rather than float arrays.
         sparse_inputs: Whether each model input takes a ``tf.SparseTensor``.
+        tls_cert: The service's certificate (PEM) when it speaks HTTPS.
         validation: Whether the partition carries validation rows (marked in the
             :data:`~sparkdl.data.VALIDATION` column), cached apart from the rest.
     """
@@ -73,6 +74,7 @@ class WorkerPayload:
     sparse_columns: list[bool] = field(default_factory=list)
     sparse_inputs: list[bool] = field(default_factory=list)
     validation: bool = False
+    tls_cert: bytes | None = None
 
     def columns(self) -> tuple[list[Column], list[Column]]:
         """How the feature and the label columns are cached."""
@@ -136,6 +138,7 @@ def _run_task(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> Work
         # Spark numbers task attempts uniquely and in launch order within a
         # SparkContext, stage retries included: a newer attempt has a larger id.
         attempt=int(ctx.taskAttemptId()),
+        tls_cert=payload.tls_cert,
     )
     phase = "cache"
     try:

@@ -28,6 +28,7 @@ import contextlib
 import http.client
 import json
 import random
+import ssl
 import time
 import traceback
 from collections.abc import Sequence
@@ -39,6 +40,7 @@ import numpy as np
 from sparkdl.compat.http_client import CoalescingConnection
 from sparkdl.errors import ServiceError, TrainingError
 from sparkdl.server import wire
+from sparkdl.server.tls import client_context
 
 __all__ = ["ServiceClient"]
 
@@ -61,6 +63,8 @@ class ServiceClient:
         backoff: Seconds before the first retry; doubles each time (capped at 5 s).
         attempt: This task's attempt number; a higher one supersedes the worker's
             earlier attempts on the service.
+        tls_cert: The fit's certificate (PEM) for an ``https://`` service: the only
+            one this client trusts (:mod:`sparkdl.server.tls`).
     """
 
     def __init__(
@@ -73,10 +77,16 @@ class ServiceClient:
         retries: int = 5,
         backoff: float = 0.1,
         attempt: int = 0,
+        tls_cert: bytes | None = None,
     ) -> None:
         parts = urlsplit(url)
-        if parts.scheme != "http" or not parts.hostname or not parts.port:
-            raise ServiceError(f"Expected a service URL like http://host:port. Received: {url!r}")
+        scheme = "https" if tls_cert is not None else "http"
+        if parts.scheme != scheme or not parts.hostname or not parts.port:
+            raise ServiceError(
+                f"Expected a service URL like {scheme}://host:port"
+                f"{' (https needs the certificate)' if parts.scheme == 'https' else ''}. "
+                f"Received: {url!r}"
+            )
         self.url = url
         self.worker = worker
         self.retries = retries
@@ -91,7 +101,10 @@ class ServiceClient:
         self.control: dict[str, Any] = {}
         self._seq = 0
         self._headers = {"Authorization": f"Bearer {token}"}
-        self._conn = _KeepAlive(parts.hostname, parts.port, min(timeout, 10.0), timeout)
+        context = client_context(tls_cert) if tls_cert is not None else None
+        self._conn = _KeepAlive(
+            parts.hostname, parts.port, min(timeout, 10.0), timeout, context=context
+        )
 
     def push(
         self,
@@ -280,11 +293,20 @@ def _sliced(chunks: list[Any]) -> list[memoryview]:
 class _KeepAlive:
     """One persistent HTTP/1.1 connection, opened on demand and dropped after an error."""
 
-    def __init__(self, host: str, port: int, connect_timeout: float, read_timeout: float):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        connect_timeout: float,
+        read_timeout: float,
+        *,
+        context: ssl.SSLContext | None = None,
+    ):
         self._host = host
         self._port = port
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
+        self._context = context
         self._conn: http.client.HTTPConnection | None = None
 
     @property
@@ -299,8 +321,14 @@ class _KeepAlive:
         if conn is None:
             conn = CoalescingConnection(self._host, self._port, timeout=self._connect_timeout)
             conn.connect()  # sets TCP_NODELAY
-            if conn.sock is not None:
-                conn.sock.settimeout(self._read_timeout)
+            try:
+                if self._context is not None:  # handshake within the connect timeout
+                    conn.sock = self._context.wrap_socket(conn.sock, server_hostname=self._host)
+                if conn.sock is not None:
+                    conn.sock.settimeout(self._read_timeout)
+            except BaseException:
+                conn.close()
+                raise
             self._conn = conn
         try:
             conn.request(method, path, body=body, headers=headers)

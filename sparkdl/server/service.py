@@ -27,9 +27,11 @@ from types import TracebackType
 from cheroot import wsgi
 
 from sparkdl.errors import ServiceError
+from sparkdl.server import tls
 from sparkdl.server.app import create_app
 from sparkdl.server.attempts import AttemptCheck
 from sparkdl.server.store import WeightStore
+from sparkdl.server.tls import Certificate
 from sparkdl.server.transport import use_bulk_io
 
 __all__ = ["MAX_HEADER_BYTES", "MAX_REQUEST_BYTES", "SERVER_NAME", "ParameterService"]
@@ -61,6 +63,8 @@ class ParameterService:
         attempts: Confirms a worker's new task attempt before it is taken
             (:class:`sparkdl.server.attempts.SparkAttempts` in a fit); ``None`` takes
             every attempt.
+        tls: Serve HTTPS with this certificate (:mod:`sparkdl.server.tls`); ``None``
+            serves plain HTTP.
     """
 
     def __init__(
@@ -72,9 +76,11 @@ class ParameterService:
         token: str | None = None,
         threads: int | None = None,
         attempts: AttemptCheck | None = None,
+        tls: Certificate | None = None,
     ) -> None:
         self.store = store
         self._attempts = attempts
+        self._tls = tls
         self.token = token or secrets.token_urlsafe(32)
         self._host = host
         self._port = port
@@ -89,7 +95,8 @@ class ParameterService:
             raise ServiceError("The parameter service is not running; call start() first.")
         host, port = self._server.bind_addr[:2]
         host = f"[{host}]" if ":" in str(host) else host
-        return f"http://{host}:{port}"
+        scheme = "https" if self._tls is not None else "http"
+        return f"{scheme}://{host}:{port}"
 
     @property
     def port(self) -> int:
@@ -123,6 +130,9 @@ class ParameterService:
         # for it (cheroot's 0.5 s would add up to half a second to every fit).
         server.expiration_interval = _SELECT_SECONDS
         use_bulk_io(server)
+        if self._tls is not None:
+            with tls.temporary_directory() as keys:  # loaded now, then removed
+                server.ssl_adapter = self._tls.adapter(keys)
         try:
             server.prepare()
         except OSError as exc:

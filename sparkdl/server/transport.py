@@ -34,10 +34,12 @@ import contextlib
 import json
 import selectors
 import socket
+import ssl
 from typing import Any
 
 import numpy as np
 from cheroot import makefile, server, wsgi
+from cheroot.ssl.builtin import BuiltinSSLAdapter
 
 __all__ = [
     "BULK_BYTES",
@@ -48,6 +50,7 @@ __all__ = [
     "BulkGateway",
     "BulkReader",
     "BulkWriter",
+    "DeferredHandshakeAdapter",
     "JSONErrorRequest",
     "use_bulk_io",
 ]
@@ -203,6 +206,24 @@ class JSONErrorRequest(server.HTTPRequest):
             self.conn.wfile.write(head + body)
 
 
+class DeferredHandshakeAdapter(BuiltinSSLAdapter):
+    """cheroot's built-in TLS adapter, handshaking at the connection's first read.
+
+    cheroot wraps each accepted socket in its accepting thread; with the handshake
+    there, one silent client would stop the server from accepting anyone else for
+    the socket timeout. OpenSSL handshakes at the first read instead, on the thread
+    that serves the connection, under the same timeout as a request.
+    """
+
+    def __init__(self, certificate: str, private_key: str) -> None:
+        super().__init__(certificate, private_key)
+        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+
+    def wrap(self, sock: Any) -> tuple[Any, dict[str, str]]:
+        wrapped = self.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return wrapped, {"wsgi.url_scheme": "https", "HTTPS": "on"}
+
+
 class BulkConnection(server.HTTPConnection):
     """A cheroot HTTP connection with bulk I/O that keeps its thread between requests.
 
@@ -219,12 +240,27 @@ class BulkConnection(server.HTTPConnection):
 
     def __init__(self, http_server: server.HTTPServer, sock: socket.socket, makefile: Any = None):
         super().__init__(http_server, sock, _bulk_makefile)
+        self._tls_ready = not isinstance(sock, ssl.SSLSocket)
 
     def communicate(self) -> bool:
+        if not self._handshake():
+            return False  # cheroot closes the connection
         keep = bool(super().communicate())
         while keep and self._next_request_within(LINGER_SECONDS):
             keep = bool(super().communicate())
         return keep
+
+    def _handshake(self) -> bool:
+        """Completes a TLS handshake (:class:`DeferredHandshakeAdapter`) on this thread;
+        ``False`` for a client without the fit's certificate or not speaking TLS."""
+        if getattr(self, "_tls_ready", True) or not isinstance(self.socket, ssl.SSLSocket):
+            return True
+        try:
+            self.socket.do_handshake()
+        except (ssl.SSLError, OSError):
+            return False
+        self._tls_ready = True
+        return True
 
     def _next_request_within(self, seconds: float) -> bool:
         if self.rfile.has_data():

@@ -1,0 +1,91 @@
+"""The parameter service over TLS: a certificate per fit, pinned by the workers."""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+import urllib3
+
+from examples.digits import accuracy, digits_model
+from sparkdl import KerasEstimator, TrainConfig
+from sparkdl.errors import ServiceError
+from sparkdl.plan import FitPlan
+from sparkdl.server.client import ServiceClient
+from sparkdl.server.service import ParameterService
+from sparkdl.server.store import WeightStore
+from sparkdl.server.tls import Certificate
+from sparkdl.sync.merges import Delta
+from tests.stores import joined
+
+
+@pytest.fixture
+def tls_service() -> Any:
+    store = joined(
+        WeightStore([np.zeros(4, np.float32)], num_workers=1, merge=Delta(), mode="asynchronous")
+    )
+    cert = Certificate.make("127.0.0.1")
+    with ParameterService(store, host="127.0.0.1", tls=cert) as service:
+        yield service, cert
+
+
+def test_a_worker_that_pins_the_fits_certificate_talks_over_tls(tls_service: Any) -> None:
+    service, cert = tls_service
+    assert service.url.startswith("https://127.0.0.1:")
+    silent = [socket.create_connection(("127.0.0.1", service.port)) for _ in range(3)]
+    try:  # clients that connect and never handshake hold nobody up
+        client = ServiceClient(service.url, service.token, worker=0, tls_cert=cert.pem)
+        started = time.monotonic()
+        weights, version = client.push([np.ones(4, np.float32)], base_version=0, samples=1)
+        assert time.monotonic() - started < 5
+        assert version == 1 and weights[0].tolist() == [1.0] * 4
+        client.close()
+    finally:
+        for sock in silent:
+            sock.close()
+
+
+def test_another_certificate_plain_http_and_a_plain_url_are_refused(tls_service: Any) -> None:
+    service, _ = tls_service
+    stranger = Certificate.make("127.0.0.1")
+    impostor = ServiceClient(service.url, service.token, worker=0, tls_cert=stranger.pem, retries=0)
+    with pytest.raises(ServiceError, match=r"CERTIFICATE_VERIFY_FAILED|certificate verify"):
+        impostor.status()
+    plain_url = service.url.replace("https://", "http://")
+    with pytest.raises(urllib3.exceptions.HTTPError):
+        urllib3.PoolManager(retries=False, timeout=5).request("GET", f"{plain_url}/status")
+    with pytest.raises(ServiceError, match="certificate"):
+        ServiceClient(service.url, service.token, worker=0)  # https without the certificate
+    assert service.store.version == 0
+
+
+def test_tls_is_on_by_default_only_off_a_local_master() -> None:
+    config = TrainConfig(num_workers=2)
+    common = {"num_workers": 2, "rows": 100, "threads": 1, "service_host": "10.0.0.1"}
+    assert FitPlan.resolve(config, local_master=False, **common).service_tls
+    assert not FitPlan.resolve(config, local_master=True, **common).service_tls
+    forced = config.replace(service_tls=True)
+    assert FitPlan.resolve(forced, local_master=True, **common).service_tls
+    off = config.replace(service_tls=False)
+    assert not FitPlan.resolve(off, local_master=False, **common).service_tls
+
+
+@pytest.mark.spark
+def test_a_fit_over_tls_reaches_accuracy(digits: Any) -> None:
+    train_df, _, (_, x_test, _, y_test) = digits
+    fitted = KerasEstimator(
+        model=digits_model(),
+        features_col="features",
+        label_col="label",
+        mode="asynchronous",
+        num_workers=2,
+        epochs=10,
+        batch_size=32,
+        seed=0,
+        service_tls=True,
+    ).fit(train_df)
+    assert fitted.fit_report["service_url"].startswith("https://127.0.0.1:")
+    assert accuracy(fitted.get_model(), x_test, y_test) >= 0.93
