@@ -8,6 +8,8 @@ The plain socket sends the same number of bytes each way with ``sendall`` /
 
 * ``raw socket``: the limit.
 * ``sparkdl async``: the service as shipped (cheroot + bulk I/O), asynchronous delta.
+* ``sparkdl async TLS``: the same over HTTPS with a per-fit certificate pinned by the
+  client (``service_tls``, the default on clusters).
 * ``sparkdl sync``: the same, synchronous average with one worker.
 * ``urllib3 client``: the shipped service, with a pooled urllib3 client instead of
   sparkdl's keep-alive client (urllib3 hands the body over as ``bytes``).
@@ -23,6 +25,7 @@ Run:
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import socket
 import statistics
@@ -38,6 +41,7 @@ from sparkdl.server import wire
 from sparkdl.server.app import create_app, max_body_bytes
 from sparkdl.server.service import ParameterService
 from sparkdl.server.store import WeightStore
+from sparkdl.server.tls import Certificate
 from sparkdl.sync.merges import Average, Delta
 
 Serve = Callable[[WeightStore, str], AbstractContextManager[str]]
@@ -57,6 +61,7 @@ def main() -> None:
         _row(millions, "raw socket", raw, body_bytes, raw)
         rows: list[tuple[str, str, Serve, str]] = [
             ("sparkdl async", "asynchronous", _sparkdl, "sparkdl"),
+            ("sparkdl async TLS", "asynchronous", _sparkdl_tls, "sparkdl-tls"),
             ("sparkdl sync", "synchronous", _sparkdl, "sparkdl"),
             ("urllib3 client", "asynchronous", _sparkdl, "urllib3"),
             ("cheroot (stock)", "asynchronous", _stock_cheroot, "sparkdl"),
@@ -112,8 +117,9 @@ def _run(
     else:
         store = WeightStore(weights, num_workers=1, merge=Average(), mode=mode)
     with serve(store, "token") as url:
+        pem = _CERTIFICATE.pem if client == "sparkdl-tls" else None
         return _in_processes(
-            _service_client, [(url, n, mode, client, seconds, i) for i in range(clients)]
+            _service_client, [(url, n, mode, client, seconds, i, pem) for i in range(clients)]
         )
 
 
@@ -124,7 +130,7 @@ def _in_processes(target: Callable[..., list[float]], jobs: list[tuple[Any, ...]
 
 
 def _service_client(
-    url: str, n: int, mode: str, client: str, seconds: float, worker: int
+    url: str, n: int, mode: str, client: str, seconds: float, worker: int, pem: bytes | None
 ) -> list[float]:
     weights = _model(n)
     version = 0
@@ -132,7 +138,8 @@ def _service_client(
         return _urllib3_client(url, weights, seconds, worker)
     from sparkdl.server.client import ServiceClient
 
-    service = ServiceClient(url, "token", worker=worker)
+    service = ServiceClient(url, "token", worker=worker, tls_cert=pem)
+    service.join(rows=1)
 
     def step() -> None:
         nonlocal version
@@ -152,6 +159,9 @@ def _urllib3_client(
     pool = urllib3.connection_from_url(url, maxsize=1, retries=False, timeout=60)
     seq = 0
     version = 0
+    join = json.dumps({"worker": worker, "rows": 1, "attempt": 0})
+    auth = {"Authorization": "Bearer token", "Content-Type": "application/json"}
+    pool.urlopen("POST", "/join", body=join, headers=auth)
 
     def step() -> None:
         nonlocal seq, version
@@ -236,6 +246,16 @@ def _recv_exactly(conn: socket.socket, buffer: memoryview) -> bool:
 @contextmanager
 def _sparkdl(store: WeightStore, token: str) -> Iterator[str]:
     with ParameterService(store, host="127.0.0.1", token=token) as service:
+        yield service.url
+
+
+#: The TLS rows' certificate (made once; the client processes get its PEM).
+_CERTIFICATE = Certificate.make("127.0.0.1")
+
+
+@contextmanager
+def _sparkdl_tls(store: WeightStore, token: str) -> Iterator[str]:
+    with ParameterService(store, host="127.0.0.1", token=token, tls=_CERTIFICATE) as service:
         yield service.url
 
 
