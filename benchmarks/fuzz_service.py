@@ -144,7 +144,7 @@ def _serve_and_fuzz(mode: str, requests: int, rng: random.Random, figures: Figur
         try:
             while figures.requests < requests and store.status()["aborted"] is None:
                 path, content_type, body = _request(rng, store)
-                before = _state(store)
+                before = training_state(store)
                 response = pool.urlopen(
                     "POST",
                     path + "?wait=0",
@@ -157,7 +157,7 @@ def _serve_and_fuzz(mode: str, requests: int, rng: random.Random, figures: Figur
                     figures.examples.append(f"{response.status} for {body[:120]!r}")
                 elif response.status >= 400:
                     figures.refused += 1
-                    if _state(store) != before:
+                    if training_state(store) != before:
                         figures.changed_on_refusal += 1
                         figures.examples.append(f"state changed by refused {body[:120]!r}")
                 else:
@@ -299,8 +299,10 @@ def _frame(rng: random.Random, header: Any) -> bytes:
     return head + buffers
 
 
-def _state(store: WeightStore) -> str:
-    """The training state a refused request must leave as it was."""
+def training_state(store: WeightStore) -> str:
+    """The training state a refused request must leave as it was, as one string: the
+    version, samples, history, abort reason and open round, each worker's sequence
+    number, attempt, samples, pushes, position and last loss, and the weights."""
     status = store.status()
     workers = {
         w: {k: r[k] for k in ("seq", "attempt", "samples", "pushes", "position", "last_loss")}

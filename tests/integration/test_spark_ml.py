@@ -19,6 +19,7 @@ from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
 
 from examples.digits import digits_arrays, digits_model
 from sparkdl import KerasEstimator, KerasModel
+from sparkdl.errors import ModelError
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -128,7 +129,10 @@ def test_model_and_estimator_with_a_custom_layer_save_and_load(digits, tmp_path)
     )
     est_dir = str(tmp_path / "estimator")
     estimator.save(est_dir)
-    loaded_est = KerasEstimator.load(est_dir)
+    # custom_objects.pkl is a pickle: a safe load refuses it, naming both ways in.
+    with pytest.raises(ModelError, match=r"custom_objects=\{\.\.\.\}.*safe_mode=False"):
+        KerasEstimator.load(est_dir)
+    loaded_est = KerasEstimator.load(est_dir, safe_mode=False)  # trusted: we saved it
     assert loaded_est.getOrDefault("batchSize") == 64 and loaded_est.uid == estimator.uid
     assert isinstance(loaded_est.model.layers[2], Scale)
 
@@ -138,7 +142,7 @@ def test_model_and_estimator_with_a_custom_layer_save_and_load(digits, tmp_path)
     fitted.write().overwrite().save(model_dir)  # overwrite works
     with pytest.raises(Exception, match="already exists"):
         fitted.save(model_dir)
-    loaded = KerasModel.load(model_dir)
+    loaded = KerasModel.load(model_dir, custom_objects={"Scale": Scale})  # no unpickling
     assert loaded.history == fitted.history and loaded.input_shape == (64,)
     a = np.array([r.prediction for r in fitted.transform(test_df).collect()])
     b = np.array([r.prediction for r in loaded.transform(test_df).collect()])

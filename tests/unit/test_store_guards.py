@@ -13,6 +13,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from benchmarks.fuzz_service import training_state
 from sparkdl.server import wire
 from sparkdl.server.store import SEQ_WINDOW, StoreError, WeightStore
 from sparkdl.sync.merges import Average, Delta, Elastic, is_float
@@ -25,18 +26,6 @@ def make(mode: str, merge: Any, dtype: Any = np.float32, workers: int = 2) -> We
     for worker in range(workers):
         store.join(worker, ROWS, wait=0.0)
     return store
-
-
-def state(store: WeightStore) -> str:
-    """Everything a refused request must leave unchanged, as one comparable string."""
-    status = store.status()
-    workers = {
-        w: {k: r[k] for k in ("seq", "attempt", "samples", "pushes", "position", "last_loss")}
-        for w, r in status["workers"].items()
-    }
-    kept = {k: status[k] for k in ("version", "samples_seen", "history", "aborted", "round_pushed")}
-    weights = [w.astype(np.float64).tolist() for w in store.weights()]
-    return json.dumps([kept, workers, weights], sort_keys=True)
 
 
 def send(store: WeightStore, worker: int = 0, *, value: float = 1.0, **kw: Any) -> int:
@@ -67,11 +56,11 @@ def test_a_push_that_would_overflow_the_center_is_refused(name: str) -> None:
     store = STORES[name]()
     big = 3e38
     send(store, 0, value=big, seq=1)
-    before = state(store)
+    before = training_state(store)
     with pytest.raises(StoreError, match="past the range of float32") as info:
         send(store, 1, value=big, seq=1)
     assert info.value.status == 400
-    assert state(store) == before
+    assert training_state(store) == before
     if store.mode.barrier:  # close the round with an honest push of worker 1
         send(store, 1, value=0.0, seq=1)
     assert np.isfinite(store.weights()[0]).all()
@@ -83,10 +72,10 @@ def test_a_push_that_would_overflow_the_center_is_refused(name: str) -> None:
 
 def test_samples_cannot_exceed_the_rows_the_worker_joined_with() -> None:
     store = make("synchronous", Average())
-    before = state(store)
+    before = training_state(store)
     with pytest.raises(StoreError, match="100 rows") as info:
         send(store, 0, samples=2**61)
-    assert info.value.status == 400 and state(store) == before
+    assert info.value.status == 400 and training_state(store) == before
     send(store, 0, value=2.0, samples=ROWS)
     send(store, 1, value=4.0, samples=ROWS)
     np.testing.assert_array_equal(store.weights()[0], [3.0, 3.0, 3.0])
@@ -106,10 +95,10 @@ def test_a_worker_pushes_only_after_it_joined() -> None:
 def test_sequence_numbers_are_taken_only_just_after_the_last_applied_one() -> None:
     store = make("asynchronous", Delta())
     send(store, 0, seq=1)
-    before = state(store)
+    before = training_state(store)
     with pytest.raises(StoreError, match="sequence number") as info:
         send(store, 0, seq=2**62 - 1)
-    assert info.value.status == 400 and state(store) == before
+    assert info.value.status == 400 and training_state(store) == before
     with pytest.raises(StoreError, match="sequence number"):
         send(store, 0, seq=2 + SEQ_WINDOW)
     assert send(store, 0, seq=2) == 2  # the honest next push is applied
@@ -145,12 +134,12 @@ def test_bad_metadata_is_refused_before_anything_changes(
 ) -> None:
     store = make(mode, Delta())
     send(store, 0, seq=1, meta={"loss": 0.5, "epoch": 0, "step": 1})
-    before = state(store)
+    before = training_state(store)
     version = store.version
     with pytest.raises(StoreError) as info:
         send(store, 0, seq=2, attempt=7, meta=case[1])
     assert info.value.status == 400, info.value.message
-    assert state(store) == before and store.version == version
+    assert training_state(store) == before and store.version == version
     json.loads(json.dumps(store.status(), allow_nan=False))  # valid JSON
     # The refused push's attempt number fenced nothing: attempt 0 still pushes.
     send(store, 0, seq=2, base_version=store.version, meta={"loss": 0.25})
@@ -161,10 +150,10 @@ def test_bfloat16_is_a_float_everywhere() -> None:
     assert is_float(np.zeros(1, bf16))
     store = make("synchronous", Average(), dtype=bf16)
     bad = np.array([1.0, np.nan, 2.0], bf16)
-    before = state(store)
+    before = training_state(store)
     with pytest.raises(StoreError, match="NaN or infinite"):
         send(store, 0, arrays=[bad])
-    assert state(store) == before
+    assert training_state(store) == before
     send(store, 0, value=1.0, samples=30)
     send(store, 1, value=2.0, samples=10)
     merged = store.weights()[0]
