@@ -19,6 +19,7 @@ from sparkdl.errors import (
 )
 from sparkdl.estimator import KerasEstimator
 from sparkdl.model import KerasModel
+from sparkdl.persistence import loading_options
 from sparkdl.warmup import warm_up
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "TrainConfig",
     "TrainingError",
     "WorkerError",
+    "loading_options",
     "warm_up",
 ]
 __version__ = "0.1.0"

@@ -239,6 +239,6 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
         model_bytes = files.get("model")
         if model_bytes is None:
             raise FileNotFoundError("The saved KerasEstimator has no model.keras file.")
-        custom = loading.custom(files.get("custom_objects"), path)
-        model = keras_io.model_from_bytes(model_bytes, custom, safe_mode=loading.safe_mode)
-        return cls(model=model, custom_objects=custom)
+        pickled = files.get("custom_objects")
+        model = loading.load_model(model_bytes, pickled, path)
+        return cls(model=model, custom_objects=loading.custom(pickled))

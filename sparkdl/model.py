@@ -251,7 +251,8 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         model_bytes = files["model"]
         if model_bytes is None:
             raise FileNotFoundError("The saved KerasModel has no model.keras file.")
-        custom = loading.custom(files.get("custom_objects"), path)
+        pickled = files.get("custom_objects")
+        custom = loading.custom(pickled)
         stage = cls(
             model_bytes=model_bytes,
             input_shapes=[tuple(t) for t in shapes] if shapes else None,
@@ -260,5 +261,6 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
             custom_objects=cloudpickle.dumps(custom) if custom else None,
             safe_mode=loading.safe_mode,
         )
-        stage.get_model()  # loads here, so what safe mode refuses fails the load
+        # Loaded here, so that what safe mode refuses fails the load, not a later call.
+        stage._model = loading.load_model(model_bytes, pickled, path)
         return stage

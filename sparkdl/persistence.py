@@ -24,7 +24,11 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +45,7 @@ __all__ = [
     "StageReader",
     "StageWriter",
     "exists",
+    "loading_options",
     "read_bytes",
     "write_bytes",
 ]
@@ -93,14 +98,18 @@ class Persistable:
 
     @classmethod
     def read(
-        cls, *, safe_mode: bool = True, custom_objects: dict[str, Any] | None = None
+        cls, *, safe_mode: bool | None = None, custom_objects: dict[str, Any] | None = None
     ) -> StageReader:
         """A Spark ML reader: ``Stage.read().load(path)`` (see :meth:`load`)."""
-        return StageReader(cls, Loading(safe_mode=safe_mode, custom_objects=custom_objects))
+        return StageReader(cls, _current(safe_mode, custom_objects))
 
     @classmethod
     def load(
-        cls, path: str, *, safe_mode: bool = True, custom_objects: dict[str, Any] | None = None
+        cls,
+        path: str,
+        *,
+        safe_mode: bool | None = None,
+        custom_objects: dict[str, Any] | None = None,
     ) -> Any:
         """Loads a stage saved with ``write().save(path)``.
 
@@ -108,9 +117,10 @@ class Persistable:
             path: The directory (any path Spark's Hadoop FileSystem reads).
             safe_mode: Keras's safe mode for ``model.keras``: a ``Lambda`` layer's code
                 is refused, and ``custom_objects.pkl`` is not unpickled. Pass ``False``
-                only for a directory you trust: both run code.
+                only for a directory you trust: both run code. ``None``: as
+                :func:`loading_options` says in the block around, else on.
             custom_objects: The custom objects to load the model with (instead of the
-                saved pickle).
+                saved pickle; objects registered with Keras need none).
 
         Raises:
             ModelError: The stage was saved with custom objects and neither
@@ -147,28 +157,77 @@ class Loading:
     safe_mode: bool = True
     custom_objects: dict[str, Any] | None = None
 
-    def custom(self, pickled: bytes | None, path: str) -> dict[str, Any] | None:
+    def custom(self, pickled: bytes | None) -> dict[str, Any] | None:
         """The custom objects to load with: the given ones, else the saved pickle
-        (unpickled only outside safe mode).
-
-        Raises:
-            ModelError: A pickle was saved and safe mode forbids unpickling it.
-        """
+        outside safe mode; in safe mode none (objects registered with Keras in this
+        process still load)."""
         if self.custom_objects is not None:
             return self.custom_objects
-        if not pickled:
+        if not pickled or self.safe_mode:
             return None
-        if self.safe_mode:
-            raise ModelError(
-                f"The stage at {path} was saved with custom_objects, in "
-                f"{FILES['custom_objects']}, a pickle: unpickling it runs code. Load it with "
-                "custom_objects={...} (the objects, defined or imported here), or with "
-                "safe_mode=False if you trust whoever saved it."
-            )
         import cloudpickle
 
         loaded: dict[str, Any] = cloudpickle.loads(pickled)
         return loaded
+
+    def load_model(self, model_bytes: bytes, pickled: bytes | None, path: str) -> Any:
+        """The stage's Keras model, loaded as this says.
+
+        Raises:
+            ModelError: Safe mode left out a saved pickle the model needs, or refused
+                code the model holds.
+        """
+        from sparkdl import keras_io
+
+        custom = self.custom(pickled)
+        try:
+            return keras_io.model_from_bytes(model_bytes, custom, safe_mode=self.safe_mode)
+        except Exception as exc:
+            if not (pickled and self.safe_mode and self.custom_objects is None):
+                raise
+            found = re.search(r"Could not locate (class|function) '[^']+'", str(exc))
+            reason = found.group(0) if found else str(exc).splitlines()[0][:200]
+            raise ModelError(
+                f"The stage at {path} was saved with custom_objects, in "
+                f"{FILES['custom_objects']}, a pickle: unpickling it runs code, so a safe "
+                f"load leaves it out, and the model did not load without it ({reason}). Load "
+                "it with custom_objects={...} (the objects, defined or imported here), or "
+                "with safe_mode=False if you trust whoever saved it; a Pipeline's stages "
+                "take them from sparkdl.loading_options(...)."
+            ) from exc
+
+
+_options = threading.local()
+
+
+@contextlib.contextmanager
+def loading_options(
+    *, safe_mode: bool = True, custom_objects: dict[str, Any] | None = None
+) -> Iterator[None]:
+    """Settings for every stage loaded in the block (in this thread), for loads that
+    cannot take arguments: a ``PipelineModel``'s or a ``CrossValidatorModel``'s stages.
+
+    Example:
+        >>> from pyspark.ml import PipelineModel
+        >>> with loading_options(custom_objects={"MyLayer": object}):  # doctest: +SKIP
+        ...     pipeline = PipelineModel.load("/tmp/pipeline")
+    """
+    previous = getattr(_options, "value", None)
+    _options.value = Loading(safe_mode=safe_mode, custom_objects=custom_objects)
+    try:
+        yield
+    finally:
+        _options.value = previous
+
+
+def _current(safe_mode: bool | None, custom_objects: dict[str, Any] | None) -> Loading:
+    """What a load without arguments uses: the block's :func:`loading_options`, or
+    safe mode."""
+    base: Loading = getattr(_options, "value", None) or Loading()
+    return Loading(
+        safe_mode=base.safe_mode if safe_mode is None else safe_mode,
+        custom_objects=base.custom_objects if custom_objects is None else custom_objects,
+    )
 
 
 class StageReader(MLReader):

@@ -379,11 +379,11 @@ def _warm_engine(spark: SparkSession, partitions: int) -> None:
 
     from sparkdl import data
 
-    rows = spark.range(64, numPartitions=partitions).select(
+    rows = spark.range(64, numPartitions=min(partitions, 2)).select(
         F.array(F.rand(0).cast("float")).alias(data.feature_name(0)),
         (F.col("id") % 2).cast("int").alias(data.label_name(0)),
     )
-    data.summarize(rows.repartition(partitions), ["int"], 1)
+    data.summarize(rows.repartition(min(partitions, 2)), ["int"], 1)
 
 
 def _warm_partition(

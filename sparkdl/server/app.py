@@ -79,7 +79,8 @@ def create_app(store: WeightStore, token: str, *, attempts: AttemptCheck | None 
     app.before_request(_authenticator(app, token))
 
     def vouched(worker: int, attempt: int) -> int:
-        """``attempt``, once confirmed when it is new for ``worker``."""
+        """``attempt``, once confirmed when it is new for ``worker`` (a known worker)."""
+        store.check_worker(worker)
         if (
             attempts is not None
             and attempt > store.newest_attempt(worker)

@@ -6,13 +6,14 @@ is how a retried task takes over from a zombie. A client that holds the token co
 therefore claim a huge attempt id and fence out the live task. So the first request of
 an attempt newer than any the service saw for that worker is checked against Spark's
 own record, on the driver: :class:`SparkAttempts` looks through the stages of the fit's
-job group for a task with that id, for that partition (the worker id), that is
-running. Spark's status store learns of a task start from its listener bus, a little
-after the task starts, so the check asks again for up to :data:`CONFIRM_SECONDS`.
+job group for a task with that id, for that partition (the worker id: a task's
+``partitionId``, not its index in a resubmitted task set), that is running. Spark's
+status store learns of a task start from its listener bus, a little after the task
+starts, so the check asks again for up to :data:`CONFIRM_SECONDS`.
 
 It reads the driver's ``AppStatusStore`` through Py4J (``taskList``), the store behind
 Spark's UI and ``statusTracker``; where that is not reachable (Spark Connect), no
-attempt can be confirmed, and the fit runs without the check (a debug log says so).
+attempt can be checked, and the fit runs without the check (a warning says so).
 
 Example:
     >>> accept_all = lambda worker, attempt: True
@@ -23,6 +24,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -31,7 +33,9 @@ __all__ = ["CONFIRM_SECONDS", "AttemptCheck", "SparkAttempts"]
 
 #: How long a claimed attempt is looked for in Spark's status store.
 CONFIRM_SECONDS = 10.0
-_POLL_SECONDS = 0.05
+_POLL_SECONDS = 0.1
+#: How long one look at Spark's status store answers every request.
+_SNAPSHOT_SECONDS = 0.1
 #: Tasks read per stage attempt (the newest first): every worker's attempts fit.
 _TASKS_PER_STAGE = 10_000
 
@@ -43,6 +47,10 @@ _log = logging.getLogger(__name__)
 
 class SparkAttempts:
     """Confirms task attempts against Spark's status store (driver side).
+
+    One look at the store (every task of the fit's stages: id, partition, status) is
+    shared by every request for :data:`_SNAPSHOT_SECONDS`, so the workers' first joins
+    together cost a few Py4J round trips per task, not per worker and task.
 
     Args:
         sc: The driver's SparkContext.
@@ -58,7 +66,15 @@ class SparkAttempts:
         self._sc = sc
         self._group = job_group
         self._timeout = timeout
-        self._store = _status_store(sc)
+        self._store: Any = _status_store(sc) if sc is not None else None
+        self._lock = threading.Lock()
+        self._tasks: dict[int, tuple[int, str]] = {}
+        self._taken_at = -1.0
+        if sc is not None and self._store is None:
+            _log.warning(
+                "Spark's status store is not reachable from this driver: the parameter "
+                "service takes the task attempts workers claim without checking them."
+            )
 
     @property
     def available(self) -> bool:
@@ -68,34 +84,42 @@ class SparkAttempts:
     def __call__(self, worker: int, attempt: int) -> bool:
         """Whether ``attempt`` is a running task of the fit for partition ``worker``."""
         if self._store is None:
-            return True  # nothing to check against (logged once at start)
+            return True  # nothing to check against (warned at start)
         deadline = time.monotonic() + self._timeout
         while True:
             try:
-                if self._running(worker, attempt):
-                    return True
+                found = self._snapshot().get(attempt)
             except Exception as exc:  # Py4J trouble: do not refuse a live task for it
-                _log.debug("attempt check failed, attempt taken: %s", exc)
+                _log.warning("could not check attempt %d in Spark; taken: %s", attempt, exc)
                 return True
-            if time.monotonic() >= deadline:
-                return False
+            if found is not None and found[1] == "RUNNING":
+                return found[0] == worker
+            if found is not None or time.monotonic() >= deadline:
+                return False  # finished, failed, or never seen
             time.sleep(_POLL_SECONDS)
 
-    def _running(self, worker: int, attempt: int) -> bool:
-        tracker = self._sc.statusTracker()
-        for job_id in tracker.getJobIdsForGroup(self._group):
-            job = tracker.getJobInfo(job_id)
-            for stage_id in job.stageIds if job else ():
-                stage = tracker.getStageInfo(stage_id)
-                if stage is None:
-                    continue
-                for stage_attempt in range(stage.currentAttemptId, -1, -1):
-                    tasks = self._store.taskList(stage_id, stage_attempt, _TASKS_PER_STAGE)
-                    for i in range(tasks.length()):
-                        task = tasks.apply(i)
-                        if task.taskId() == attempt:
-                            return bool(task.index() == worker and task.status() == "RUNNING")
-        return False
+    def _snapshot(self) -> dict[int, tuple[int, str]]:
+        """``{task id: (partition, status)}`` of the group's stages, at most
+        :data:`_SNAPSHOT_SECONDS` old."""
+        with self._lock:
+            if time.monotonic() - self._taken_at < _SNAPSHOT_SECONDS:
+                return self._tasks
+            tasks: dict[int, tuple[int, str]] = {}
+            store, tracker = self._store, self._sc.statusTracker()
+            assert store is not None
+            for job_id in tracker.getJobIdsForGroup(self._group):
+                job = tracker.getJobInfo(job_id)
+                for stage_id in job.stageIds if job else ():
+                    stage = tracker.getStageInfo(stage_id)
+                    if stage is None:
+                        continue
+                    for stage_attempt in range(stage.currentAttemptId + 1):
+                        listed = store.taskList(stage_id, stage_attempt, _TASKS_PER_STAGE)
+                        for i in range(listed.length()):
+                            task = listed.apply(i)
+                            tasks[int(task.taskId())] = (int(task.partitionId()), task.status())
+            self._tasks, self._taken_at = tasks, time.monotonic()
+            return tasks
 
 
 def _status_store(sc: Any) -> Any:

@@ -87,7 +87,11 @@ class Center:
         return magnitudes
 
     def reserve(
-        self, magnitudes: Sequence[float], pending: Callable[[], Sequence[float]] | None = None
+        self,
+        magnitudes: Sequence[float],
+        pending: Callable[[], Sequence[float]] | None = None,
+        *,
+        additive: bool = True,
     ) -> None:
         """Admits a push of these magnitudes, or refuses it if it could overflow the center.
 
@@ -96,10 +100,16 @@ class Center:
             pending: The summed magnitudes of pushes admitted but not yet folded into
                 :attr:`weights` (an open synchronous round, hogwild steps under way);
                 asked for only when a bound is recomputed.
+            additive: The merge adds pushes (``Merge.additive``). An average never
+                leaves the range of the values averaged, so it is never refused.
 
         Raises:
             StoreError: 400; nothing changed.
         """
+        if not additive:
+            for i, largest in enumerate(magnitudes):
+                self._bounds[i] = max(self._bounds[i], largest)
+            return
         for i, largest in enumerate(magnitudes):
             limit = self._limits[i]
             if limit is None or self._bounds[i] + largest <= limit:

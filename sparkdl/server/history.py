@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sparkdl.server.meta import MAX_LOGS
+
 __all__ = ["EpochHistory"]
 
 #: worker -> (training rows, validation rows, logs)
@@ -67,7 +69,7 @@ class EpochHistory:
             return []
         clean = {
             str(k): float(v)
-            for k, v in list(logs.items())[:256]
+            for k, v in list(logs.items())[:MAX_LOGS]
             if isinstance(v, (int, float)) and not isinstance(v, bool)
         }
         self._open.setdefault(epoch, {})[worker] = (rows, val_rows, clean)

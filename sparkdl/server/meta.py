@@ -24,13 +24,16 @@ from typing import Any
 
 from sparkdl.server.errors import StoreError
 
-__all__ = ["MAX_EPOCHS", "MAX_LOGS", "check_push_meta"]
+__all__ = ["MAX_EPOCHS", "MAX_LOGS", "MAX_VALUE", "check_push_meta"]
 
 #: Epoch numbers a push may name.
 MAX_EPOCHS = 1_000_000
-#: Metrics an epoch's logs may hold.
-MAX_LOGS = 256
-_MAX_NAME = 200
+#: Metrics an epoch's logs may hold (a model of many outputs has several per output).
+MAX_LOGS = 4096
+#: The largest magnitude a loss or metric may have: a history weighs each by up to
+#: 2**53 rows, which stays finite.
+MAX_VALUE = 1e250
+_MAX_NAME = 1000
 _MAX_COUNT = 2**53
 
 
@@ -72,15 +75,16 @@ def _number(
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     if ok:
         try:
-            ok = math.isfinite(float(value)) and (minimum is None or value >= minimum)
+            number = float(value)
         except OverflowError:  # an int beyond float's range
-            ok = False
+            number = math.inf
+        ok = abs(number) <= MAX_VALUE and (minimum is None or number >= minimum)
     if not ok:
         bound = f" >= {minimum}" if minimum is not None else ""
         raise StoreError(
             400,
             f"Expected {where or repr(key)} in the push's metadata to be a finite number"
-            f"{bound} or null. Received: {_short(value)}",
+            f"{bound} (at most {MAX_VALUE:g} in size) or null. Received: {_short(value)}",
         )
 
 

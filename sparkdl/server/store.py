@@ -291,7 +291,7 @@ class WeightStore:
                 from the future, a superseded attempt, or when training was aborted.
                 Nothing changed.
         """
-        self._check_worker(worker)
+        self.check_worker(worker)
         magnitudes = self.center.check(arrays)
         check_push_meta(meta, rows=self._rows.get(worker))
         update = Update(
@@ -322,7 +322,7 @@ class WeightStore:
             StoreError: 400 for a bad worker id; 409 for a superseded attempt or when
                 training was aborted.
         """
-        self._check_worker(worker)
+        self.check_worker(worker)
         deadline = time.monotonic() + wait
         with self.lock:
             self.control.check_aborted()
@@ -361,7 +361,7 @@ class WeightStore:
         Raises:
             StoreError: 400 for a bad worker id; 409 for a superseded attempt.
         """
-        self._check_worker(worker)
+        self.check_worker(worker)
         with self.lock:
             if self.control.aborted is not None:
                 return  # a consequence of the first fatal failure; keep that one
@@ -471,7 +471,8 @@ class WeightStore:
         self.lock.notify_all()
 
     # ---------------------------------------------------------------- helpers
-    def _check_worker(self, worker: int) -> None:
+    def check_worker(self, worker: int) -> None:
+        """Refuses a worker id outside ``0 <= worker < num_workers`` (400)."""
         if not 0 <= worker < max(self.num_workers, 1) or worker >= MAX_WORKERS:
             raise StoreError(
                 400, f"Unknown worker id {worker}: expected 0 <= worker < {self.num_workers}."

@@ -137,6 +137,10 @@ class Merge(abc.ABC):
 
     #: The name users pass as ``merge=``.
     name: ClassVar[str] = ""
+    #: Whether the service adds what is pushed (deltas, elastic differences), so the
+    #: center can grow by the pushes' magnitudes; an average stays within the largest
+    #: value pushed (the service's overflow check, ``Center.reserve``).
+    additive: ClassVar[bool] = True
 
     @classmethod
     @abc.abstractmethod
@@ -238,6 +242,7 @@ class Average(Merge):
     """
 
     name: ClassVar[str] = "average"
+    additive: ClassVar[bool] = False
     share: float = 1.0
 
     @classmethod

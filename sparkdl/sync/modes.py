@@ -173,7 +173,9 @@ class Synchronous(Mode):
                 )
             late = round_no < version or store.control.finished
             if not (duplicate or late):
-                store.center.reserve(update.magnitudes, store.pending_round)
+                store.center.reserve(
+                    update.magnitudes, store.pending_round, additive=store.merge.additive
+                )
             record, _ = store.admit(worker, seq, attempt)
             if duplicate:  # a retry: of a merged round, or of one still open
                 if round_no < version or store.control.finished:
@@ -240,7 +242,9 @@ class Asynchronous(Mode):
                         f"Worker {update.worker} pushed an update against version "
                         f"{update.base_version}, but the service is at version {version}.",
                     )
-                store.center.reserve(update.magnitudes, self._pending(store))
+                store.center.reserve(
+                    update.magnitudes, self._pending(store), additive=store.merge.additive
+                )
             record, _ = store.admit(update.worker, seq, attempt)
             if duplicate:
                 return version
@@ -312,5 +316,5 @@ class Hogwild(Asynchronous):
             store.merge.apply_in_place(store.center.weights, update, version)
         finally:
             with store.lock:
-                for i, m in enumerate(update.magnitudes):
-                    store.in_flight[i] -= m
+                for i, m in enumerate(update.magnitudes):  # (rounding never below 0)
+                    store.in_flight[i] = max(store.in_flight[i] - m, 0.0)

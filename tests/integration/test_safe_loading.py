@@ -13,8 +13,9 @@ import cloudpickle
 import keras
 import numpy as np
 import pytest
+from pyspark.ml import PipelineModel
 
-from sparkdl import KerasModel
+from sparkdl import KerasModel, loading_options
 from sparkdl.errors import ModelError
 from sparkdl.keras_io import model_to_bytes
 from sparkdl.predict import load_model
@@ -25,6 +26,12 @@ pytestmark = [pytest.mark.spark]
 class Doubling(keras.layers.Layer):  # deliberately not registered with Keras
     def call(self, inputs: Any) -> Any:
         return inputs * 2.0
+
+
+@keras.saving.register_keras_serializable(package="sparkdl_tests")
+class Tripling(keras.layers.Layer):  # registered: a safe load finds it by name
+    def call(self, inputs: Any) -> Any:
+        return inputs * 3.0
 
 
 def _lambda_model() -> keras.Model:
@@ -67,12 +74,31 @@ def test_pickled_custom_objects_are_not_unpickled_in_safe_mode(spark: Any, tmp_p
     KerasModel(model_bytes=model_to_bytes(net), custom_objects=custom).write().save(path)
     with pytest.raises(ModelError, match=r"custom_objects\.pkl.*custom_objects=\{"):
         KerasModel.load(path)
+    pipeline_path = str(tmp_path / "pipeline")
+    PipelineModel(stages=[KerasModel.load(path, safe_mode=False)]).write().save(pipeline_path)
+    with pytest.raises(ModelError, match="loading_options"):
+        PipelineModel.load(pipeline_path)  # a Pipeline's stages load safely too
+    with loading_options(custom_objects={"Doubling": Doubling}):
+        pipeline = PipelineModel.load(pipeline_path)
+    scored = [float(r.prediction) for r in pipeline.transform(_rows(spark)).collect()]
     want = net.predict(np.array([[1, 2, 3], [0.5, 0, -1]], np.float32), verbose=0)[:, 0]
+    np.testing.assert_allclose(scored, want, rtol=1e-5, atol=1e-6)
     given = KerasModel.load(path, custom_objects={"Doubling": Doubling})
     assert given.safe_mode is True
     np.testing.assert_allclose(_scores(given, spark), want, rtol=1e-5, atol=1e-6)
     trusted = KerasModel.load(path, safe_mode=False)
     np.testing.assert_allclose(_scores(trusted, spark), want, rtol=1e-5, atol=1e-6)
+
+
+def test_registered_objects_load_safely_without_the_pickle(spark: Any, tmp_path: Any) -> None:
+    net = keras.Sequential([keras.Input((3,)), Tripling(), keras.layers.Dense(1)])
+    path = str(tmp_path / "registered")
+    custom = cloudpickle.dumps({"Tripling": Tripling})
+    KerasModel(model_bytes=model_to_bytes(net), custom_objects=custom).write().save(path)
+    loaded = KerasModel.load(path)  # safe: the pickle is left out, the registry serves
+    assert loaded.safe_mode is True and loaded.custom_objects is None
+    want = net.predict(np.array([[1, 2, 3], [0.5, 0, -1]], np.float32), verbose=0)[:, 0]
+    np.testing.assert_allclose(_scores(loaded, spark), want, rtol=1e-5, atol=1e-6)
 
 
 def test_executors_load_a_safe_stages_model_in_safe_mode() -> None:

@@ -41,7 +41,7 @@ def send(store: WeightStore, worker: int = 0, *, value: float = 1.0, **kw: Any) 
 
 STORES = {
     "async-delta": lambda: make("asynchronous", Delta()),
-    "async-average": lambda: make("asynchronous", Average(share=0.5)),
+    "async-elastic": lambda: make("asynchronous", Elastic()),
     "hogwild-delta": lambda: make("hogwild", Delta()),
     "hogwild-elastic": lambda: make("hogwild", Elastic()),
     "sync-delta": lambda: make("synchronous", Delta()),
@@ -68,6 +68,16 @@ def test_a_push_that_would_overflow_the_center_is_refused(name: str) -> None:
     if store.mode.barrier:
         send(store, 1, value=1.0, seq=2, base_version=store.version - 1)
     assert np.isfinite(store.weights()[0]).all()
+
+
+def test_an_average_is_never_refused_for_its_size() -> None:
+    """An average stays within the values averaged: 16 workers of float16 weights
+    near its limit still merge (a sum of their magnitudes would pass 65504)."""
+    store = make("synchronous", Average(), dtype=np.float16, workers=16)
+    for worker in range(16):
+        send(store, worker, value=5000.0)
+    assert store.version == 1
+    np.testing.assert_array_equal(store.weights()[0], [5000.0] * 3)
 
 
 def test_samples_cannot_exceed_the_rows_the_worker_joined_with() -> None:
@@ -115,7 +125,8 @@ BAD_META: list[tuple[str, dict[str, Any]]] = [
     ("huge value in epoch logs", {"epoch": 0, "epoch_logs": {"loss": 10**400}}),
     ("logs not a dict", {"epoch": 0, "epoch_logs": [1, 2]}),
     ("nested logs", {"epoch": 0, "epoch_logs": {"loss": {"a": 1}}}),
-    ("too many logs", {"epoch": 0, "epoch_logs": {f"m{i}": 1.0 for i in range(1000)}}),
+    ("too many logs", {"epoch": 0, "epoch_logs": {f"m{i}": 1.0 for i in range(5000)}}),
+    ("a loss too large to weigh", {"loss": 1e300}),
     ("epoch a string", {"epoch": "0"}),
     ("epoch negative", {"epoch": -1}),
     ("epoch huge", {"epoch": 2**40}),
