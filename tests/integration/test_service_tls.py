@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 import urllib3
 
-from examples.digits import accuracy, digits_model
-from sparkdl import KerasEstimator, TrainConfig
+from sparkdl import TrainConfig
 from sparkdl.errors import ServiceError
 from sparkdl.plan import FitPlan
 from sparkdl.server.client import ServiceClient
@@ -71,21 +70,3 @@ def test_tls_is_on_by_default_only_off_a_local_master() -> None:
     assert FitPlan.resolve(forced, local_master=True, **common).service_tls
     off = config.replace(service_tls=False)
     assert not FitPlan.resolve(off, local_master=False, **common).service_tls
-
-
-@pytest.mark.spark
-def test_a_fit_over_tls_reaches_accuracy(digits: Any) -> None:
-    train_df, _, (_, x_test, _, y_test) = digits
-    fitted = KerasEstimator(
-        model=digits_model(),
-        features_col="features",
-        label_col="label",
-        mode="asynchronous",
-        num_workers=2,
-        epochs=10,
-        batch_size=32,
-        seed=0,
-        service_tls=True,
-    ).fit(train_df)
-    assert fitted.fit_report["service_url"].startswith("https://127.0.0.1:")
-    assert accuracy(fitted.get_model(), x_test, y_test) >= 0.93

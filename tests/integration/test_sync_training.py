@@ -27,9 +27,12 @@ def test_digits_synchronous_reaches_accuracy(digits, frequency) -> None:
         batch_size=32,
         seed=0,
         verbose=0,
+        service_tls=frequency == "epoch",  # one fit over TLS (off by default on local)
     )
     fitted = est.fit(train_df)
     assert isinstance(fitted, KerasModel)
+    scheme = "https" if frequency == "epoch" else "http"
+    assert fitted.fit_report["service_url"].startswith(f"{scheme}://127.0.0.1:")
     assert len(fitted.history["loss"]) == 20
     assert fitted.history["loss"][-1] < fitted.history["loss"][0]
     assert set(fitted.history) == {"loss", "accuracy"}
