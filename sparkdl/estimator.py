@@ -240,5 +240,6 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
         if model_bytes is None:
             raise FileNotFoundError("The saved KerasEstimator has no model.keras file.")
         pickled = files.get("custom_objects")
-        model = loading.load_model(model_bytes, pickled, path)
-        return cls(model=model, custom_objects=loading.custom(pickled))
+        custom = loading.custom(pickled)  # unpickled once, outside safe mode only
+        model = loading.load_model(model_bytes, custom, pickled, path)
+        return cls(model=model, custom_objects=custom)

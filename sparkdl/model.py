@@ -262,5 +262,5 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
             safe_mode=loading.safe_mode,
         )
         # Loaded here, so that what safe mode refuses fails the load, not a later call.
-        stage._model = loading.load_model(model_bytes, pickled, path)
+        stage._model = loading.load_model(model_bytes, custom, pickled, path)
         return stage

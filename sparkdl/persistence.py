@@ -170,8 +170,10 @@ class Loading:
         loaded: dict[str, Any] = cloudpickle.loads(pickled)
         return loaded
 
-    def load_model(self, model_bytes: bytes, pickled: bytes | None, path: str) -> Any:
-        """The stage's Keras model, loaded as this says.
+    def load_model(
+        self, model_bytes: bytes, custom: dict[str, Any] | None, pickled: bytes | None, path: str
+    ) -> Any:
+        """The stage's Keras model, loaded with ``custom`` (from :meth:`custom`).
 
         Raises:
             ModelError: Safe mode left out a saved pickle the model needs, or refused
@@ -179,7 +181,6 @@ class Loading:
         """
         from sparkdl import keras_io
 
-        custom = self.custom(pickled)
         try:
             return keras_io.model_from_bytes(model_bytes, custom, safe_mode=self.safe_mode)
         except Exception as exc:
