@@ -32,10 +32,12 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import math
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from flask import Flask, Response, request
@@ -45,9 +47,11 @@ from sparkdl.server import wire
 from sparkdl.server.attempts import AttemptCheck
 from sparkdl.server.store import StoreError, WeightStore
 
-__all__ = ["MAX_WAIT_SECONDS", "create_app", "max_body_bytes"]
+__all__ = ["BUSY_WAIT_SECONDS", "MAX_WAIT_SECONDS", "create_app", "max_body_bytes"]
 
 MAX_WAIT_SECONDS = 60.0
+#: How long a long poll waits when every wait slot is taken (the client asks again).
+BUSY_WAIT_SECONDS = 0.1
 _MAX_JSON_BYTES = 1 << 20
 _HEADER_SLACK = 1 << 20
 
@@ -58,7 +62,13 @@ def max_body_bytes(store: WeightStore) -> int:
     return wire.payload_size([w.shape for w in weights], [w.dtype for w in weights]) + _HEADER_SLACK
 
 
-def create_app(store: WeightStore, token: str, *, attempts: AttemptCheck | None = None) -> Flask:
+def create_app(
+    store: WeightStore,
+    token: str,
+    *,
+    attempts: AttemptCheck | None = None,
+    wait_slots: int | None = None,
+) -> Flask:
     """Builds the Flask app that serves ``store``, guarded by ``token``.
 
     Args:
@@ -67,6 +77,9 @@ def create_app(store: WeightStore, token: str, *, attempts: AttemptCheck | None 
         attempts: Confirms a task attempt newer than any the store saw for that worker
             before a request of it is taken (a token holder could otherwise fence out
             the live task with a made-up attempt); ``None`` takes every attempt.
+        wait_slots: Long polls (``wait=S``) waiting at once, at most; one past them
+            waits :data:`BUSY_WAIT_SECONDS` at most, so long polls never hold every
+            server thread. ``None``: twice the workers.
 
     Returns:
         A Flask app (never run it with ``debug=True``; :class:`ParameterService` serves
@@ -77,6 +90,7 @@ def create_app(store: WeightStore, token: str, *, attempts: AttemptCheck | None 
     app.config["DEBUG"] = False
     app.config["PROPAGATE_EXCEPTIONS"] = False
     app.before_request(_authenticator(app, token))
+    waiting = _WaitSlots(wait_slots if wait_slots is not None else 2 * store.num_workers)
 
     def vouched(worker: int, attempt: int) -> int:
         """``attempt``, once confirmed when it is new for ``worker`` (a known worker)."""
@@ -100,7 +114,8 @@ def create_app(store: WeightStore, token: str, *, attempts: AttemptCheck | None 
     @app.get("/weights")
     def _weights() -> Response:
         min_version = _int_arg("min_version", 0)
-        result = store.encoded(min_version, _wait_arg())
+        with waiting(_wait_arg()) as wait:
+            result = store.encoded(min_version, wait)
         if result is None:
             return _json(202, {"pending": True, "version": store.version})
         return _weights_response(result[0])
@@ -122,7 +137,8 @@ def create_app(store: WeightStore, token: str, *, attempts: AttemptCheck | None 
         )
         # An asynchronous push, or a late synchronous one, is answered at once; a
         # synchronous push waits (long poll) for its round to merge.
-        result = store.encoded(target, _wait_arg())
+        with waiting(_wait_arg()) as wait:
+            result = store.encoded(target, wait)
         if result is None:
             return _json(202, {"pending": True, "version": store.version})
         return _weights_response(result[0])
@@ -131,12 +147,9 @@ def create_app(store: WeightStore, token: str, *, attempts: AttemptCheck | None 
     def _join() -> Response:
         report = _json_body()
         worker = _meta_int(report, "worker")
-        joined = store.join(
-            worker,
-            _meta_int(report, "rows"),
-            _wait_arg(),
-            attempt=vouched(worker, _meta_int(report, "attempt", 0)),
-        )
+        attempt = vouched(worker, _meta_int(report, "attempt", 0))
+        with waiting(_wait_arg()) as wait:
+            joined = store.join(worker, _meta_int(report, "rows"), wait, attempt=attempt)
         if joined is None:
             return _json(202, {"pending": True})
         return _json(200, joined)
@@ -163,6 +176,24 @@ def create_app(store: WeightStore, token: str, *, attempts: AttemptCheck | None 
 
     _register_error_handlers(app)
     return app
+
+
+class _WaitSlots:
+    """Bounds the long polls that wait at once (each holds a server thread)."""
+
+    def __init__(self, slots: int) -> None:
+        self._slots = threading.BoundedSemaphore(max(1, slots))
+
+    @contextlib.contextmanager
+    def __call__(self, wait: float) -> Iterator[float]:
+        """Yields how long this request may wait: ``wait`` when a slot is free."""
+        if wait <= BUSY_WAIT_SECONDS or not self._slots.acquire(blocking=False):
+            yield min(wait, BUSY_WAIT_SECONDS)
+            return
+        try:
+            yield wait
+        finally:
+            self._slots.release()
 
 
 def _authenticator(app: Flask, token: str) -> Callable[[], Response | None]:

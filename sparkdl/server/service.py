@@ -30,11 +30,17 @@ from sparkdl.errors import ServiceError
 from sparkdl.server import tls
 from sparkdl.server.app import create_app
 from sparkdl.server.attempts import AttemptCheck
+from sparkdl.server.gate import GatedServer, HeadGate
 from sparkdl.server.store import WeightStore
 from sparkdl.server.tls import Certificate
-from sparkdl.server.transport import use_bulk_io
 
-__all__ = ["MAX_HEADER_BYTES", "MAX_REQUEST_BYTES", "SERVER_NAME", "ParameterService"]
+__all__ = [
+    "MAX_HEADER_BYTES",
+    "MAX_REQUEST_BYTES",
+    "RESERVED_THREADS",
+    "SERVER_NAME",
+    "ParameterService",
+]
 
 #: Bound on a request's line and headers (cheroot's default is unbounded).
 MAX_HEADER_BYTES = 64 * 1024
@@ -45,6 +51,8 @@ MAX_HEADER_BYTES = 64 * 1024
 MAX_REQUEST_BYTES = 1 << 40
 #: The ``Server`` header: names neither sparkdl nor the server software.
 SERVER_NAME = "httpd"
+#: Threads a long poll never takes: short requests always find one.
+RESERVED_THREADS = 4
 _SELECT_SECONDS = 0.02
 
 _log = logging.getLogger(__name__)
@@ -60,6 +68,7 @@ class ParameterService:
         token: Per-fit secret; a random one is made when ``None``.
         threads: Server threads. Synchronous pushes wait in a thread, so this must
             exceed the number of workers; the default leaves room for status calls.
+            Long polls take at most all but :data:`RESERVED_THREADS` of them.
         attempts: Confirms a worker's new task attempt before it is taken
             (:class:`sparkdl.server.attempts.SparkAttempts` in a fit); ``None`` takes
             every attempt.
@@ -84,7 +93,7 @@ class ParameterService:
         self.token = token or secrets.token_urlsafe(32)
         self._host = host
         self._port = port
-        self._threads = threads or max(8, 2 * store.num_workers + 4)
+        self._threads = max(threads or 2 * store.num_workers + 4, RESERVED_THREADS + 4, 8)
         self._server: wsgi.Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -105,19 +114,31 @@ class ParameterService:
             raise ServiceError("The parameter service is not running; call start() first.")
         return int(self._server.bind_addr[1])
 
+    @property
+    def gate(self) -> HeadGate | None:
+        """The gate before the server's threads (its counters), while running."""
+        return getattr(self._server, "gate", None)
+
     def start(self) -> ParameterService:
         """Binds the socket and serves in a daemon thread.
 
         Raises:
             ServiceError: The address cannot be bound (port in use, unknown host).
         """
-        app = create_app(self.store, self.token, attempts=self._attempts)
-        server = wsgi.Server(
+        app = create_app(
+            self.store,
+            self.token,
+            attempts=self._attempts,
+            wait_slots=self._threads - RESERVED_THREADS,
+        )
+        # Connections wait at a gate, not in a thread, until their request head is in
+        # (sparkdl.server.gate): idle or trickling clients cannot hold the pool.
+        server = GatedServer(
             (self._host, self._port),
             app,
             numthreads=self._threads,
             server_name=SERVER_NAME,
-            request_queue_size=64,
+            request_queue_size=1024,  # the listen backlog: a burst of connects is not dropped
             timeout=30,
             shutdown_timeout=2,
         )
@@ -129,7 +150,6 @@ class ParameterService:
         # The selector loop's select() timeout, which is also how long stop() may wait
         # for it (cheroot's 0.5 s would add up to half a second to every fit).
         server.expiration_interval = _SELECT_SECONDS
-        use_bulk_io(server)
         if self._tls is not None:
             with tls.temporary_directory() as keys:  # loaded now, then removed
                 server.ssl_adapter = self._tls.adapter(keys)

@@ -78,6 +78,16 @@ class BulkGateway(wsgi.Gateway_10):
     ``memoryview`` chunks, so the service sends numpy arrays' own memory.
     """
 
+    def start_response(self, status: Any, headers: Any, exc_info: Any = None) -> Any:
+        """cheroot's ``start_response``; a 401 closes the connection after its answer,
+        any other answer of the app marks the connection as authenticated."""
+        write = super().start_response(status, headers, exc_info)
+        if str(status).startswith("401"):
+            self.req.close_connection = True
+        else:
+            self.req.conn.trusted = True
+        return write
+
     def respond(self) -> None:
         response = self.req.server.wsgi_app(self.env, self.start_response)
         # A request answered without reading its whole body (a 401, 411, 413, a
@@ -233,6 +243,11 @@ class BulkConnection(server.HTTPConnection):
     connection first waits up to :data:`LINGER_SECONDS` on its own thread for the next
     request. The service runs more threads than workers, so a lingering connection
     never starves another.
+
+    Only a connection whose request the app answered with anything but a 401
+    (``trusted``) is kept alive or lingers; the others close after one answer. Behind a
+    :class:`sparkdl.server.gate.HeadGate`, a lingering connection takes its next
+    request only once the whole head is in, and waits at the gate otherwise.
     """
 
     rbufsize = READ_BUFFER_BYTES
@@ -241,18 +256,39 @@ class BulkConnection(server.HTTPConnection):
     def __init__(self, http_server: server.HTTPServer, sock: socket.socket, makefile: Any = None):
         super().__init__(http_server, sock, _bulk_makefile)
         self._tls_ready = not isinstance(sock, ssl.SSLSocket)
+        #: The app answered a request of this connection with anything but a 401.
+        self.trusted = False
+        self.requests_served = 0
+        self.head_started: float | None = None
 
     def communicate(self) -> bool:
         if not self._handshake():
             return False  # cheroot closes the connection
-        keep = bool(super().communicate())
-        while keep and self._next_request_within(LINGER_SECONDS):
-            keep = bool(super().communicate())
+        keep = self._serve_one()
+        while keep:
+            ready = self._next_request_within(LINGER_SECONDS)
+            if ready is None:
+                return False
+            if not ready:
+                break
+            keep = self._serve_one()
         return keep
+
+    def close(self) -> None:
+        gate = getattr(self.server, "gate", None)
+        if gate is not None:
+            gate.forget(self)
+        super().close()
+
+    def _serve_one(self) -> bool:
+        keep = bool(super().communicate())
+        self.requests_served += 1
+        return keep and self.trusted
 
     def _handshake(self) -> bool:
         """Completes a TLS handshake (:class:`DeferredHandshakeAdapter`) on this thread;
-        ``False`` for a client without the fit's certificate or not speaking TLS."""
+        ``False`` for a client without the fit's certificate or not speaking TLS. Behind
+        a gate the handshake is already done, without blocking."""
         if getattr(self, "_tls_ready", True) or not isinstance(self.socket, ssl.SSLSocket):
             return True
         try:
@@ -262,17 +298,22 @@ class BulkConnection(server.HTTPConnection):
         self._tls_ready = True
         return True
 
-    def _next_request_within(self, seconds: float) -> bool:
+    def _next_request_within(self, seconds: float) -> bool | None:
+        """Whether the next request can be served on this thread now (``None``: the
+        connection closed)."""
+        gate = getattr(self.server, "gate", None)
         if self.rfile.has_data():
-            return True
+            return True if gate is None else gate.ready_now(self)
         if not self.server.ready:
             return False
         try:
             with selectors.DefaultSelector() as selector:
                 selector.register(self.socket, selectors.EVENT_READ)
-                return bool(selector.select(seconds))
+                if not selector.select(seconds):
+                    return False
         except (OSError, ValueError):
             return False
+        return True if gate is None else gate.ready_now(self)
 
 
 def _bulk_makefile(sock: socket.socket, mode: str = "r", bufsize: int = 8192) -> Any:

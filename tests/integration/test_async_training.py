@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks.idle_connections import Siege, free_port
 from examples.digits import accuracy, digits_model
 from sparkdl import KerasEstimator
 from tests.integration.failure_fit import slow_loss
@@ -75,18 +76,27 @@ def test_every_mode_and_merge_reaches_accuracy(digits, mode, merge, extra, frequ
 
 @pytest.mark.parametrize(("mode", "merge"), [("asynchronous", "delta"), ("hogwild", "elastic")])
 def test_waiting_for_every_answer_also_reaches_accuracy(digits, mode, merge) -> None:
-    """overlap=False: each push waits for its answer before training goes on."""
+    """overlap=False: each push waits for its answer before training goes on.
+
+    Meanwhile 128 connections without the token sit idle on the fit's port and 128
+    send a header byte a second (``benchmarks/idle_connections.py``): every batch's
+    round trip still gets through.
+    """
     train_df, _, (_, x_test, _, y_test) = digits
-    fitted = KerasEstimator(
-        model=digits_model(),
-        mode=mode,
-        merge=merge,
-        frequency="batch",
-        overlap=False,
-        num_workers=2,
-        epochs=EPOCHS,
-        seed=0,
-    ).fit(train_df)
+    port = free_port()
+    with Siege("127.0.0.1", port, idle=128, trickle=128, seconds=300) as siege:
+        fitted = KerasEstimator(
+            model=digits_model(),
+            mode=mode,
+            merge=merge,
+            frequency="batch",
+            overlap=False,
+            num_workers=2,
+            epochs=EPOCHS,
+            seed=0,
+            port=port,
+        ).fit(train_df)
+    assert siege.figures.opened >= 256
     assert accuracy(fitted.get_model(), x_test, y_test) >= 0.95
     report = fitted.fit_report
     assert not any(w["overlap"] for w in report["workers"])

@@ -1,0 +1,358 @@
+"""Idle and trickling connections against the parameter service, and a fit under them.
+
+A client without the token opens connections and sends nothing (idle), or one byte of
+a never-ending header every second (trickle), and reopens every connection the
+service closes (at most once every 0.1 s each). Meanwhile an authenticated client
+measures round trips: ``GET /status`` and a small asynchronous push with its answer,
+on a kept-alive connection and on a new connection each time (as a worker that
+retries). Every figure is printed beside the same measurement without the attack, and
+beside cheroot without the gate (``--ungated``: what the service did before).
+
+The service runs in this process on 127.0.0.1, as a fit runs it. ``--fit`` also
+trains digits on ``local[2]`` with the attack on the fit's port, and prints whether
+and when it completed.
+
+Run:
+    .venv/bin/python benchmarks/idle_connections.py                 # 256 idle, 256 trickle
+    .venv/bin/python benchmarks/idle_connections.py --ungated --requests 50
+    .venv/bin/python benchmarks/idle_connections.py --fit
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import selectors
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import urllib3
+from cheroot import wsgi
+
+from sparkdl.server import service as service_module
+from sparkdl.server import wire
+from sparkdl.server.service import ParameterService
+from sparkdl.server.store import WeightStore
+from sparkdl.server.transport import use_bulk_io
+from sparkdl.sync.merges import Delta
+from sparkdl.sync.modes import Asynchronous
+
+#: Seconds between two bytes of a trickling connection.
+TRICKLE_SECONDS = 1.0
+#: A closed connection of the attack is reopened after at least this long.
+REOPEN_SECONDS = 0.1
+#: Each authenticated request gives up after this long (counted as this long).
+REQUEST_TIMEOUT = 5.0
+#: A measurement stops after this many failures in a row (the service is stalled).
+GIVE_UP_AFTER = 3
+#: The model the service holds: its weights' shapes.
+SHAPES = [(64, 16), (16,)]
+_TRICKLE_HEAD = b"GET /status HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 100_000
+
+
+@dataclass
+class SiegeFigures:
+    """What the attack did."""
+
+    opened: int = 0
+    closed_by_service: int = 0
+    held_max: int = 0
+    bytes_sent: int = 0
+
+
+class Siege:
+    """Keeps ``idle`` silent and ``trickle`` one-byte-a-second connections open.
+
+    A daemon thread; every connection the service closes is reopened (after at least
+    :data:`REOPEN_SECONDS`). Bounded: it stops at :meth:`stop` or after ``seconds``.
+
+    Args:
+        host: The service's address (127.0.0.1 only in tests).
+        port: The service's port.
+        idle: Connections that send nothing.
+        trickle: Connections that send one header byte every :data:`TRICKLE_SECONDS`.
+        seconds: The attack's longest run.
+    """
+
+    def __init__(self, host: str, port: int, *, idle: int, trickle: int, seconds: float = 600):
+        self.host, self.port = host, port
+        self.idle, self.trickle = idle, trickle
+        self.seconds = seconds
+        self.figures = SiegeFigures()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="siege", daemon=True)
+
+    def __enter__(self) -> Siege:
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while self.figures.held_max < min(self.idle + self.trickle, 64):
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                break
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Stops the attack and closes its connections."""
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        slots: list[dict[str, Any]] = [
+            {"kind": kind, "sock": None, "reopen": 0.0, "next": 0.0, "sent": 0}
+            for kind in ["idle"] * self.idle + ["trickle"] * self.trickle
+        ]
+        ends = time.monotonic() + self.seconds
+        with selectors.DefaultSelector() as selector:
+            try:
+                while not self._stop.is_set() and time.monotonic() < ends:
+                    now = time.monotonic()
+                    for slot in slots:
+                        self._tend(slot, now, selector)
+                    held = sum(slot["sock"] is not None for slot in slots)
+                    self.figures.held_max = max(self.figures.held_max, held)
+                    for key, _ in selector.select(timeout=0.05) if held else []:
+                        self._check_closed(key.data, selector)
+            finally:
+                for slot in slots:
+                    self._close(slot, selector)
+
+    def _tend(self, slot: dict[str, Any], now: float, selector: Any) -> None:
+        if slot["sock"] is None:
+            if now < slot["reopen"]:
+                return
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                sock.connect((self.host, self.port))
+            slot.update(sock=sock, next=now + TRICKLE_SECONDS, sent=0)
+            selector.register(sock, selectors.EVENT_READ, slot)
+            self.figures.opened += 1
+        elif slot["kind"] == "trickle" and now >= slot["next"]:
+            try:
+                slot["sock"].send(_TRICKLE_HEAD[slot["sent"] : slot["sent"] + 1])
+            except OSError:
+                self._close(slot, selector, by_service=True)
+                return
+            slot["sent"] += 1
+            slot["next"] = now + TRICKLE_SECONDS
+            self.figures.bytes_sent += 1
+
+    def _check_closed(self, slot: dict[str, Any], selector: Any) -> None:
+        try:
+            data = slot["sock"].recv(65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._close(slot, selector, by_service=True)
+
+    def _close(self, slot: dict[str, Any], selector: Any, by_service: bool = False) -> None:
+        sock = slot["sock"]
+        if sock is None:
+            return
+        with contextlib.suppress(KeyError, ValueError):
+            selector.unregister(sock)
+        sock.close()
+        slot.update(sock=None, reopen=time.monotonic() + REOPEN_SECONDS)
+        if by_service:
+            self.figures.closed_by_service += 1
+
+
+@dataclass
+class RoundTrips:
+    """Authenticated round trips, in seconds (a failure counts as the timeout)."""
+
+    seconds: list[float] = field(default_factory=list)
+    failures: int = 0
+
+    def quantile(self, q: float) -> float:
+        return float(np.quantile(self.seconds, q)) if self.seconds else float("nan")
+
+
+def round_trips(url: str, token: str, *, requests: int, fresh: bool, push: bool) -> RoundTrips:
+    """Times ``requests`` authenticated requests, one after another.
+
+    Args:
+        url: The service's base URL (http only).
+        token: The fit's token.
+        requests: How many.
+        fresh: A new connection for each request (else one kept-alive connection).
+        push: An asynchronous push of worker 0 with its answer (else ``GET /status``).
+    """
+    host, port = url.split("//", 1)[1].rsplit(":", 1)
+    timeout = urllib3.Timeout(connect=REQUEST_TIMEOUT, read=REQUEST_TIMEOUT)
+    pool = urllib3.HTTPConnectionPool(host, int(port), maxsize=1, timeout=timeout, retries=False)
+    headers = {"Authorization": f"Bearer {token}"}
+    result = RoundTrips()
+    seq = 0
+    for _ in range(requests):
+        started = time.perf_counter()
+        try:
+            if push:
+                seq += 1
+                body, extra = _push_body(seq)
+                answer = pool.urlopen(
+                    "POST", "/push", body=body, headers={**headers, **extra}, preload_content=True
+                )
+            else:
+                answer = pool.urlopen("GET", "/status", headers=headers, preload_content=True)
+            ok = answer.status == 200
+        except urllib3.exceptions.HTTPError:
+            ok = False
+        elapsed = time.perf_counter() - started
+        if not ok:
+            result.failures += 1
+            elapsed = max(elapsed, REQUEST_TIMEOUT)
+        result.seconds.append(elapsed)
+        if result.failures >= GIVE_UP_AFTER and all(
+            s >= REQUEST_TIMEOUT for s in result.seconds[-GIVE_UP_AFTER:]
+        ):
+            break
+        if fresh:
+            pool.close()
+            pool = urllib3.HTTPConnectionPool(
+                host, int(port), maxsize=1, timeout=timeout, retries=False
+            )
+    pool.close()
+    return result
+
+
+@contextlib.contextmanager
+def service(*, gated: bool = True) -> Iterator[ParameterService]:
+    """A service for a small model, two asynchronous workers, worker 0 joined."""
+    store = WeightStore(
+        [np.zeros(shape, np.float32) for shape in SHAPES],
+        num_workers=2,
+        merge=Delta(),
+        mode=Asynchronous(),
+    )
+    store.join(0, rows=1000, wait=0.0)
+    with _server_class(gated), ParameterService(store, host="127.0.0.1") as running:
+        yield running
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--idle", type=int, default=256)
+    parser.add_argument("--trickle", type=int, default=256)
+    parser.add_argument("--requests", type=int, default=400)
+    parser.add_argument("--ungated", action="store_true", help="also cheroot without the gate")
+    parser.add_argument("--fit", action="store_true", help="also a digits fit under attack")
+    args = parser.parse_args()
+    loads = [("none", 0, 0), ("idle", args.idle, 0), ("trickle", 0, args.trickle)]
+    loads.append(("idle+trickle", args.idle, args.trickle))
+    variants = [True, False] if args.ungated else [True]
+    print(
+        f"{'server':8} {'attack':13} {'held':>5} {'evicted':>7} {'request':18} "
+        f"{'p50 ms':>8} {'p99 ms':>8} {'failed':>9}"
+    )
+    for gated in variants:
+        for name, idle, trickle in loads:
+            _measure(gated, name, idle, trickle, args.requests)
+    if args.fit:
+        _fit_under_attack(args.idle, args.trickle)
+
+
+def _measure(gated: bool, name: str, idle: int, trickle: int, requests: int) -> None:
+    with service(gated=gated) as running:
+        siege = Siege("127.0.0.1", running.port, idle=idle, trickle=trickle)
+        with siege if idle + trickle else contextlib.nullcontext():
+            time.sleep(1.0 if idle + trickle else 0)
+            for label, fresh, push in [
+                ("status, kept", False, False),
+                ("status, new conn", True, False),
+                ("push+pull, kept", False, True),
+            ]:
+                trips = round_trips(
+                    running.url, running.token, requests=requests, fresh=fresh, push=push
+                )
+                gate = running.gate
+                held = gate.held_max if gate else siege.figures.held_max
+                evicted = gate.evicted if gate else 0
+                print(
+                    f"{'gated' if gated else 'cheroot':8} {name:13} {held:5d} {evicted:7d} "
+                    f"{label:18} {1000 * trips.quantile(0.5):8.2f} "
+                    f"{1000 * trips.quantile(0.99):8.2f} "
+                    f"{trips.failures:3d}/{len(trips.seconds):<5d}",
+                    flush=True,
+                )
+
+
+def _fit_under_attack(idle: int, trickle: int) -> None:
+    from pyspark.sql import SparkSession
+
+    from examples.digits import digits_frames, digits_model
+    from sparkdl import KerasEstimator
+
+    spark = SparkSession.builder.master("local[2]").getOrCreate()
+    train, test = digits_frames(spark)
+    model = digits_model()
+    port = free_port()
+    with Siege("127.0.0.1", port, idle=idle, trickle=trickle) as siege:
+        started = time.perf_counter()
+        fitted = KerasEstimator(
+            model=model, mode="asynchronous", epochs=5, num_workers=2, port=port, verbose=0
+        ).fit(train)
+        seconds = time.perf_counter() - started
+    accuracy = fitted.evaluate(test)["accuracy"]
+    spark.stop()
+    print(
+        json.dumps(
+            {
+                "fit_seconds": round(seconds, 2),
+                "test_accuracy": round(float(accuracy), 4),
+                "attack_connections_opened": siege.figures.opened,
+                "closed_by_service": siege.figures.closed_by_service,
+            }
+        )
+    )
+
+
+class _Ungated(wsgi.Server):
+    """cheroot with sparkdl's bulk I/O and no gate: the service before the gate."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        use_bulk_io(self)
+
+
+@contextlib.contextmanager
+def _server_class(gated: bool) -> Iterator[None]:
+    if gated:
+        yield
+        return
+    saved = service_module.GatedServer
+    service_module.GatedServer = _Ungated  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        service_module.GatedServer = saved  # type: ignore[misc]
+
+
+def _push_body(seq: int) -> tuple[bytes, dict[str, str]]:
+    arrays = [np.full(shape, 1e-6, np.float32) for shape in SHAPES]
+    meta = {"worker": 0, "seq": seq, "attempt": 0, "samples": 1, "base_version": 0}
+    parts = wire.encode(arrays, meta)
+    body = b"".join(bytes(p) for p in parts)
+    return body, {"Content-Type": wire.CONTENT_TYPE}
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+if __name__ == "__main__":
+    main()
