@@ -102,6 +102,8 @@ class DriverCallbacks:
     def _loop(self) -> None:
         while not self._stop.is_set():
             self.events.wait_epochs(self.done + 1, self.POLL_SECONDS)
+            if self.events.aborted_event.is_set():
+                return  # an aborted fit closes no more epochs (wait_epochs no longer waits)
             try:
                 self._catch_up()
             except BaseException as exc:  # a callback failed: stop the fit, re-raise later

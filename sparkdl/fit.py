@@ -2,10 +2,11 @@
 
 :class:`Fit` reads top to bottom as what happens: the settings and the cluster's facts
 are resolved into a :class:`~sparkdl.plan.FitPlan`; the service, the broadcasts, the
-fit's Spark job group, the Spark UI marks, the job canceller, the progress bar and the
+Spark UI marks, the job canceller, the progress bar and the
 driver's callbacks are each entered into one :class:`contextlib.ExitStack`, so each is
-torn down, in reverse order, however the job ends; then one Spark job trains, and the
-workers' reports and the service's state become a :class:`FitResult`.
+torn down, in reverse order, however the job ends (Ctrl-C included:
+:mod:`sparkdl.interrupt`); then one Spark job trains in the fit's job group, on a driver
+thread, and the workers' reports and the service's state become a :class:`FitResult`.
 
 Example:
     >>> FitResult.__dataclass_fields__["history"].type
@@ -33,6 +34,7 @@ from sparkdl.callbacks import DriverCallbacks
 from sparkdl.compat.spark import failure_summary, is_unsupported_barrier_chain, retries_ran_out
 from sparkdl.config import TrainConfig
 from sparkdl.errors import SparkDLError, WorkerError
+from sparkdl.interrupt import interrupt_raises, run_job
 from sparkdl.plan import FitPlan
 from sparkdl.progress import Progress
 from sparkdl.reports import SERVICE_KEYS, FitReport, WorkerReport
@@ -118,6 +120,8 @@ class Fit:
         Raises:
             ClusterError: The cluster has fewer task slots than a barrier stage needs.
             WorkerError: A worker failed; carries each failed worker's traceback.
+            KeyboardInterrupt: Ctrl-C (SIGINT) during the fit: its Spark jobs were
+                cancelled, its service and threads stopped (:mod:`sparkdl.interrupt`).
         """
         started = time.perf_counter()
         spark = self.prepared.frame.sparkSession
@@ -137,7 +141,7 @@ class Fit:
             f"{plan.epochs} epochs, {rows} rows"
         )
         group = f"sparkdl-fit-{store.started:.0f}-{id(store):x}"
-        with contextlib.ExitStack() as stack:
+        with interrupt_raises(), contextlib.ExitStack() as stack:
             certificate = Certificate.make(plan.service_host) if plan.service_tls else None
             service = stack.enter_context(
                 ParameterService(
@@ -164,7 +168,6 @@ class Fit:
                 sparse_inputs=keras_io.sparse_inputs(self.model),
                 validation=self.validation is not None,
             )
-            stack.enter_context(_job_group(sc, group, name))
             marks = EpochMarks(sc, store, group, name, plan.epochs, plan.initial_epoch)
             _follow(stack, marks.start, marks.stop)
             stack.enter_context(_cancel_on_abort(sc, store, group))
@@ -176,7 +179,13 @@ class Fit:
             if runner:
                 _follow(stack, runner.start, runner.abandon)  # (a no-op after finish)
             prepare_seconds = time.perf_counter() - started + self._checks_seconds()
-            reports = self._launch(payload, store, runner)
+            reports = run_job(
+                sc,
+                group,
+                name,
+                lambda: self._launch(payload, store, runner),
+                on_interrupt=lambda: store.abort("the fit was interrupted (KeyboardInterrupt)"),
+            )
             weights = runner.finish() if runner else store.weights()
             history, status = store.history(), store.status()
         trained = runner.master if runner else built.result()  # type: ignore[union-attr]
@@ -350,18 +359,6 @@ def _broadcast(sc: SparkContext, value: Any) -> Iterator[Any]:
         yield broadcast
     finally:
         broadcast.unpersist(blocking=False)
-
-
-@contextlib.contextmanager
-def _job_group(sc: SparkContext, group: str, name: str) -> Iterator[None]:
-    """The fit's Spark job group and description, cleared on exit."""
-    sc.setJobGroup(group, name)
-    sc.setJobDescription(name)
-    try:
-        yield
-    finally:
-        sc.setJobDescription(None)  # type: ignore[arg-type]
-        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
 
 
 @contextlib.contextmanager

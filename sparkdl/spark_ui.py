@@ -77,6 +77,8 @@ class EpochMarks:
             while not self._stop.is_set() and self.marked < self.epochs:
                 self.events.wait_epochs(self.marked + 1, 0.25)  # wakes as an epoch closes
                 self._mark_closed()
+                if self.events.aborted_event.is_set():
+                    return  # no more epochs close (and wait_epochs no longer waits)
             self._mark_closed()
         except Exception as exc:  # the UI is a nicety: never let it break a fit
             _log.debug("could not mark epochs in the Spark UI: %s", exc)
