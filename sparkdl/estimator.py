@@ -14,12 +14,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import cloudpickle
 from pyspark.ml import Estimator
 from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame
 
-from sparkdl import checkpoints, data, keras_io, persistence, tracking
+from sparkdl import checkpoints, custom_objects, data, keras_io, persistence, tracking
 from sparkdl.config import TrainConfig
 from sparkdl.errors import ConfigError
 from sparkdl.fit import Fit
@@ -155,6 +154,8 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
                     f"before epochs={config.epochs}: raise epochs to train further."
                 )
         model = self._model_to_train(found.weights if found else None)
+        # Every custom object the model names, registered or not, for the executors.
+        custom = custom_objects.collect(model, self.custom_objects)
         initial_epoch, history = (found.epoch, found.history) if found else (0, None)
         prepared = data.prepare(
             dataset, model, self.features_col, self.label_col, validate=config.validate
@@ -180,7 +181,7 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
                 prepared,
                 model,
                 config,
-                custom_objects=self.custom_objects or None,
+                custom_objects=custom or None,
                 validation=validation,
                 callbacks=callbacks,
                 initial_epoch=initial_epoch,
@@ -190,7 +191,6 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
             if tracker:
                 tracker.fail()
             raise
-        custom = self.custom_objects or None
         fitted = KerasModel(
             model_bytes=result.model_bytes,
             features_col=self.features_col,
@@ -198,7 +198,7 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
             class_col=str(self.getOrDefault("classCol")),
             input_shapes=list(result.input_shapes),
             history=result.history,
-            custom_objects=cloudpickle.dumps(custom) if custom else None,
+            custom_objects=custom_objects.dumps(custom),
             fit_report=result.report.to_dict(),
         )
         if tracker:
@@ -216,7 +216,9 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
         ):
             raise ConfigError(f"Expected learningRate to be a number > 0. Received: {rate!r}")
         keras_io.check_compiled(self.model)
-        copy = keras_io.copy_model(self.model, self.custom_objects or None)
+        copy = keras_io.copy_model(
+            self.model, custom_objects.collect(self.model, self.custom_objects) or None
+        )
         if rate is not None:
             copy.optimizer.learning_rate = float(rate)
         if weights is not None:
@@ -225,11 +227,12 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
 
     # ------------------------------------------------------------- persistence
     def _persisted_files(self) -> dict[str, bytes | None]:
-        custom = self.custom_objects or None
         return {
             "model": keras_io.model_to_bytes(self.model),
             "state": None,
-            "custom_objects": cloudpickle.dumps(custom) if custom else None,
+            "custom_objects": custom_objects.dumps(
+                custom_objects.collect(self.model, self.custom_objects)
+            ),
         }
 
     @classmethod

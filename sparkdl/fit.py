@@ -24,12 +24,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import cloudpickle
 import numpy as np
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from sparkdl import checkpoints, cluster, data, keras_io
+from sparkdl import checkpoints, cluster, custom_objects, data, keras_io
 from sparkdl.callbacks import DriverCallbacks
 from sparkdl.compat.spark import failure_summary, is_unsupported_barrier_chain, retries_ran_out
 from sparkdl.config import TrainConfig
@@ -158,9 +157,7 @@ class Fit:
                 token=service.token,
                 tls_cert=certificate.pem if certificate else None,
                 model_bytes=stack.enter_context(_broadcast(sc, model_bytes)),
-                custom_objects=(
-                    cloudpickle.dumps(self.custom_objects) if self.custom_objects else None
-                ),
+                custom_objects=custom_objects.dumps(self.custom_objects),
                 input_shapes=list(prepared.input_shapes),
                 label_kinds=list(prepared.label_kinds),
                 label_widths=list(prepared.summary.label_widths),

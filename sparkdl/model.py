@@ -20,7 +20,7 @@ from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame
 
-from sparkdl import data, persistence, predict
+from sparkdl import custom_objects, data, persistence, predict
 from sparkdl.keras_io import model_from_bytes
 from sparkdl.params import ColumnParams, split_settings
 
@@ -244,7 +244,6 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
     def _from_persisted(
         cls, files: dict[str, bytes | None], loading: persistence.Loading, path: str
     ) -> KerasModel:
-        import cloudpickle
 
         state = persistence.load_state(files.get("state"))
         shapes = state.get("input_shapes")
@@ -258,9 +257,11 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
             input_shapes=[tuple(t) for t in shapes] if shapes else None,
             history=state.get("history"),
             fit_report=state.get("fit_report"),
-            custom_objects=cloudpickle.dumps(custom) if custom else None,
             safe_mode=loading.safe_mode,
         )
         # Loaded here, so that what safe mode refuses fails the load, not a later call.
         stage._model = loading.load_model(model_bytes, custom, pickled, path)
+        # The executors that score get every custom object the model names, registered
+        # here or given: they have neither this session's registry nor its __main__.
+        stage.custom_objects = custom_objects.dumps(custom_objects.collect(stage._model, custom))
         return stage

@@ -1,7 +1,9 @@
-"""The same synchronous fit on local-cluster[2,1,1024]: separate executor processes."""
+"""The same synchronous fit on local-cluster[2,1,1024]: separate executor processes,
+and a model of custom objects that only the driver defines."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -23,3 +25,12 @@ def test_digits_on_local_cluster() -> None:
     assert match, proc.stdout
     assert float(match.group(1)) >= 0.95
     assert "EXECUTOR_PIDS 2" in proc.stdout
+    # The model is made of custom objects the estimator was not given (a registered
+    # layer, an unregistered activation and initializer from a module the executors
+    # cannot import, a registered loss and an unregistered metric from __main__).
+    custom = json.loads(re.search(r"CUSTOM (.*)", proc.stdout).group(1))  # type: ignore[union-attr]
+    assert custom["transform_max_diff"] < 1e-5, custom
+    assert custom["evaluate"]["row_accuracy"] >= 0.95, custom
+    assert custom["reloaded_rows"] == 360, custom
+    assert custom["reloaded_evaluate"] == pytest.approx(custom["evaluate"], abs=1e-6), custom
+    assert custom["layers"] == ["Dense", "Scale", "Dense"], custom

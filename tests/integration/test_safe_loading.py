@@ -96,7 +96,10 @@ def test_registered_objects_load_safely_without_the_pickle(spark: Any, tmp_path:
     custom = cloudpickle.dumps({"Tripling": Tripling})
     KerasModel(model_bytes=model_to_bytes(net), custom_objects=custom).write().save(path)
     loaded = KerasModel.load(path)  # safe: the pickle is left out, the registry serves
-    assert loaded.safe_mode is True and loaded.custom_objects is None
+    assert loaded.safe_mode is True
+    # What the executors get is taken from this session's registry, not the pickle.
+    assert loaded.custom_objects is not None
+    assert cloudpickle.loads(loaded.custom_objects) == {"sparkdl_tests>Tripling": Tripling}
     want = net.predict(np.array([[1, 2, 3], [0.5, 0, -1]], np.float32), verbose=0)[:, 0]
     np.testing.assert_allclose(_scores(loaded, spark), want, rtol=1e-5, atol=1e-6)
 

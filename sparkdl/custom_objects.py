@@ -1,0 +1,206 @@
+"""Every custom object a model names, found on the driver and shipped to the executors.
+
+Keras rebuilds a model from its config by looking each class and function up by the
+name it was saved under: a registered object (``@keras.saving.register_keras_serializable
+(package="mylib")``) under ``"mylib>MyLayer"``, an unregistered class under its class
+name, an unregistered function under its ``__name__``. An executor has neither the
+notebook's or driver script's registrations nor its ``__main__``, and often not the
+driver's own modules either, so a model with a custom layer, loss, metric, activation
+or initializer failed there with "Could not locate class 'MyLayer'", even when the user
+passed ``custom_objects={"MyLayer": MyLayer}`` (the lookup used the registered name).
+
+:func:`collect` walks the live model on the driver (its layers and their attributes, the
+arguments of ``compile``, the optimizer and its learning-rate schedule) and keeps each
+object whose lookup name the saved config uses; objects the user passed are kept under
+their own key and under their registered name; names only Keras's registry knows are
+taken from it. :func:`dumps` pickles them with cloudpickle, by value for objects whose
+module is the user's own (``__main__``, or a file outside ``site-packages`` and the
+standard library: a module the executors may not have), by reference for installed
+packages.
+
+Example:
+    >>> collect(None, {"f": len})
+    {'f': <built-in function len>}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+import os
+import sys
+import sysconfig
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import cloudpickle
+
+__all__ = ["collect", "dumps"]
+
+_log = logging.getLogger(__name__)
+#: Modules whose objects Keras finds without help (its own, and what it builds on).
+_KNOWN_PACKAGES = ("keras", "tensorflow", "tf_keras", "builtins", "numpy", "jax", "torch")
+#: How deep :func:`_live_objects` follows attributes from a layer or compile argument.
+_ATTRIBUTE_DEPTH = 3
+
+
+def collect(model: Any, given: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The custom objects ``model`` needs to be rebuilt where its code is not defined.
+
+    Args:
+        model: A Keras model (``None``: only ``given``).
+        given: The user's ``custom_objects``, by plain or registered name.
+
+    Returns:
+        ``given``, each object also under its registered name, plus every custom class
+        or function the model's config names, under the name Keras looks it up by.
+    """
+    found: dict[str, Any] = dict(given or {})
+    if model is None:
+        return found
+    import keras
+
+    for obj in list(found.values()):
+        name = _lookup_name(obj)
+        if name is not None:
+            found.setdefault(name, obj)  # the registered name Keras looks up
+    wanted = _names_in_config(model)
+    for obj in _live_objects(model):
+        name = _lookup_name(obj)
+        if name is not None and name in wanted:
+            found.setdefault(name, _target(obj))  # the class, never an instance
+    registry = keras.saving.get_custom_objects()
+    for name in wanted:
+        if name not in found and name in registry:
+            found[name] = registry[name]
+    return found
+
+
+def dumps(objects: dict[str, Any] | None) -> bytes | None:
+    """``objects`` cloudpickled, the user's own modules by value; ``None`` if empty."""
+    if not objects:
+        return None
+    with _by_value(_own_modules(objects.values())):
+        return bytes(cloudpickle.dumps(objects))
+
+
+# ---------------------------------------------------------------------- helpers
+def _target(obj: Any) -> Any:
+    """``obj`` if it is a class or function, else its class."""
+    return obj if isinstance(obj, (type, types.FunctionType)) else type(obj)
+
+
+def _lookup_name(obj: Any) -> str | None:
+    """The name Keras looks ``obj`` up by, for a custom class or function (else None)."""
+    import keras
+
+    target = _target(obj)
+    if not _is_custom(target):
+        return None
+    try:
+        return str(keras.saving.get_registered_name(target))
+    except Exception:  # an object Keras cannot name is not in a config
+        return None
+
+
+def _is_custom(target: Any) -> bool:
+    module = str(getattr(target, "__module__", "") or "")
+    return bool(module) and module.split(".")[0] not in _KNOWN_PACKAGES
+
+
+def _names_in_config(model: Any) -> set[str]:
+    """Every name the model's saved config (architecture and compile) looks up."""
+    import keras
+
+    names: set[str] = set()
+    configs: list[Any] = [keras.saving.serialize_keras_object(model)]
+    with contextlib.suppress(Exception):  # an uncompiled model has no compile config
+        configs.append(model.get_compile_config())
+    stack = configs
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if item.get("class_name") == "function" and isinstance(item.get("config"), str):
+                names.add(item["config"])
+            for key in ("registered_name", "class_name"):
+                if isinstance(item.get(key), str):
+                    names.add(item[key])
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return names
+
+
+def _live_objects(model: Any) -> Iterator[Any]:
+    """The model's layers, what they hold, and what ``compile`` was given."""
+    seen: set[int] = set()
+    roots: list[Any] = list(model._flatten_layers(include_self=True, recursive=True))
+    compile_config = getattr(model, "_compile_config", None)
+    if compile_config is not None:
+        roots.append(getattr(compile_config, "config", {}))
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None:
+        roots.extend([optimizer, getattr(optimizer, "_learning_rate", None)])
+    stack = [(root, 0) for root in roots]
+    while stack:
+        obj, depth = stack.pop()
+        if obj is None or id(obj) in seen or depth > _ATTRIBUTE_DEPTH:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, dict):
+            stack.extend((value, depth + 1) for value in obj.values())
+            continue
+        if isinstance(obj, (list, tuple)):
+            stack.extend((value, depth + 1) for value in obj)
+            continue
+        if isinstance(obj, (str, bytes, int, float, bool)):
+            continue
+        yield obj
+        if isinstance(obj, types.FunctionType) or inspect.isclass(obj):
+            continue
+        attributes = getattr(obj, "__dict__", None)
+        if isinstance(attributes, dict):
+            stack.extend((value, depth + 1) for value in attributes.values())
+
+
+def _own_modules(objects: Any) -> list[types.ModuleType]:
+    """Modules of ``objects`` that are the user's own files (not installed, not stdlib)."""
+    installed = {
+        os.path.realpath(path)
+        for key in ("purelib", "platlib", "stdlib", "platstdlib")
+        if (path := sysconfig.get_paths().get(key))
+    }
+    modules: dict[str, types.ModuleType] = {}
+    for obj in objects:
+        target = _target(obj)
+        name = str(getattr(target, "__module__", "") or "")
+        module = sys.modules.get(name)
+        if module is None or name == "__main__" or not _is_custom(target):
+            continue
+        path = os.path.realpath(str(getattr(module, "__file__", "") or ""))
+        if not path or any(path.startswith(root + os.sep) for root in installed):
+            continue
+        if "site-packages" in path.split(os.sep) or "dist-packages" in path.split(os.sep):
+            continue
+        modules[name] = module
+    return list(modules.values())
+
+
+@contextlib.contextmanager
+def _by_value(modules: list[types.ModuleType]) -> Iterator[None]:
+    """cloudpickle pickles ``modules``' objects by value while inside."""
+    added = []
+    for module in modules:
+        try:
+            cloudpickle.register_pickle_by_value(module)
+            added.append(module)
+        except ValueError:  # registered already
+            continue
+    try:
+        yield
+    finally:
+        for module in added:
+            with contextlib.suppress(ValueError):
+                cloudpickle.unregister_pickle_by_value(module)
