@@ -182,6 +182,7 @@ class Fit:
                 name,
                 lambda: self._launch(payload, store, runner),
                 on_interrupt=lambda: store.abort("the fit was interrupted (KeyboardInterrupt)"),
+                session=spark,
             )
             weights = runner.finish() if runner else store.weights()
             history, status = store.history(), store.status()

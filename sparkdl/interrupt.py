@@ -11,8 +11,9 @@ caller's Spark local properties (scheduler pool, ...) plus the fit's own job gro
 the caller's thread only waits. While a fit runs on the main thread
 (:func:`interrupt_raises`), SIGINT raises ``KeyboardInterrupt`` there instead of running
 PySpark's handler. On it the fit aborts its service's training state (every worker's next
-request is refused and it stops), cancels its own job group from a fresh thread, waits
-up to :data:`CANCEL_SECONDS` for the job to end, and re-raises; the fit's ``ExitStack``
+request is refused and it stops), cancels its own job group from a fresh thread, and
+gives the job what is left of :data:`CANCEL_SECONDS` to end (a second Ctrl-C meanwhile
+is ignored), then re-raises; the fit's ``ExitStack``
 then stops the service and the fit's other threads. The caller's thread never had its
 job group changed, so nothing needs restoring.
 
@@ -27,18 +28,22 @@ import contextlib
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, TypeVar
 
 from pyspark import InheritableThread
 
+from sparkdl.errors import SparkDLError
+
 if TYPE_CHECKING:
     from pyspark import SparkContext
+    from pyspark.sql import SparkSession
 
 __all__ = ["CANCEL_SECONDS", "JOB_THREAD", "interrupt_raises", "run_job"]
 
-#: Seconds an interrupted fit waits for its Spark job to end after cancelling it.
+#: Seconds an interrupted fit waits, in all, for its job group's cancel and its job to end.
 CANCEL_SECONDS = 5.0
 #: Name of the driver thread that runs a fit's Spark job.
 JOB_THREAD = "sparkdl-training-job"
@@ -75,6 +80,7 @@ def run_job(
     job: Callable[[], T],
     *,
     on_interrupt: Callable[[], None],
+    session: SparkSession | None = None,
 ) -> T:
     """Runs ``job`` (which runs Spark jobs) on a driver thread, in job group ``group``.
 
@@ -86,40 +92,79 @@ def run_job(
         job: What to run; its result or exception comes back here.
         on_interrupt: Called first when the caller is interrupted (abort the fit's
             training state so its workers stop).
+        session: The SparkSession, whose job tags the thread carries too.
 
     Returns:
         What ``job`` returned.
 
     Raises:
-        KeyboardInterrupt: The caller was interrupted; the group was cancelled and the
-            job given up to :data:`CANCEL_SECONDS` to end.
+        KeyboardInterrupt: The caller was interrupted (or any other exception ended
+            its wait): the group was cancelled and the job given what is left of
+            :data:`CANCEL_SECONDS` to end.
+        SparkDLError: The driver thread ended without running ``job`` (Spark refused
+            its local properties, e.g. a stopped SparkContext).
     """
     result: Future[T] = Future()
 
     def target() -> None:
-        sc.setJobGroup(group, description)
-        sc.setJobDescription(description)
         try:
+            sc.setJobGroup(group, description)
+            sc.setJobDescription(description)
             result.set_result(job())
         except BaseException as exc:  # the caller sees it at result()
             result.set_exception(exc)
 
-    thread = InheritableThread(target=target, name=JOB_THREAD, daemon=True)
-    thread.start()
+    thread = InheritableThread(target=target, name=JOB_THREAD, daemon=True, session=session)
     try:
-        return result.result()
-    except KeyboardInterrupt:
-        _log.warning("fit interrupted: cancelling Spark job group %s", group)
-        on_interrupt()
-        _cancel_group(sc, group)
-        thread.join(timeout=CANCEL_SECONDS)
+        thread.start()
+        while not result.done():
+            thread.join(0.5)
+            if not thread.is_alive() and not result.done():
+                raise SparkDLError(
+                    "The fit's Spark job thread ended before the job started (Spark "
+                    "could not take its local properties). Is the SparkContext stopped?"
+                )
+    except BaseException as exc:
+        _release(sc, group, thread, on_interrupt, exc)
         raise
+    return result.result()
 
 
-def _cancel_group(sc: SparkContext, group: str) -> None:
+def _release(
+    sc: SparkContext,
+    group: str,
+    thread: threading.Thread,
+    on_interrupt: Callable[[], None],
+    exc: BaseException,
+) -> None:
+    """Stops the fit's job after ``exc`` ended the caller's wait, within
+    :data:`CANCEL_SECONDS` in all, undisturbed by a second Ctrl-C."""
+    deadline = time.monotonic() + CANCEL_SECONDS
+    with _sigint_ignored():
+        _log.warning("fit stopped by %s: cancelling Spark job group %s", type(exc).__name__, group)
+        on_interrupt()
+        _cancel_group(sc, group, deadline)
+        if thread.is_alive():
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """SIGINT is ignored while inside (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _cancel_group(sc: SparkContext, group: str, deadline: float) -> None:
     """Cancels ``group`` from a fresh thread (with its own Py4J connection: the
-    interrupted thread's may have been cut mid-call), waiting at most
-    :data:`CANCEL_SECONDS`."""
+    interrupted thread's may have been cut mid-call), waiting until ``deadline`` at
+    most."""
     done = threading.Event()
 
     def cancel() -> None:
@@ -131,4 +176,4 @@ def _cancel_group(sc: SparkContext, group: str) -> None:
             done.set()
 
     threading.Thread(target=cancel, name="sparkdl-cancel-group", daemon=True).start()
-    done.wait(CANCEL_SECONDS)
+    done.wait(max(0.0, deadline - time.monotonic()))

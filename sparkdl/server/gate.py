@@ -12,13 +12,20 @@ ever busy with a request it can parse at once.
 
 Bounds on what waits at the gate:
 
-- A head must arrive whole within :data:`HEAD_SECONDS` of the connection's accept (or,
-  on a kept-alive connection, of the head's first byte); a connection idle between
-  requests is closed after the server's timeout, as in cheroot.
+- A head must arrive whole within :data:`HEAD_SECONDS` of the connection's accept (TLS
+  handshake included) or, on a kept-alive connection, of its first wake-up; a
+  connection idle between requests is closed after the server's timeout, as in cheroot.
 - Connections that never made an authenticated request are capped at
-  :data:`PEER_CAP` per peer address and :data:`UNTRUSTED_CAP` in all. Past a cap the
-  oldest waiting one (of that peer first) is closed: a worker's new connection sends its
-  head at once, so it leaves the gate long before it could become the oldest.
+  :data:`PEER_CAP` per peer (an IPv4 address, or an IPv6 /64) and :data:`UNTRUSTED_CAP`
+  in all. Past the per-peer cap, that peer's oldest waiting connection is closed; past
+  the global one, the oldest of the peer holding the most. A worker's new connection
+  sends its head at once, so it usually leaves the gate long before it is the oldest;
+  a flood of new connections from its own address (one machine) can still close it,
+  and the worker's client then retries.
+
+What is not bounded here: TLS handshakes run on the selector thread (a flood of them
+delays everyone's next request), and unauthenticated requests whose head is whole wait
+in cheroot's request queue beside the workers' (each is answered 401 at once).
 - Only an authenticated request keeps a connection alive (:class:`BulkConnection`
   closes the others after their answer), so the gate's caps bound every connection of a
   client without the token.
@@ -35,6 +42,8 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import ipaddress
+import logging
 import selectors
 import socket
 import ssl
@@ -57,6 +66,7 @@ PEER_CAP = 128
 UNTRUSTED_CAP = 512
 
 _HEAD_END = b"\r\n\r\n"
+_log = logging.getLogger(__name__)
 _CRLF = b"\r\n"
 
 
@@ -77,8 +87,21 @@ class GatedServer(wsgi.Server):
         self.keep_alive_conn_limit = None  # type: ignore[assignment]
 
     def process_conn(self, conn: Any) -> None:
-        """Hands ``conn`` to the pool once its request head is in (else it waits)."""
-        if self.gate.admit(conn):
+        """Hands ``conn`` to the pool once its request head is in (else it waits).
+
+        Runs in cheroot's selector thread, and in a pool thread that puts a kept-alive
+        connection back: whatever goes wrong with one connection closes that
+        connection and nothing else.
+        """
+        try:
+            admitted = self.gate.admit(conn)
+        except Exception as exc:
+            _log.warning("closing a connection the gate could not read: %r", exc)
+            self.gate.forget(conn)
+            with contextlib.suppress(Exception):
+                conn.close()
+            return
+        if admitted:
             super().process_conn(conn)
 
 
@@ -110,10 +133,14 @@ class HeadGate:
         self.held_max = 0
         self._lock = threading.Lock()
         self._waiting: OrderedDict[Any, str] = OrderedDict()  # untrusted, oldest first
-        self._per_peer: dict[str, int] = {}
+        self._per_peer: dict[str, OrderedDict[Any, None]] = {}  # the same, by peer
 
     def admit(self, conn: Any) -> bool:
         """Whether ``conn`` may go to the pool now; if not, it waits or is closed."""
+        if getattr(conn, "evicted", False):
+            self._leave(conn)
+            conn.close()
+            return False
         if head_complete(conn.rfile, self._head_limit()):
             self._leave(conn)
             return True
@@ -150,40 +177,41 @@ class HeadGate:
         return int(self.server.max_request_header_size or 64 * 1024) + 4096
 
     def _wait(self, conn: Any) -> None:
+        # The head's clock runs from the accept, or from the first wake-up of a kept-alive
+        # connection (connections idle between requests wait in cheroot's selector
+        # without the gate, under the server's keep-alive timeout).
         now = time.time()
-        started = getattr(conn, "head_started", None)
-        if started is None:
-            buffered = conn.rfile.has_data()
-            started = conn.head_started = now if (buffered or _fresh(conn)) else None
-        if started is None:  # idle between requests: the server's keep-alive timeout
-            conn.last_used = now
-        else:
-            # cheroot's selector loop closes a connection once it has not been used for
-            # the server timeout: date it so that this happens at the head's deadline.
-            deadline = started + self.head_seconds
-            conn.last_used = min(deadline - self.server.timeout, now)
+        started = getattr(conn, "head_started", None) or now
+        conn.head_started = started
+        # cheroot's selector loop closes a connection once it has not been used for the
+        # server timeout: date it so that this happens at the head's deadline.
+        conn.last_used = min(started + self.head_seconds - self.server.timeout, now)
         if not getattr(conn, "trusted", False):
             self._enlist(conn)
         manager = self.server._connections
         manager._selector.register(conn.socket.fileno(), selectors.EVENT_READ, data=conn)
 
     def _enlist(self, conn: Any) -> None:
-        peer = str(getattr(conn, "remote_addr", "") or "")
-        victims = []
+        peer = peer_key(getattr(conn, "remote_addr", None))
+        victim = None
         with self._lock:
             if conn in self._waiting:
                 return
-            if self._per_peer.get(peer, 0) >= self.peer_cap:
-                victims.append(next(c for c, p in self._waiting.items() if p == peer))
+            mine = self._per_peer.get(peer)
+            if mine is not None and len(mine) >= self.peer_cap:
+                victim = next(iter(mine))
             elif len(self._waiting) >= self.untrusted_cap:
-                victims.append(next(iter(self._waiting)))
-            for victim in victims:
+                # The peer holding the most pays: many peers each under the per-peer
+                # cap cannot push out the few new connections of another.
+                crowded = max(self._per_peer.values(), key=len)
+                victim = next(iter(crowded))
+            if victim is not None:
                 self._drop_locked(victim)
+                self.evicted += 1
             self._waiting[conn] = peer
-            self._per_peer[peer] = self._per_peer.get(peer, 0) + 1
-            self.evicted += len(victims)
+            self._per_peer.setdefault(peer, OrderedDict())[conn] = None
             self.held_max = max(self.held_max, len(self._waiting))
-        for victim in victims:
+        if victim is not None:
             _evict(victim)
 
     def _leave(self, conn: Any) -> None:
@@ -195,11 +223,25 @@ class HeadGate:
         peer = self._waiting.pop(conn, None)
         if peer is None:
             return
-        left = self._per_peer[peer] - 1
-        if left:
-            self._per_peer[peer] = left
-        else:
+        mine = self._per_peer[peer]
+        mine.pop(conn, None)
+        if not mine:
             del self._per_peer[peer]
+
+
+def peer_key(address: Any) -> str:
+    """The peer a connection counts against: its IPv4 address, or its IPv6 /64 (one
+    host usually holds a whole /64)."""
+    text = str(address or "")
+    try:
+        ip = ipaddress.ip_address(text.split("%")[0])
+    except ValueError:
+        return text
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
 
 
 def head_complete(rfile: Any, limit: int) -> bool:
@@ -229,8 +271,8 @@ def fill(conn: Any, limit: int) -> bool:
             try:
                 sock.do_handshake()
             except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
-                return True
-            except OSError:  # not TLS, or not our certificate
+                return True  # (a handshake that must write waits for the peer's next bytes)
+            except (OSError, ValueError, AttributeError):  # not TLS, not our certificate
                 return False
             conn._tls_ready = True
         state: Any = conn.rfile
@@ -242,7 +284,9 @@ def fill(conn: Any, limit: int) -> bool:
                 break
             except ssl.SSLWantWriteError:
                 break
-            except OSError:
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                data = b""  # closed: as a plain socket's end of stream
+            except (OSError, ValueError, AttributeError):
                 return False
             if not data:  # closed: serve what is whole, drop the rest
                 _append(state, chunks)
@@ -267,13 +311,11 @@ def _append(state: Any, chunks: list[bytes]) -> None:
         state._read_pos = 0
 
 
-def _fresh(conn: Any) -> bool:
-    """A connection that has not made a request yet."""
-    return not getattr(conn, "requests_served", 0)
-
-
 def _evict(conn: Any) -> None:
     """Makes cheroot's selector loop close ``conn`` at its next turn."""
-    conn.last_used = 0.0  # expired: the loop closes it
-    with contextlib.suppress(OSError):
-        conn.socket.shutdown(socket.SHUT_RDWR)  # readable now: the gate sees it closed
+    conn.evicted = True  # the gate closes it when it wakes
+    conn.last_used = 0.0  # else the loop's expiry closes it
+    with contextlib.suppress(OSError, ValueError):
+        # Readable now. The plain socket's shutdown: an SSLSocket's own would drop its
+        # TLS state first, under the selector's feet.
+        socket.socket.shutdown(conn.socket, socket.SHUT_RDWR)

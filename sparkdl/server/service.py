@@ -67,8 +67,10 @@ class ParameterService:
         port: Port to bind to; 0 picks a free one.
         token: Per-fit secret; a random one is made when ``None``.
         threads: Server threads. Synchronous pushes wait in a thread, so this must
-            exceed the number of workers; the default leaves room for status calls.
-            Long polls take at most all but :data:`RESERVED_THREADS` of them.
+            exceed the number of workers; the default, twice the workers plus
+            :data:`RESERVED_THREADS` (at least 8), leaves room for status calls. Long
+            polls take at most all but :data:`RESERVED_THREADS` of them (and always
+            one more than the workers).
         attempts: Confirms a worker's new task attempt before it is taken
             (:class:`sparkdl.server.attempts.SparkAttempts` in a fit); ``None`` takes
             every attempt.
@@ -93,7 +95,7 @@ class ParameterService:
         self.token = token or secrets.token_urlsafe(32)
         self._host = host
         self._port = port
-        self._threads = max(threads or 2 * store.num_workers + 4, RESERVED_THREADS + 4, 8)
+        self._threads = threads or max(8, 2 * store.num_workers + RESERVED_THREADS)
         self._server: wsgi.Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -129,7 +131,7 @@ class ParameterService:
             self.store,
             self.token,
             attempts=self._attempts,
-            wait_slots=self._threads - RESERVED_THREADS,
+            wait_slots=max(self._threads - RESERVED_THREADS, self.store.num_workers + 1),
         )
         # Connections wait at a gate, not in a thread, until their request head is in
         # (sparkdl.server.gate): idle or trickling clients cannot hold the pool.

@@ -258,7 +258,6 @@ class BulkConnection(server.HTTPConnection):
         self._tls_ready = not isinstance(sock, ssl.SSLSocket)
         #: The app answered a request of this connection with anything but a 401.
         self.trusted = False
-        self.requests_served = 0
         self.head_started: float | None = None
 
     def communicate(self) -> bool:
@@ -282,7 +281,6 @@ class BulkConnection(server.HTTPConnection):
 
     def _serve_one(self) -> bool:
         keep = bool(super().communicate())
-        self.requests_served += 1
         return keep and self.trusted
 
     def _handshake(self) -> bool:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import signal
 import socket
 import sys
 import threading
@@ -101,6 +102,8 @@ def main() -> None:
     time.sleep(3)
     result["fit_jobs_after_3s"] = fit_jobs()
     result["caller_group"] = sc.getLocalProperty("spark.jobGroup.id")
+    handler = signal.getsignal(signal.SIGINT)
+    result["sigint_handler"] = f"{getattr(handler, '__module__', '')}.{handler!r}"
     usage = resource.getrusage(resource.RUSAGE_SELF)
     before = usage.ru_utime + usage.ru_stime
     time.sleep(2)

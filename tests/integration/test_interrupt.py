@@ -51,6 +51,7 @@ def test_sigint_mid_fit_raises_keyboard_interrupt_and_releases_everything(
     assert result["fit_jobs_active"] == [] and result["fit_jobs_after_3s"] == [], result
     assert result["port_closed"] and result["threads_left"] == [], result
     assert result["caller_group"] == "the-callers-group", result
+    assert result["sigint_handler"].startswith("pyspark."), result  # PySpark's, restored
     assert result["idle_cpu_seconds"] < 0.5, result  # no thread left spinning
     assert result["other_job_running"], result  # not cancelled with the fit
     assert result["other_job"] == {"result": "finished"}, result

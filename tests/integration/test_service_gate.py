@@ -8,6 +8,7 @@ request line on one of its 8 threads).
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -108,6 +109,51 @@ def test_past_the_per_peer_cap_the_oldest_waiting_connection_is_closed(
         finally:
             for sock in crowd:
                 sock.close()
+
+
+def test_silent_tls_clients_past_the_cap_are_closed_and_the_service_goes_on(
+    monkeypatch: Any,
+) -> None:
+    monkeypatch.setattr(gate_module, "PEER_CAP", 8)
+    cert = Certificate.make("127.0.0.1")
+    with ParameterService(_store(), host="127.0.0.1", tls=cert) as running:
+        crowd = []
+        fds_before = _open_fds()
+        try:
+            for _ in range(30):
+                crowd.append(socket.create_connection(("127.0.0.1", running.port)))
+                time.sleep(0.01)
+            assert running.gate is not None
+            deadline = time.monotonic() + 5
+            while running.gate.evicted < 22 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert running.gate.evicted == 22
+            assert all(_closed_by_peer(sock, 5) for sock in crowd[:22])
+            client = ServiceClient(
+                running.url, running.token, worker=0, tls_cert=cert.pem, timeout=5, retries=0
+            )
+            assert client.status()["version"] == 0
+            client.close()
+        finally:
+            for sock in crowd:
+                sock.close()
+        # Every connection the service accepted is closed again, evicted ones too.
+        deadline = time.monotonic() + 5
+        while _open_fds() > fds_before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _open_fds() <= fds_before
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_peers_are_addresses_and_ipv6_slash_64s() -> None:
+    assert gate_module.peer_key("10.0.0.7") == "10.0.0.7"
+    assert gate_module.peer_key("::ffff:10.0.0.7") == "10.0.0.7"
+    assert gate_module.peer_key("2001:db8:1:2:aaaa::1") == "2001:db8:1:2::/64"
+    assert gate_module.peer_key("2001:db8:1:2:bbbb::9") == "2001:db8:1:2::/64"
+    assert gate_module.peer_key(None) == ""
 
 
 def test_only_an_authenticated_request_keeps_its_connection(service: ParameterService) -> None:
