@@ -427,8 +427,7 @@ def summarize(
     for i in range(inputs):
         if stats[f"f_min{i}"] != stats[f"f_max{i}"]:
             raise SchemaError(
-                f"Expected every row to have the same number of features. Received rows with "
-                f"between {stats[f'f_min{i}']} and {stats[f'f_max{i}']} values."
+                keras_io.ragged_rows_message(int(stats[f"f_min{i}"]), int(stats[f"f_max{i}"]))
             )
     for j, kind in enumerate(kinds):
         if kind == "array" and stats[f"y_min_w{j}"] != stats[f"y_max_w{j}"]:

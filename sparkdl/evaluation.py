@@ -111,9 +111,18 @@ def _evaluate_partition(
     feed = Feed(None, inputs, input_shapes, takes_sparse, outputs, batch_size)
     rows = 0
 
+    names = keras_io.input_names(model)
+
     def blocks() -> Iterator[Any]:
         nonlocal rows
         for batch in itertools.chain([first], batches):
+            for i, shape in enumerate(input_shapes):  # the fit's width checks
+                widths = _row_widths(batch.column(feature_name(i)))
+                if len(widths):
+                    label = f" {names[i]!r}" if len(names) > 1 else ""
+                    keras_io.check_row_widths(
+                        int(widths.min()), int(widths.max()), tuple(shape), label
+                    )
             block = convert(batch, [*inputs, *outputs])
             rows += batch.num_rows
             for lo in range(0, batch.num_rows, batch_size):
@@ -125,6 +134,20 @@ def _evaluate_partition(
         warnings.filterwarnings("ignore", message="Your input ran out of data")
         result = model.evaluate(data, verbose=0, return_dict=True)
     return rows, {str(k): float(v) for k, v in result.items()}
+
+
+def _row_widths(column: pa.Array) -> np.ndarray:
+    """Values per row of a feature column: list lengths, or ML vectors' sizes (nulls
+    left out)."""
+    if pa.types.is_struct(column.type):
+        kinds = column.field("type").to_numpy(zero_copy_only=False)
+        lengths = column.field("values").value_lengths().to_numpy(zero_copy_only=False)
+        sizes = column.field("size").to_numpy(zero_copy_only=False)
+        widths = np.where(kinds == 1, lengths, sizes)
+    else:
+        widths = column.value_lengths().to_numpy(zero_copy_only=False)
+    valid = column.is_valid().to_numpy(zero_copy_only=False)
+    return np.asarray(widths, dtype=np.float64)[valid].astype(np.int64)
 
 
 def _with_label_widths(signature: Any, first: pa.RecordBatch, outputs: list[Any]) -> Any:

@@ -84,15 +84,22 @@ def predict_udf(
     vectors = list(sparse) or [False] * len(shapes)
 
     def predict(batches: Iterator[Any]) -> Iterator[Any]:
-        from sparkdl.keras_io import sparse_inputs
+        from sparkdl.keras_io import check_row_widths, input_names, sparse_inputs
 
         model = load_model(broadcast, digest, custom_objects, safe_mode=safe_mode)
         takes_sparse = sparse_inputs(model) or [False] * len(shapes)
+        names = input_names(model)
+        labels = [f" {name!r}" if len(names) > 1 else "" for name in names]
         for batch in batches:
             columns = [batch] if isinstance(batch, (pd.Series, pd.DataFrame)) else list(batch)
             mask = np.logical_and.reduce([_present(c) for c in columns])
             results: list[list[Any]] = [[None] * len(columns[0]) for _ in outputs]
             if mask.any():
+                # The fit's width checks, per batch: rows of another width would be
+                # reshaped into other rows' predictions.
+                for c, shape, label in zip(columns, shapes, labels, strict=True):
+                    widths = _row_widths(c[mask])
+                    check_row_widths(int(widths.min()), int(widths.max()), shape, label)
                 xs = [
                     _csr(c[mask], int(np.prod(shape)))
                     if vector
@@ -163,6 +170,16 @@ def _predict(
         for acc, value in zip(chunks, out_list, strict=True):
             acc.append(np.asarray(value))
     return [np.concatenate(acc) for acc in chunks]
+
+
+def _row_widths(column: Any) -> np.ndarray:
+    """Values per row of a UDF argument: array lengths, or ML vectors' sizes."""
+    if isinstance(column, pd.DataFrame):
+        dense = column["type"].to_numpy() == 1
+        lengths = column["values"].map(len).to_numpy()
+        sizes = column["size"].fillna(-1).to_numpy()
+        return np.where(dense, lengths, sizes).astype(np.int64)
+    return column.map(len).to_numpy().astype(np.int64)
 
 
 def _present(column: Any) -> np.ndarray:

@@ -245,3 +245,31 @@ def test_nan_loss_is_a_clear_error(spark) -> None:
     )
     with pytest.raises(WorkerError, match=r"training diverged|NaN or infinite"):
         fit(df, model=model)
+
+
+def test_scoring_checks_row_widths_with_the_fits_messages(spark) -> None:
+    """26 values per row into a 13-feature model: once two rows' predictions each."""
+    from sparkdl import KerasModel
+    from sparkdl.keras_io import model_to_bytes
+
+    model = classifier(width=13)
+    scorer = KerasModel(model_bytes=model_to_bytes(model))
+    wide = frame(spark, [[float(v)] * 26 for v in X[:, 0]])
+    with pytest.raises(SchemaError) as fitting:
+        fit(wide, classifier(width=13))
+    message = "Expected 13 feature values per row to fit the model's input shape (None, 13)"
+    assert message in str(fitting.value) and "Received rows of 26 values" in str(fitting.value)
+    with pytest.raises(Exception, match=r"Received rows of 26 values") as scoring:
+        scorer.transform(wide).collect()
+    assert message in str(scoring.value)
+    with pytest.raises(Exception, match=r"Received rows of 26 values"):
+        scorer.evaluate(wide)
+    ragged = frame(spark, [[1.0] * (13 if i % 2 else 12) for i in range(len(X))])
+    for call in (lambda: scorer.transform(ragged).collect(), lambda: scorer.evaluate(ragged)):
+        with pytest.raises(Exception, match="Received rows with between 12 and 13 values"):
+            call()
+    vectors = frame(spark, [Vectors.sparse(20, [0], [1.0]) for _ in range(len(X))])
+    with pytest.raises(Exception, match="Received rows of 20 values"):
+        scorer.transform(vectors).collect()
+    good = frame(spark, [[float(v)] * 13 for v in X[:, 0]])
+    assert scorer.transform(good).count() == len(X)
