@@ -12,6 +12,9 @@ Example:
 
 from __future__ import annotations
 
+import io
+import os
+import zipfile
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +23,9 @@ from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame
 
-from sparkdl import custom_objects, data, persistence, predict
+from sparkdl import custom_objects as custom_objects_module
+from sparkdl import data, persistence, predict
+from sparkdl.errors import ModelError
 from sparkdl.keras_io import model_from_bytes
 from sparkdl.params import ColumnParams, split_settings
 
@@ -98,6 +103,78 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         #: Keras's safe mode for every load of the model, here and on the executors
         #: (on for a stage loaded from a directory: :meth:`load`).
         self.safe_mode = safe_mode
+
+    @classmethod
+    def from_keras(
+        cls,
+        model: keras.Model | str | os.PathLike[str],
+        *,
+        features_col: str | Sequence[str] | dict[str, str] = "features",
+        prediction_col: str = "prediction",
+        class_col: str = "",
+        custom_objects: dict[str, Any] | None = None,
+        safe_mode: bool | None = None,
+        batch_size: int = 1024,
+    ) -> KerasModel:
+        """Wraps a model trained elsewhere for ``transform``, ``evaluate`` and Pipelines.
+
+        Args:
+            model: A ``keras.Model`` (compiled or not: ``evaluate`` needs a compiled
+                loss), or the path of a saved ``.keras`` file.
+            features_col: Feature column, list of numeric columns, or a dict of input
+                name to column, as in training.
+            prediction_col: Name of the output column.
+            class_col: Name of the arg-max class column; empty for none.
+            custom_objects: Custom classes and functions by plain or registered name.
+                Those the model names are also found on their own (Keras's registry,
+                the live model), and travel to the executors.
+            safe_mode: Keras's safe mode for every load of the model, here and on the
+                executors. ``None``: on for a file (a ``Lambda`` in it is refused),
+                off for a live model (it is the caller's own).
+            batch_size: Rows per prediction call in ``transform``.
+
+        Returns:
+            A :class:`KerasModel`; ``get_model()`` returns a copy of ``model``.
+
+        Raises:
+            FileNotFoundError: No file at the path.
+            ModelError: The file is no ``.keras`` archive, or safe mode refused it.
+
+        Example:
+            >>> import keras
+            >>> net = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+            >>> KerasModel.from_keras(net, features_col="x").input_shapes
+            [(3,)]
+        """
+        from sparkdl import keras_io
+
+        if isinstance(model, (str, os.PathLike)):
+            with open(model, "rb") as file:
+                model_bytes = file.read()
+            if not zipfile.is_zipfile(io.BytesIO(model_bytes)):
+                raise ModelError(
+                    f"{os.fspath(model)!r} is not a .keras archive. Save the model with "
+                    "model.save('model.keras'), or pass the keras.Model itself."
+                )
+            safe = True if safe_mode is None else safe_mode
+            live = keras_io.model_from_bytes(model_bytes, custom_objects, safe_mode=safe)
+        else:
+            model_bytes = keras_io.model_to_bytes(model)
+            safe = False if safe_mode is None else safe_mode
+            live = keras_io.model_from_bytes(model_bytes, custom_objects, safe_mode=safe)
+        stage = cls(
+            model_bytes=model_bytes,
+            features_col=features_col,
+            prediction_col=prediction_col,
+            class_col=class_col,
+            custom_objects=custom_objects_module.dumps(
+                custom_objects_module.collect(live, custom_objects)
+            ),
+            batch_size=batch_size,
+            safe_mode=safe,
+        )
+        stage._model = live
+        return stage
 
     @property
     def features_col(self) -> Any:
@@ -263,5 +340,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         stage._model = loading.load_model(model_bytes, custom, pickled, path)
         # The executors that score get every custom object the model names, registered
         # here or given: they have neither this session's registry nor its __main__.
-        stage.custom_objects = custom_objects.dumps(custom_objects.collect(stage._model, custom))
+        stage.custom_objects = custom_objects_module.dumps(
+            custom_objects_module.collect(stage._model, custom)
+        )
         return stage

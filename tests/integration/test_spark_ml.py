@@ -208,6 +208,52 @@ def test_transform_and_evaluate_match_keras_on_collected_rows(digits, spark) -> 
         assert abs(got[key] - float(value)) < 1e-4, (key, got[key], value)
 
 
+def test_a_model_trained_elsewhere_scores_in_a_pipeline(spark, tmp_path) -> None:
+    """KerasModel.from_keras: a plain Keras model (or its .keras file), no fit here."""
+    x_train, x_test, y_train, y_test = digits_arrays()
+    net = digits_model()
+    net.fit(x_train, y_train, epochs=3, batch_size=64, verbose=0)
+    columns = [f"p{i}" for i in range(64)]
+    rows = [(*map(float, x), int(y)) for x, y in zip(x_test, y_test, strict=True)]
+    frame = spark.createDataFrame(rows, [*columns, "label"]).repartition(3)
+    want = net.predict(x_test, verbose=0)
+    keras_logs = net.evaluate(x_test, y_test, verbose=0, return_dict=True)
+
+    wrapped = KerasModel.from_keras(net, features_col="pixels", class_col="class")
+    assert wrapped.safe_mode is False and wrapped.input_shapes == [(64,)]
+    pipeline = PipelineModel(
+        stages=[VectorAssembler(inputCols=columns, outputCol="pixels"), wrapped]
+    )
+    path = str(tmp_path / "pipeline")
+    pipeline.write().save(path)
+    for model in (pipeline, PipelineModel.load(path)):
+        scored = model.transform(frame).select(*columns, "prediction", "class").collect()
+        x = np.array([[r[c] for c in columns] for r in scored], np.float32)
+        expected = net.predict(x, verbose=0)
+        np.testing.assert_allclose([r.prediction for r in scored], expected, atol=1e-5)
+        np.testing.assert_array_equal([r["class"] for r in scored], expected.argmax(axis=1))
+
+    file = str(tmp_path / "net.keras")
+    net.save(file)
+    from_file = KerasModel.from_keras(file, features_col=columns)
+    assert from_file.safe_mode is True  # a file is loaded in Keras's safe mode
+    got = from_file.evaluate(frame)
+    assert set(got) == set(keras_logs)
+    for key, value in keras_logs.items():
+        assert abs(got[key] - float(value)) < 1e-4, (key, got[key], value)
+    scored = from_file.transform(frame.limit(5)).collect()
+    assert len(scored) == 5 and len(scored[0].prediction) == want.shape[1]
+
+    plain = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10)])  # never compiled
+    unfitted = KerasModel.from_keras(plain, features_col=columns)
+    assert unfitted.transform(frame).count() == len(x_test)
+    with pytest.raises(ModelError, match="compile"):
+        unfitted.evaluate(frame)
+    (tmp_path / "not-a-model.keras").write_bytes(b"hello")
+    with pytest.raises(ModelError, match=r"not a \.keras archive"):
+        KerasModel.from_keras(str(tmp_path / "not-a-model.keras"))
+
+
 def test_two_input_recommender_and_two_output_model(spark) -> None:
     rng = np.random.default_rng(0)
     users, items = rng.integers(0, 20, 2000), rng.integers(0, 30, 2000)
