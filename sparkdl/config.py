@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -164,8 +165,10 @@ class RunConfig:
     validate: bool = True
     validation_split: float = 0.0
     mlflow_run: bool | str | None = None
+    class_weight: dict[Any, float] | None = None
 
     def __post_init__(self) -> None:
+        _class_weights(self.class_weight)
         split = self.validation_split
         if isinstance(split, bool) or not isinstance(split, (int, float)) or not 0 <= split < 1:
             raise ConfigError(
@@ -305,6 +308,10 @@ class TrainConfig:
             (one pass over the data, in the aggregate job that also counts rows, nulls
             and ragged rows, which always runs). ``False`` skips that pass over every
             value; a NaN then shows up as a diverged loss.
+        class_weight: ``{class index: weight}``, as ``model.fit(class_weight=...)``: each
+            training row's loss is weighted by its label's class (a one-hot label's
+            arg-max; a class left out weighs 1); validation is not. Single-output
+            models; not together with ``weight_col`` (Keras refuses both too).
         validation_split: Fraction in [0, 1) of each worker's rows (its last ones, as
             in ``model.fit``) held out to report ``val_*`` logs every epoch.
         checkpoint_dir: A local directory on the driver; after every epoch the center
@@ -369,6 +376,7 @@ class TrainConfig:
     checkpoint_keep: int = CheckpointConfig.checkpoint_keep
     resume: bool = CheckpointConfig.resume
     mlflow_run: bool | str | None = RunConfig.mlflow_run
+    class_weight: dict[Any, float] | None = RunConfig.class_weight
     mixed_precision: bool = ScalingConfig.mixed_precision
     overlap: bool | None = SyncConfig.overlap
     data_cache: str = ScalingConfig.data_cache
@@ -421,6 +429,39 @@ def _fraction(name: str, value: Any) -> None:
     ):
         raise ConfigError(
             f"Expected {name} to be a number in (0, 1] or None. Received: {name}={value!r}"
+        )
+
+
+def class_weights(value: dict[Any, float] | None) -> dict[int, float]:
+    """``class_weight`` with int keys (a saved config's JSON turned them to strings).
+
+    Example:
+        >>> class_weights({"1": 2, 0: 0.5})
+        {1: 2.0, 0: 0.5}
+    """
+    _class_weights(value)
+    return {int(k): float(v) for k, v in (value or {}).items()}
+
+
+def _class_weights(value: Any) -> None:
+    if value is None:
+        return
+    problem = "" if isinstance(value, dict) and value else "a non-empty dict"
+    for key, weight in value.items() if isinstance(value, dict) else []:
+        if isinstance(key, bool) or not (
+            (isinstance(key, int) and key >= 0) or (isinstance(key, str) and key.isdigit())
+        ):
+            problem = f"class indices (ints >= 0); {key!r} is not one"
+        elif (
+            isinstance(weight, bool)
+            or not isinstance(weight, (int, float))
+            or not (math.isfinite(weight) and weight >= 0)
+        ):
+            problem = f"finite weights >= 0; class {key!r} has {weight!r}"
+    if problem:
+        raise ConfigError(
+            f"Expected class_weight to be a dict of class index to weight, with {problem}. "
+            f"Received: class_weight={value!r}"
         )
 
 

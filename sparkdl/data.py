@@ -56,6 +56,8 @@ FEATURES = "__sparkdl_features"
 LABEL = "__sparkdl_label"
 #: A boolean column marking the rows of validation data travelling with a partition.
 VALIDATION = "__sparkdl_validation"
+#: The prepared column of per-row weights (``weight_col``, ``class_weight``).
+WEIGHT = "__sparkdl_weight"
 #: An ML vector column feeding a model input this wide (or wider) stays sparse.
 SPARSE_MIN_WIDTH = 4096
 _VECTOR_JSON = "struct<v:struct<type:tinyint,size:int,indices:array<int>,values:array<double>>>"
@@ -119,6 +121,7 @@ class Prepared:
     input_shapes: tuple[tuple[int, ...], ...]
     sparse: tuple[bool, ...] = ()
     seconds: float = 0.0
+    weighted: bool = False
 
 
 def prepare(
@@ -129,6 +132,9 @@ def prepare(
     *,
     validate: bool = True,
     sparse: Sequence[bool] | None = None,
+    weight_col: str | None = None,
+    class_weight: dict[Any, float] | None = None,
+    weighted: bool = False,
 ) -> Prepared:
     """Checks the model and the data and selects the prepared columns.
 
@@ -141,6 +147,11 @@ def prepare(
     input's sparse-or-dense choice (validation data takes the training data's);
     ``None`` makes it (:func:`model_features`).
 
+    ``weight_col`` (a numeric column) and ``class_weight`` (``{class: weight}`` over the
+    single output's label) make the :data:`WEIGHT` column, as ``model.fit``'s
+    ``sample_weight`` and ``class_weight``; ``weighted`` adds it (all 1) without either,
+    so that validation rows travel beside weighted training rows.
+
     Raises:
         SchemaError: A column is missing or has a wrong type, or the data is bad.
         ModelError: The model is not compiled, or its input does not fit the features.
@@ -151,12 +162,21 @@ def prepare(
         raise ColumnTypeError(f"Expected a pyspark.sql.DataFrame. Received: {type(df).__name__}")
     features, sparse = model_features(df, model, features_col, decided=sparse)
     labels = label_columns(df, label_col, keras_io.output_names(model))
+    weight = weight_column(df, labels, weight_col, class_weight, weighted)
     frame = df.select(
         *[f.alias(feature_name(i)) for i, f in enumerate(features)],
         *[y.alias(label_name(j)) for j, (y, _) in enumerate(labels)],
+        *([weight.alias(WEIGHT)] if weight is not None else []),
     )
     kinds = tuple(kind for _, kind in labels)
-    summary = summarize(frame, kinds, len(features), scan_values=validate, sparse=sparse)
+    summary = summarize(
+        frame,
+        kinds,
+        len(features),
+        scan_values=validate,
+        sparse=sparse,
+        weight_source=weight_col if weight is not None else None,
+    )
     shapes = tuple(
         keras_io.resolve_input_shape(model, width, i) for i, width in enumerate(summary.widths)
     )
@@ -169,7 +189,91 @@ def prepare(
             summary.label_maxs[j],
             index=j,
         )
-    return Prepared(frame, summary, kinds, shapes, tuple(sparse), time.perf_counter() - started)
+    return Prepared(
+        frame,
+        summary,
+        kinds,
+        shapes,
+        tuple(sparse),
+        time.perf_counter() - started,
+        weighted=weight is not None,
+    )
+
+
+def check_weights(prepared: DataFrame, weight_col: str) -> None:
+    """Refuses a prepared frame with a null, NaN, infinite or negative :data:`WEIGHT`
+    (one Spark job; ``evaluate`` runs it, a fit's :func:`summarize` counts them too).
+
+    Raises:
+        SchemaError: Such weights were found.
+    """
+    row = prepared.agg(F.count(F.lit(1)).alias("rows"), _bad_weights()).first()
+    if row is not None and row["w_bad"]:
+        raise SchemaError(_bad_weights_message(int(row["w_bad"]), int(row["rows"]), weight_col))
+
+
+def _bad_weights() -> Column:
+    w = F.col(WEIGHT)
+    bad = w.isNull() | F.isnan(w) | (w < 0) | (w == float("inf"))
+    return F.sum(F.when(bad, 1).otherwise(0)).alias("w_bad")
+
+
+def _bad_weights_message(bad: int, rows: int, weight_col: str | None) -> str:
+    return (
+        f"Found {bad} row(s) among {rows} whose weight in weight_col {weight_col!r} is null, "
+        "NaN, infinite or negative. Weights must be finite numbers >= 0: filter those "
+        "rows or fix their weights first."
+    )
+
+
+def weight_column(
+    df: DataFrame,
+    labels: Sequence[tuple[Column, str]],
+    weight_col: str | None,
+    class_weight: dict[Any, float] | None,
+    weighted: bool = False,
+) -> Column | None:
+    """The per-row weight expression (float), or ``None`` for an unweighted fit.
+
+    A class's weight goes to rows whose label is that class, as Keras's ``class_weight``
+    finds it: an int label, a float label rounded, a one-hot label's arg-max; a class
+    left out of ``class_weight`` weighs 1.
+
+    Raises:
+        SchemaError: ``weight_col`` is missing or not numeric, or ``class_weight`` is
+            given for a model with several outputs.
+    """
+    from sparkdl.config import class_weights
+
+    if weight_col:
+        dtype = _column_type(df, weight_col, "weight_col")
+        if not _numeric(dtype):
+            raise ColumnTypeError(
+                f"Expected weight_col {weight_col!r} to be a numeric column. Received "
+                f"{dtype.simpleString()}."
+            )
+        return F.col(_quote(weight_col)).cast("float")
+    if class_weight:
+        if len(labels) != 1:
+            raise SchemaError(
+                f"class_weight is for models with one output; this one has {len(labels)} "
+                "(Keras's fit refuses it too). Use weight_col with per-row weights instead."
+            )
+        label, kind = labels[0]
+        if kind == "array":
+            # A one-hot (or probability) label: its arg-max; one value: that value.
+            index = F.when(F.size(label) == 1, F.round(label[0]).cast("int")).otherwise(
+                F.array_position(label, F.array_max(label)).cast("int") - 1
+            )
+        else:
+            index = F.round(label).cast("int")
+        pairs = [
+            item
+            for k, w in sorted(class_weights(class_weight).items())
+            for item in (F.lit(k), F.lit(float(w)))
+        ]
+        return F.coalesce(F.element_at(F.create_map(*pairs), index), F.lit(1.0)).cast("float")
+    return F.lit(1.0).cast("float") if weighted else None
 
 
 def model_features(
@@ -381,6 +485,7 @@ def summarize(
     *,
     scan_values: bool = True,
     sparse: Sequence[bool] = (),
+    weight_source: str | None = None,
 ) -> DataSummary:
     """Scans the prepared data once and checks it: rows, nulls, NaNs, ragged widths.
 
@@ -394,12 +499,17 @@ def summarize(
             and label ranges, which the fit needs, but skips the pass over every value.
         sparse: Per input, whether its column is ML vectors (kept sparse): their
             width is the vectors' size and only stored values are looked at.
+        weight_source: The weight column's name when ``prepared`` has :data:`WEIGHT`
+            (every weight is checked: finite and >= 0).
 
     Raises:
-        SchemaError: The data is empty, or has nulls, NaNs or rows of differing width.
+        SchemaError: The data is empty, or has nulls, NaNs or rows of differing width,
+            or a weight that is null, NaN, infinite or negative.
     """
     kinds = [kinds] if isinstance(kinds, str) else list(kinds)
     aggs = _summary_aggregates(kinds, inputs, scan_values, list(sparse) or [False] * inputs)
+    if WEIGHT in prepared.columns:
+        aggs.append(_bad_weights())
     row = prepared.agg(*aggs).first()
     assert row is not None
     stats: dict[str, Any] = row.asDict()
@@ -424,6 +534,8 @@ def summarize(
             f"Found {', '.join(problems)} among {rows} rows. Drop them "
             "(df.dropna(), or a filter on isnan) or impute them before fit."
         )
+    if stats.get("w_bad"):
+        raise SchemaError(_bad_weights_message(int(stats["w_bad"]), rows, weight_source))
     for i in range(inputs):
         if stats[f"f_min{i}"] != stats[f"f_max{i}"]:
             raise SchemaError(

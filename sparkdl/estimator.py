@@ -56,6 +56,11 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
         prediction_col: Output column of the fitted model's ``transform``.
         class_col: If set, the fitted model's ``transform`` also adds the arg-max class
             as a ``double`` column of this name.
+        weight_col: If set, a numeric column of per-row weights (Spark ML's
+            ``weightCol``): the loss and ``weighted_metrics`` are weighted by it, as
+            ``model.fit(sample_weight=...)``, on training rows and on validation rows
+            (``validation_data`` must have it too). Weights must be finite and >= 0;
+            a null, NaN or negative one is refused before training.
         learning_rate: If set, overrides the learning rate of the model's optimizer.
         validation_data: A DataFrame with the same columns; ``val_loss`` and ``val_*``
             metrics are computed on it on the executors every epoch (it is collected to
@@ -93,6 +98,7 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
         label_col: str | Sequence[str] | dict[str, str] = "label",
         prediction_col: str = "prediction",
         class_col: str = "",
+        weight_col: str = "",
         learning_rate: float | None = None,
         validation_data: DataFrame | None = None,
         callbacks: Sequence[Any] | None = None,
@@ -107,6 +113,7 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
             "labelCol": label_col,
             "predictionCol": prediction_col,
             "classCol": class_col,
+            "weightCol": weight_col,
         }
         if learning_rate is not None:
             given["learningRate"] = learning_rate
@@ -128,6 +135,11 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
     def features_col(self) -> Any:
         """The feature column(s)."""
         return self.getOrDefault("featuresCol")
+
+    @property
+    def weight_col(self) -> str:
+        """The column of per-row weights; empty for none."""
+        return str(self.getOrDefault("weightCol") or "")
 
     @property
     def label_col(self) -> Any:
@@ -157,8 +169,20 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
         # Every custom object the model names, registered or not, for the executors.
         custom = custom_objects.collect(model, self.custom_objects)
         initial_epoch, history = (found.epoch, found.history) if found else (0, None)
+        if config.class_weight and self.weight_col:
+            raise ConfigError(
+                "class_weight and weight_col were both given; Keras's fit takes one of "
+                "class_weight and sample_weight. Fold the class weights into the weight "
+                "column, or pass one of them."
+            )
         prepared = data.prepare(
-            dataset, model, self.features_col, self.label_col, validate=config.validate
+            dataset,
+            model,
+            self.features_col,
+            self.label_col,
+            validate=config.validate,
+            weight_col=self.weight_col or None,
+            class_weight=config.class_weight,
         )
         validation = None
         if self.validation_data is not None:
@@ -169,6 +193,8 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
                 self.label_col,
                 validate=config.validate,
                 sparse=prepared.sparse,  # the training data's choice: the rows travel together
+                weight_col=self.weight_col or None,  # class weights are for training only
+                weighted=prepared.weighted,
             )
         tracker = None
         callbacks = list(self.callbacks)

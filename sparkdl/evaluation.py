@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
-from sparkdl.data import feature_name, label_name
+from sparkdl.data import WEIGHT, feature_name, label_name
 from sparkdl.predict import load_model
 
 __all__ = ["combine", "evaluate_frame"]
@@ -43,12 +43,14 @@ def evaluate_frame(
     batch_size: int,
     sparse: Sequence[bool] = (),
     safe_mode: bool = False,
+    weighted: bool = False,
 ) -> dict[str, float]:
     """Evaluates the broadcast model on a prepared frame (features and label columns).
 
     Each task streams its partition through ``model.evaluate`` one record batch at a
     time (it never holds the partition); ``sparse`` says which feature columns are ML
-    vectors kept sparse.
+    vectors kept sparse; ``weighted``: the frame's :data:`~sparkdl.data.WEIGHT` column
+    is Keras's ``sample_weight``.
     """
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
@@ -61,6 +63,7 @@ def evaluate_frame(
             label_kinds=label_kinds,
             sparse=sparse,
             batch_size=batch_size,
+            weighted=weighted,
         )
         yield pa.RecordBatch.from_pydict(
             {"rows": [rows], "logs": [json.dumps(logs)]},
@@ -86,6 +89,7 @@ def _evaluate_partition(
     label_kinds: Sequence[str],
     sparse: Sequence[bool],
     batch_size: int,
+    weighted: bool = False,
 ) -> tuple[int, dict[str, float]]:
     """``(rows, logs)`` of ``model.evaluate`` over one partition's record batches."""
     first = next((b for b in batches if b.num_rows), None)
@@ -108,7 +112,8 @@ def _evaluate_partition(
         for j, kind in enumerate(label_kinds)
     ]
     takes_sparse = keras_io.sparse_inputs(model) or [False] * len(inputs)  # subclassed: none
-    feed = Feed(None, inputs, input_shapes, takes_sparse, outputs, batch_size)
+    weight = Column(WEIGHT, "float", 1) if weighted else None
+    feed = Feed(None, inputs, input_shapes, takes_sparse, outputs, batch_size, weight)
     rows = 0
 
     names = keras_io.input_names(model)
@@ -123,7 +128,7 @@ def _evaluate_partition(
                     keras_io.check_row_widths(
                         int(widths.min()), int(widths.max()), tuple(shape), label
                     )
-            block = convert(batch, [*inputs, *outputs])
+            block = convert(batch, [*inputs, *outputs, *([weight] if weight else [])])
             rows += batch.num_rows
             for lo in range(0, batch.num_rows, batch_size):
                 yield feed.structure(slice_block(block, lo, lo + batch_size))
@@ -154,10 +159,10 @@ def _with_label_widths(signature: Any, first: pa.RecordBatch, outputs: list[Any]
     """The signature with each array label's width read from the first batch."""
     import tensorflow as tf
 
-    x, y = signature
+    x, y, *weight = signature
     ys = list(y) if isinstance(y, tuple) else [y]
     for j, column in enumerate(outputs):
         if column.kind == "dense":
             width = first.column(column.name).value_lengths()[0].as_py()
             ys[j] = tf.TensorSpec((None, width), tf.float32)
-    return x, (ys[0] if len(ys) == 1 else tuple(ys))
+    return (x, (ys[0] if len(ys) == 1 else tuple(ys)), *weight)

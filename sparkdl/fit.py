@@ -164,6 +164,7 @@ class Fit:
                 sparse_columns=list(prepared.sparse or [False] * len(prepared.input_shapes)),
                 sparse_inputs=keras_io.sparse_inputs(self.model),
                 validation=self.validation is not None,
+                weighted=prepared.weighted,
             )
             marks = EpochMarks(sc, store, group, name, plan.epochs, plan.initial_epoch)
             _follow(stack, marks.start, marks.stop)

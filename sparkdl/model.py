@@ -218,7 +218,12 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         return self._model
 
     def evaluate(
-        self, dataset: DataFrame, *, label_col: Any = "label", batch_size: int | None = None
+        self,
+        dataset: DataFrame,
+        *,
+        label_col: Any = "label",
+        batch_size: int | None = None,
+        weight_col: str | None = None,
     ) -> dict[str, float]:
         """Keras's ``evaluate`` over a DataFrame, run on the executors.
 
@@ -226,6 +231,8 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
             dataset: Rows with the feature column(s) and ``label_col``.
             label_col: The label column (a list or dict of columns for several outputs).
             batch_size: Rows per evaluation step (default: ``predictBatchSize``).
+            weight_col: A numeric column of per-row weights (finite, >= 0): Keras's
+                ``evaluate(sample_weight=...)``, for the loss and ``weighted_metrics``.
 
         Returns:
             ``{"loss": ..., <metric>: ...}``: each partition's value weighted by its rows
@@ -242,10 +249,14 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         keras_io.check_compiled(model)
         features, sparse = self._features(dataset, model)
         labels = data.label_columns(dataset, label_col, keras_io.output_names(model))
+        weight = data.weight_column(dataset, labels, weight_col, None)
         frame = dataset.select(
             *[f.alias(data.feature_name(i)) for i, f in enumerate(features)],
             *[y.alias(data.label_name(j)) for j, (y, _) in enumerate(labels)],
+            *([weight.alias(data.WEIGHT)] if weight is not None else []),
         )
+        if weight is not None:
+            data.check_weights(frame, str(weight_col))
         return evaluation.evaluate_frame(
             frame,
             self._broadcast(dataset),
@@ -256,6 +267,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
             custom_objects=self.custom_objects,
             batch_size=int(batch_size or self.getOrDefault("predictBatchSize")),
             safe_mode=self.safe_mode,
+            weighted=weight is not None,
         )
 
     def copy(self, extra: dict[Any, Any] | None = None) -> KerasModel:

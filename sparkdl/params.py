@@ -42,6 +42,7 @@ _COLUMN_ARGS = {
     "label_col": "labelCol",
     "prediction_col": "predictionCol",
     "class_col": "classCol",
+    "weight_col": "weightCol",
 }
 
 
@@ -99,6 +100,13 @@ class TrainingParams(ColumnParams):
         "them for a model with several outputs",
         typeConverter=TypeConverters.identity,
     )
+    weightCol: Param[str] = Param(
+        Params._dummy(),
+        "weightCol",
+        "if not empty, a numeric column of per-row weights (>= 0) for the loss and "
+        "weighted metrics, as model.fit(sample_weight=...), on training and validation",
+        typeConverter=TypeConverters.toString,
+    )
     learningRate: Param[Any] = Param(
         Params._dummy(),
         "learningRate",
@@ -109,7 +117,7 @@ class TrainingParams(ColumnParams):
     def _set_training_defaults(self) -> None:
         self._set_column_defaults()
         defaults = {SETTING_PARAMS[f.name]: f.default for f in setting_fields()}
-        self._setDefault(labelCol="label", learningRate=None, **defaults)
+        self._setDefault(labelCol="label", weightCol="", learningRate=None, **defaults)
 
     def train_config(self) -> TrainConfig:
         """The :class:`TrainConfig` of the current Param values (validated)."""

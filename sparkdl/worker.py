@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 from pyspark import TaskContext
 
 from sparkdl import gpu
-from sparkdl.data import VALIDATION, feature_name, label_name
+from sparkdl.data import VALIDATION, WEIGHT, feature_name, label_name
 from sparkdl.errors import ServiceError
 from sparkdl.executor.cache import Budget, Column, PartitionCache
 from sparkdl.plan import FitPlan
@@ -61,6 +61,8 @@ class WorkerPayload:
         tls_cert: The service's certificate (PEM) when it speaks HTTPS.
         validation: Whether the partition carries validation rows (marked in the
             :data:`~sparkdl.data.VALIDATION` column), cached apart from the rest.
+        weighted: Whether rows carry a weight (:data:`~sparkdl.data.WEIGHT`), fed to
+            Keras as ``sample_weight``.
     """
 
     plan: FitPlan
@@ -75,6 +77,7 @@ class WorkerPayload:
     sparse_inputs: list[bool] = field(default_factory=list)
     validation: bool = False
     tls_cert: bytes | None = None
+    weighted: bool = False
 
     def columns(self) -> tuple[list[Column], list[Column]]:
         """How the feature and the label columns are cached."""
@@ -94,6 +97,16 @@ class WorkerPayload:
             for j, kind in enumerate(self.label_kinds)
         ]
         return inputs, outputs
+
+    def weight_column(self) -> Column | None:
+        """How the rows' weights are cached, for a weighted fit."""
+        return Column(WEIGHT, "float", 1) if self.weighted else None
+
+    def cached_columns(self) -> list[Column]:
+        """Every column a worker caches: features, labels and weights."""
+        inputs, outputs = self.columns()
+        weight = self.weight_column()
+        return [*inputs, *outputs, *([weight] if weight else [])]
 
 
 def make_train_function(
@@ -143,8 +156,7 @@ def _run_task(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> Work
     phase = "cache"
     try:
         with contextlib.ExitStack() as caches:
-            inputs, outputs = payload.columns()
-            data, held_out = _open_caches(caches, payload, inputs + outputs)
+            data, held_out = _open_caches(caches, payload, payload.cached_columns())
             stream = iter(batches)
             while True:  # one record batch in Python at a time
                 phase = "read"

@@ -54,6 +54,8 @@ class Feed:
         sparse_inputs: Whether each model input takes a ``tf.SparseTensor``.
         outputs: The label columns, one per model output.
         batch_size: Rows per batch.
+        weight: The rows' weights, fed as Keras's ``sample_weight`` (each batch is
+            ``(x, y, w)``); ``None``: ``(x, y)``.
     """
 
     cache: PartitionCache | None
@@ -62,6 +64,7 @@ class Feed:
     sparse_inputs: Sequence[bool]
     outputs: Sequence[Column]
     batch_size: int
+    weight: Column | None = None
 
     def train(
         self,
@@ -143,7 +146,7 @@ class Feed:
         ``tf.data`` unstacks them), so the generator's per-element cost, paid under the
         GIL next to the training step, is spread over many steps.
         """
-        columns = [*self.inputs, *self.outputs]
+        columns = [*self.inputs, *self.outputs, *([self.weight] if self.weight else [])]
         row_bytes = sum(4 * max(c.width, 1) for c in columns)
         group = min(GROUP, max(1, GROUP_BYTES // max(row_bytes * self.batch_size, 1)))
         if group == 1 or any(c.kind == "sparse" for c in self.inputs):
@@ -153,20 +156,24 @@ class Feed:
             lambda: _groups(make(), group),
             output_signature=tf.nest.map_structure(_stacked, self.signature()),
         )
-        return grouped.flat_map(lambda x, y: tf.data.Dataset.from_tensor_slices((x, y)))
+        return grouped.flat_map(lambda *parts: tf.data.Dataset.from_tensor_slices(parts))
 
-    def signature(self) -> tuple[Any, Any]:
-        """The ``(x, y)`` type specs of a batch."""
-        return (
-            _one([spec(c, s, sparse=p) for c, s, p in self._inputs()]),
-            _one([spec(c, _label_shape(c), sparse=False) for c in self.outputs]),
-        )
+    def signature(self) -> tuple[Any, ...]:
+        """The ``(x, y)`` (or ``(x, y, w)``) type specs of a batch."""
+        x = _one([spec(c, s, sparse=p) for c, s, p in self._inputs()])
+        y = _one([spec(c, _label_shape(c), sparse=False) for c in self.outputs])
+        if self.weight is None:
+            return x, y
+        return x, y, tf.TensorSpec((None,), tf.float32)
 
-    def structure(self, block: Block) -> tuple[Any, Any]:
-        """``(x, y)`` of a block: one value, or a tuple for several inputs or outputs."""
+    def structure(self, block: Block) -> tuple[Any, ...]:
+        """``(x, y)`` of a block, and ``w`` for a weighted feed: one value each, or a
+        tuple for several inputs or outputs."""
         xs = [_feature(block[c.name], shape, sparse) for c, shape, sparse in self._inputs()]
         ys = [block[c.name] for c in self.outputs if c.name in block]
-        return _one(xs), _one(ys)
+        if self.weight is None:
+            return _one(xs), _one(ys)
+        return _one(xs), _one(ys), block[self.weight.name]
 
 
 def spec(column: Column, shape: tuple[int, ...], *, sparse: bool) -> Any:

@@ -159,6 +159,7 @@ def payload_feed(payload: WorkerPayload, cache: PartitionCache) -> Feed:
         sparse_inputs=payload.sparse_inputs or [False] * len(inputs),
         outputs=outputs,
         batch_size=payload.plan.batch_size,
+        weight=payload.weight_column(),
     )
 
 
