@@ -113,6 +113,8 @@ class Prepared:
         input_shapes: Per-sample shape of each model input.
         sparse: Whether each feature column is ML vectors kept sparse.
         seconds: Seconds the checks took (the scan is one Spark job).
+        weighted: Whether ``frame`` has the :data:`WEIGHT` column.
+        label_shapes: Per-sample shape of each output's label (``()``: a scalar).
     """
 
     frame: DataFrame
@@ -122,6 +124,7 @@ class Prepared:
     sparse: tuple[bool, ...] = ()
     seconds: float = 0.0
     weighted: bool = False
+    label_shapes: tuple[tuple[int, ...], ...] = ()
 
 
 def prepare(
@@ -189,6 +192,10 @@ def prepare(
             summary.label_maxs[j],
             index=j,
         )
+    label_shapes = tuple(
+        keras_io.label_shape(model, kind, summary.label_widths[j], j)
+        for j, kind in enumerate(kinds)
+    )
     return Prepared(
         frame,
         summary,
@@ -197,6 +204,7 @@ def prepare(
         tuple(sparse),
         time.perf_counter() - started,
         weighted=weight is not None,
+        label_shapes=label_shapes,
     )
 
 
@@ -361,10 +369,14 @@ def label_columns(
     if len(output_names) <= 1:
         if isinstance(labels, dict) and len(labels) == 1:
             labels = next(iter(labels.values()))
+        if isinstance(labels, (list, tuple)) and len(labels) == 1:
+            labels = labels[0]
+        if isinstance(labels, (list, tuple)) and labels and all(isinstance(c, str) for c in labels):
+            return [_label_array(df, list(labels))]  # several targets of one output
         if not isinstance(labels, str):
             raise SchemaError(
-                f"The model has one output; expected label_col to be one column name. "
-                f"Received: {labels!r}"
+                f"The model has one output; expected label_col to be one column name, or a "
+                f"list of numeric columns (one target each). Received: {labels!r}"
             )
         return [label_column(df, labels)]
     return [label_column(df, c) for c in _per_slot(labels, output_names, "label_col", "output")]
@@ -450,8 +462,22 @@ def label_column(df: DataFrame, label: str) -> tuple[Column, str]:
     if isinstance(dtype, VectorUDT):
         return vector_to_array(col, dtype="float32"), kind
     if kind == "array":
+        if isinstance(dtype, ArrayType) and isinstance(dtype.elementType, ArrayType):
+            col = F.flatten(col)
         return col.cast(ArrayType(FloatType())), kind
     return col.cast("int" if kind == "int" else "float"), kind
+
+
+def _label_array(df: DataFrame, columns: list[str]) -> tuple[Column, str]:
+    """Numeric columns as one array label (a regression of several targets)."""
+    for name in columns:
+        dtype = _column_type(df, name, "label_col")
+        if not _numeric(dtype):
+            raise ColumnTypeError(
+                f"Expected each column of label_col {columns} to be numeric. Column "
+                f"{name!r} is {dtype.simpleString()}."
+            )
+    return F.array(*[F.col(_quote(c)).cast("float") for c in columns]), "array"
 
 
 def label_kind(dtype: DataType) -> str:
@@ -468,6 +494,12 @@ def label_kind(dtype: DataType) -> str:
     if isinstance(dtype, VectorUDT):
         return "array"
     if isinstance(dtype, ArrayType) and _numeric(dtype.elementType):
+        return "array"
+    if (  # one nested level (a (T, k) label per row): flattened, then shaped per output
+        isinstance(dtype, ArrayType)
+        and isinstance(dtype.elementType, ArrayType)
+        and _numeric(dtype.elementType.elementType)
+    ):
         return "array"
     if _numeric(dtype):
         name = dtype.typeName()

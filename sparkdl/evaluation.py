@@ -113,7 +113,16 @@ def _evaluate_partition(
     ]
     takes_sparse = keras_io.sparse_inputs(model) or [False] * len(inputs)  # subclassed: none
     weight = Column(WEIGHT, "float", 1) if weighted else None
-    feed = Feed(None, inputs, input_shapes, takes_sparse, outputs, batch_size, weight)
+    # Each array label takes its output's shape (its width read from the first batch).
+    output_shapes = [
+        keras_io.label_shape(model, "array", _first_width(first, c.name), j)
+        if c.kind == "dense"
+        else ()
+        for j, c in enumerate(outputs)
+    ]
+    feed = Feed(
+        None, inputs, input_shapes, takes_sparse, outputs, batch_size, weight, output_shapes
+    )
     rows = 0
 
     names = keras_io.input_names(model)
@@ -133,8 +142,7 @@ def _evaluate_partition(
             for lo in range(0, batch.num_rows, batch_size):
                 yield feed.structure(slice_block(block, lo, lo + batch_size))
 
-    signature = _with_label_widths(feed.signature(), first, outputs)
-    data = tf.data.Dataset.from_generator(blocks, output_signature=signature)
+    data = tf.data.Dataset.from_generator(blocks, output_signature=feed.signature())
     with warnings.catch_warnings():  # a stream's length is unknown until it ends
         warnings.filterwarnings("ignore", message="Your input ran out of data")
         result = model.evaluate(data, verbose=0, return_dict=True)
@@ -155,14 +163,7 @@ def _row_widths(column: pa.Array) -> np.ndarray:
     return np.asarray(widths, dtype=np.float64)[valid].astype(np.int64)
 
 
-def _with_label_widths(signature: Any, first: pa.RecordBatch, outputs: list[Any]) -> Any:
-    """The signature with each array label's width read from the first batch."""
-    import tensorflow as tf
-
-    x, y, *weight = signature
-    ys = list(y) if isinstance(y, tuple) else [y]
-    for j, column in enumerate(outputs):
-        if column.kind == "dense":
-            width = first.column(column.name).value_lengths()[0].as_py()
-            ys[j] = tf.TensorSpec((None, width), tf.float32)
-    return (x, (ys[0] if len(ys) == 1 else tuple(ys)), *weight)
+def _first_width(first: pa.RecordBatch, name: str) -> int:
+    """Values of the first row's array label in a batch."""
+    lengths = first.column(name).value_lengths()
+    return int(lengths[0].as_py() or 0) if len(lengths) else 0

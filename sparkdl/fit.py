@@ -165,6 +165,7 @@ class Fit:
                 sparse_inputs=keras_io.sparse_inputs(self.model),
                 validation=self.validation is not None,
                 weighted=prepared.weighted,
+                label_shapes=list(prepared.label_shapes),
             )
             marks = EpochMarks(sc, store, group, name, plan.epochs, plan.initial_epoch)
             _follow(stack, marks.start, marks.stop)

@@ -217,16 +217,7 @@ def check_labels(
     if not outputs:
         return
     units = outputs[index].shape[-1]
-    if (
-        kind == "array"
-        and units is not None
-        and len(outputs[index].shape) == 2
-        and label_width != units
-    ):
-        raise SchemaError(
-            f"Expected label arrays of {units} values to match the model's output shape "
-            f"{tuple(outputs[index].shape)}. Received label arrays of {label_width} values."
-        )
+    label_shape(model, kind, label_width, index)  # array labels must fill the output
     if len(outputs) != 1:
         return  # per-output losses: only the widths are checked
     loss = model.loss
@@ -239,6 +230,73 @@ def check_labels(
             f"{units} outputs. Received labels from {label_min:g} to {label_max:g}. "
             "Re-index the labels (StringIndexer) or widen the output layer."
         )
+
+
+def label_shape(model: keras.Model, kind: str, width: int, index: int = 0) -> tuple[int, ...]:
+    """The per-sample shape a label of ``width`` values takes for output ``index``.
+
+    A scalar label is ``()``. An array label fills the output's shape (10 values a
+    ``(None, 5, 2)`` output's ``(5, 2)``), or, for a sparse categorical loss, the
+    output's shape without its class axis (5 class ids a ``(None, 5, 7)`` output: a
+    sequence's tokens). One unknown length in the output is taken from ``width``.
+
+    Raises:
+        SchemaError: The label's values fill neither.
+
+    Example:
+        >>> import keras
+        >>> net = keras.Sequential([keras.Input((5, 3)), keras.layers.Dense(2)])
+        >>> label_shape(net, "array", 10)
+        (5, 2)
+    """
+    outputs = getattr(model, "outputs", None) or []
+    if kind != "array" or not outputs:
+        return () if kind != "array" else (width,)
+    shape = tuple(outputs[index].shape[1:])
+    candidates = [shape]
+    if _sparse_loss(model, index) and len(shape) > 1:
+        candidates.append(shape[:-1])
+    for candidate in candidates:
+        filled = _fill(candidate, width)
+        if filled is not None:
+            return filled
+    sizes = " or ".join(
+        str(math.prod(d for d in c if d is not None)) + (" x n" if None in c else "")
+        for c in candidates
+    )
+    raise SchemaError(
+        f"Expected label arrays of {sizes} values to fill the model's output"
+        f"{_output_label(model, index)} shape {(None, *shape)}"
+        f"{' (class ids per position for a sparse loss)' if len(candidates) > 1 else ''}. "
+        f"Received label arrays of {width} values. Check label_col, or the output layer."
+    )
+
+
+def _fill(shape: tuple[Any, ...], width: int) -> tuple[int, ...] | None:
+    known = [int(d) for d in shape if d is not None]
+    size = math.prod(known) if known else 1
+    unknown = len(shape) - len(known)
+    if unknown == 0:
+        return tuple(int(d) for d in shape) if size == width else None
+    if unknown == 1 and size and width % size == 0 and width:
+        return tuple(width // size if d is None else int(d) for d in shape)
+    return None
+
+
+def _sparse_loss(model: Any, index: int) -> bool:
+    loss = getattr(model, "loss", None)
+    if isinstance(loss, dict):
+        names = output_names(model)
+        loss = loss.get(names[index]) if index < len(names) else None
+    elif isinstance(loss, (list, tuple)):
+        loss = loss[index] if index < len(loss) else None
+    name = loss if isinstance(loss, str) else getattr(loss, "__name__", type(loss).__name__)
+    return name in _SPARSE_LOSSES or name == "sparse_categorical_crossentropy"
+
+
+def _output_label(model: Any, index: int) -> str:
+    names = output_names(model)
+    return f" {names[index]!r}" if len(names) > 1 else ""
 
 
 def model_to_bytes(model: keras.Model) -> bytes:

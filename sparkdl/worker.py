@@ -63,6 +63,8 @@ class WorkerPayload:
             :data:`~sparkdl.data.VALIDATION` column), cached apart from the rest.
         weighted: Whether rows carry a weight (:data:`~sparkdl.data.WEIGHT`), fed to
             Keras as ``sample_weight``.
+        label_shapes: Per-sample shape of each output's label (array labels are
+            reshaped to it; ``()`` for a scalar).
     """
 
     plan: FitPlan
@@ -78,6 +80,7 @@ class WorkerPayload:
     validation: bool = False
     tls_cert: bytes | None = None
     weighted: bool = False
+    label_shapes: list[tuple[int, ...]] = field(default_factory=list)
 
     def columns(self) -> tuple[list[Column], list[Column]]:
         """How the feature and the label columns are cached."""

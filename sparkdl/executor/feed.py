@@ -56,6 +56,8 @@ class Feed:
         batch_size: Rows per batch.
         weight: The rows' weights, fed as Keras's ``sample_weight`` (each batch is
             ``(x, y, w)``); ``None``: ``(x, y)``.
+        output_shapes: Per-sample shape of each label (array labels are reshaped to
+            it); ``None``: flat arrays and scalars.
     """
 
     cache: PartitionCache | None
@@ -65,6 +67,7 @@ class Feed:
     outputs: Sequence[Column]
     batch_size: int
     weight: Column | None = None
+    output_shapes: Sequence[tuple[int, ...]] | None = None
 
     def train(
         self,
@@ -104,6 +107,11 @@ class Feed:
     def _inputs(self) -> list[tuple[Column, tuple[int, ...], bool]]:
         """``(column, shape, takes a SparseTensor)`` per model input."""
         return list(zip(self.inputs, self.input_shapes, self.sparse_inputs, strict=True))
+
+    def _outputs(self) -> list[tuple[Column, tuple[int, ...]]]:
+        """``(column, per-sample label shape)`` per model output."""
+        shapes = self.output_shapes or [_label_shape(c) for c in self.outputs]
+        return list(zip(self.outputs, shapes, strict=True))
 
     @property
     def _data(self) -> PartitionCache:
@@ -161,7 +169,7 @@ class Feed:
     def signature(self) -> tuple[Any, ...]:
         """The ``(x, y)`` (or ``(x, y, w)``) type specs of a batch."""
         x = _one([spec(c, s, sparse=p) for c, s, p in self._inputs()])
-        y = _one([spec(c, _label_shape(c), sparse=False) for c in self.outputs])
+        y = _one([spec(c, shape, sparse=False) for c, shape in self._outputs()])
         if self.weight is None:
             return x, y
         return x, y, tf.TensorSpec((None,), tf.float32)
@@ -170,7 +178,7 @@ class Feed:
         """``(x, y)`` of a block, and ``w`` for a weighted feed: one value each, or a
         tuple for several inputs or outputs."""
         xs = [_feature(block[c.name], shape, sparse) for c, shape, sparse in self._inputs()]
-        ys = [block[c.name] for c in self.outputs if c.name in block]
+        ys = [_label(block[c.name], shape) for c, shape in self._outputs() if c.name in block]
         if self.weight is None:
             return _one(xs), _one(ys)
         return _one(xs), _one(ys), block[self.weight.name]
@@ -213,6 +221,13 @@ def _feature(value: Any, shape: tuple[int, ...], sparse: bool) -> Any:
     if isinstance(value, np.ndarray):
         return value.reshape((-1, *shape))
     return tf.reshape(value, (-1, *shape))
+
+
+def _label(value: Any, shape: tuple[int, ...]) -> Any:
+    """A batch of labels in their per-sample ``shape`` (scalars stay flat)."""
+    if not shape or (len(shape) == 1 and getattr(value, "ndim", 0) == 2):
+        return value
+    return value.reshape((-1, *shape))
 
 
 def _label_shape(column: Column) -> tuple[int, ...]:

@@ -160,6 +160,7 @@ def payload_feed(payload: WorkerPayload, cache: PartitionCache) -> Feed:
         outputs=outputs,
         batch_size=payload.plan.batch_size,
         weight=payload.weight_column(),
+        output_shapes=payload.label_shapes or None,
     )
 
 
