@@ -166,6 +166,7 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
                     f"before epochs={config.epochs}: raise epochs to train further."
                 )
         model = self._model_to_train(found.weights if found else None)
+        keras_io.check_training_settings(model)
         # Every custom object the model names, registered or not, for the executors.
         custom = custom_objects.collect(model, self.custom_objects)
         initial_epoch, history = (found.epoch, found.history) if found else (0, None)

@@ -190,6 +190,11 @@ class Fit:
             history, status = store.history(), store.status()
         trained = runner.master if runner else built.result()  # type: ignore[union-attr]
         trained.set_weights(weights)
+        # The fitted model's optimizer has counted the steps a worker took (a schedule
+        # goes on from there if it trains further).
+        steps = max((r.optimizer_steps for r in reports), default=0)
+        if getattr(trained, "optimizer", None) is not None:
+            trained.optimizer.iterations.assign(steps)
         return FitResult(
             weights=weights,
             model_bytes=keras_io.model_to_bytes(trained),

@@ -22,7 +22,7 @@ import warnings
 import zipfile
 from typing import TYPE_CHECKING, Any
 
-from sparkdl.errors import ModelError, SchemaError
+from sparkdl.errors import ConfigError, ModelError, SchemaError
 
 if TYPE_CHECKING:
     import keras
@@ -197,6 +197,25 @@ def output_names(model: keras.Model) -> list[str]:
 def _input_label(model: keras.Model, index: int) -> str:
     names = input_names(model)
     return f" {names[index]!r}" if len(names) > 1 else ""
+
+
+def check_training_settings(model: keras.Model) -> None:
+    """Refuses, on the driver, what a distributed fit cannot do as ``model.fit`` does.
+
+    Raises:
+        ConfigError: The optimizer keeps a moving average of the weights
+            (``use_ema=True``): each worker's would average its own weights, and the
+            center the fit returns is never one.
+    """
+    optimizer = getattr(model, "optimizer", None)
+    if getattr(optimizer, "use_ema", False):
+        raise ConfigError(
+            f"The model's optimizer ({type(optimizer).__name__}) has use_ema=True. Keras "
+            "swaps its moving average of the weights in at the end of model.fit; in a "
+            "distributed fit each worker's average covers only its own weights and the "
+            "center is never averaged. Compile with use_ema=False (or average checkpoints "
+            "of the fitted model yourself)."
+        )
 
 
 def check_labels(

@@ -63,6 +63,8 @@ class WorkerReport:
         delta_scale: The factor of its deltas (a merge with one), else ``None``.
         compute_dtypes: The layers' compute dtypes.
         learning_rate: The optimizer's learning rate at the end.
+        optimizer_steps: The optimizer's step count at the end (what a learning-rate
+            schedule counts): its steps, resumes included.
         gpu_ids: GPU addresses Spark assigned.
         cuda_visible_devices: ``CUDA_VISIBLE_DEVICES`` as TensorFlow saw it.
         attempt: The task attempt id.
@@ -94,6 +96,7 @@ class WorkerReport:
     delta_scale: float | None = None
     compute_dtypes: list[str] = field(default_factory=list)
     learning_rate: float | None = None
+    optimizer_steps: int = 0
     gpu_ids: list[str] = field(default_factory=list)
     cuda_visible_devices: str | None = None
     attempt: int = 0

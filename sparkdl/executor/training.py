@@ -80,6 +80,9 @@ def train(
     )
     standing = Standing(plan.initial_epoch, int(joined["version"]), joined.get("position"))
     epoch, skip, synced = plan.mode.resume(schedule, standing)
+    # The optimizer's step count (what a learning-rate schedule reads) goes on from
+    # where this worker's earlier epochs and attempts left it: syncs only set weights.
+    model.optimizer.iterations.assign(epoch * steps_for(held_in, plan.batch_size) + skip)
     access = WeightAccess(model)
     pusher = Pusher(
         client, plan.merge, access, center=weights, version=version, overlap=plan.overlap
@@ -112,6 +115,7 @@ def train(
         delta_scale=getattr(plan.merge, "scale", None),
         compute_dtypes=sorted({str(layer.compute_dtype) for layer in model.layers}),
         learning_rate=learning_rate(model),
+        optimizer_steps=int(model.optimizer.iterations.numpy()),
     )
 
 
