@@ -439,14 +439,7 @@ def feature_column(df: DataFrame, features: str | Sequence[str], *, sparse: bool
     names = list(features)
     if not names:
         raise SchemaError("Expected features_col to name at least one column. Received: []")
-    for name in names:
-        dtype = _column_type(df, name, "features_col")
-        if not _numeric(dtype):
-            raise ColumnTypeError(
-                f"Expected every column in features_col to be numeric. Received: {name!r} of "
-                f"type {dtype.simpleString()}."
-            )
-    return F.array(*[F.col(_quote(n)).cast("float") for n in names])
+    return _numeric_array(df, names, "features_col")
 
 
 def label_column(df: DataFrame, label: str) -> tuple[Column, str]:
@@ -470,14 +463,19 @@ def label_column(df: DataFrame, label: str) -> tuple[Column, str]:
 
 def _label_array(df: DataFrame, columns: list[str]) -> tuple[Column, str]:
     """Numeric columns as one array label (a regression of several targets)."""
-    for name in columns:
-        dtype = _column_type(df, name, "label_col")
+    return _numeric_array(df, columns, "label_col"), "array"
+
+
+def _numeric_array(df: DataFrame, names: list[str], setting: str) -> Column:
+    """Numeric columns as one ``array<float>`` (a list given as ``setting``)."""
+    for name in names:
+        dtype = _column_type(df, name, setting)
         if not _numeric(dtype):
             raise ColumnTypeError(
-                f"Expected each column of label_col {columns} to be numeric. Column "
-                f"{name!r} is {dtype.simpleString()}."
+                f"Expected every column in {setting} to be numeric. Received: {name!r} of "
+                f"type {dtype.simpleString()}."
             )
-    return F.array(*[F.col(_quote(c)).cast("float") for c in columns]), "array"
+    return F.array(*[F.col(_quote(n)).cast("float") for n in names])
 
 
 def label_kind(dtype: DataType) -> str:

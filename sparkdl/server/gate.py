@@ -137,20 +137,15 @@ class HeadGate:
 
     def admit(self, conn: Any) -> bool:
         """Whether ``conn`` may go to the pool now; if not, it waits or is closed."""
-        if getattr(conn, "evicted", False):
+        limit = self._head_limit()
+        closed = getattr(conn, "evicted", False) or (
+            not head_complete(conn.rfile, limit) and not fill(conn, limit)
+        )
+        if closed or head_complete(conn.rfile, limit):
             self._leave(conn)
-            conn.close()
-            return False
-        if head_complete(conn.rfile, self._head_limit()):
-            self._leave(conn)
-            return True
-        if not fill(conn, self._head_limit()):
-            self._leave(conn)
-            conn.close()
-            return False
-        if head_complete(conn.rfile, self._head_limit()):
-            self._leave(conn)
-            return True
+            if closed:
+                conn.close()
+            return not closed
         self._wait(conn)
         return False
 
