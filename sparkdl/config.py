@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -448,14 +449,15 @@ def _class_weights(value: Any) -> None:
         return
     problem = "" if isinstance(value, dict) and value else "a non-empty dict"
     for key, weight in value.items() if isinstance(value, dict) else []:
-        if isinstance(key, bool) or not (
-            (isinstance(key, int) and key >= 0) or (isinstance(key, str) and key.isdigit())
+        if isinstance(key, bool) or not (  # numpy ints too (np.unique of the labels)
+            (isinstance(key, numbers.Integral) and int(key) >= 0)
+            or (isinstance(key, str) and key.isdigit())
         ):
             problem = f"class indices (ints >= 0); {key!r} is not one"
         elif (
             isinstance(weight, bool)
-            or not isinstance(weight, (int, float))
-            or not (math.isfinite(weight) and weight >= 0)
+            or not isinstance(weight, numbers.Real)
+            or not (math.isfinite(float(weight)) and float(weight) >= 0)
         ):
             problem = f"finite weights >= 0; class {key!r} has {weight!r}"
     if problem:

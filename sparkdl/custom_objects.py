@@ -13,10 +13,10 @@ passed ``custom_objects={"MyLayer": MyLayer}`` (the lookup used the registered n
 arguments of ``compile``, the optimizer and its learning-rate schedule) and keeps each
 object whose lookup name the saved config uses; objects the user passed are kept under
 their own key and under their registered name; names only Keras's registry knows are
-taken from it. :func:`dumps` pickles them with cloudpickle, by value for objects whose
-module is the user's own (``__main__``, or a file outside ``site-packages`` and the
-standard library: a module the executors may not have), by reference for installed
-packages.
+taken from it. :func:`dumps` pickles them with cloudpickle, by value for the user's own
+modules (``__main__``, and every imported module whose file is outside
+``site-packages`` and the standard library: modules the executors may not have, and
+what the objects' code imports from them), by reference for installed packages.
 
 Example:
     >>> collect(None, {"f": len})
@@ -31,6 +31,7 @@ import logging
 import os
 import sys
 import sysconfig
+import threading
 import types
 from collections.abc import Iterator
 from typing import Any
@@ -40,6 +41,7 @@ import cloudpickle
 __all__ = ["collect", "dumps"]
 
 _log = logging.getLogger(__name__)
+_REGISTRY_LOCK = threading.Lock()
 #: Modules whose objects Keras finds without help (its own, and what it builds on).
 _KNOWN_PACKAGES = ("keras", "tensorflow", "tf_keras", "builtins", "numpy", "jax", "torch")
 #: How deep :func:`_live_objects` follows attributes from a layer or compile argument.
@@ -107,6 +109,8 @@ def _lookup_name(obj: Any) -> str | None:
 
 def _is_custom(target: Any) -> bool:
     module = str(getattr(target, "__module__", "") or "")
+    if isinstance(target, types.ModuleType):
+        module = target.__name__
     return bool(module) and module.split(".")[0] not in _KNOWN_PACKAGES
 
 
@@ -149,11 +153,11 @@ def _live_objects(model: Any) -> Iterator[Any]:
         if obj is None or id(obj) in seen or depth > _ATTRIBUTE_DEPTH:
             continue
         seen.add(id(obj))
-        if isinstance(obj, dict):
-            stack.extend((value, depth + 1) for value in obj.values())
+        if isinstance(obj, dict):  # containers cost no depth: only object attributes do
+            stack.extend((value, depth) for value in obj.values())
             continue
         if isinstance(obj, (list, tuple)):
-            stack.extend((value, depth + 1) for value in obj)
+            stack.extend((value, depth) for value in obj)
             continue
         if isinstance(obj, (str, bytes, int, float, bool)):
             continue
@@ -166,41 +170,49 @@ def _live_objects(model: Any) -> Iterator[Any]:
 
 
 def _own_modules(objects: Any) -> list[types.ModuleType]:
-    """Modules of ``objects`` that are the user's own files (not installed, not stdlib)."""
+    """The user's own modules (files outside the installed packages and the standard
+    library), when ``objects`` has any: what their code imports from them travels too."""
+    if not objects:
+        return []
     installed = {
         os.path.realpath(path)
         for key in ("purelib", "platlib", "stdlib", "platstdlib")
         if (path := sysconfig.get_paths().get(key))
     }
-    modules: dict[str, types.ModuleType] = {}
-    for obj in objects:
-        target = _target(obj)
-        name = str(getattr(target, "__module__", "") or "")
-        module = sys.modules.get(name)
-        if module is None or name == "__main__" or not _is_custom(target):
+    modules = []
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if module is None or not file or name == "__main__" or not _is_custom(module):
             continue
-        path = os.path.realpath(str(getattr(module, "__file__", "") or ""))
-        if not path or any(path.startswith(root + os.sep) for root in installed):
+        if name.split(".")[0] == "sparkdl":
+            continue  # installed wherever sparkdl runs
+        path = os.path.realpath(str(file))
+        parts = path.split(os.sep)
+        if any(path.startswith(root + os.sep) for root in installed):
             continue
-        if "site-packages" in path.split(os.sep) or "dist-packages" in path.split(os.sep):
+        if "site-packages" in parts or "dist-packages" in parts:
             continue
-        modules[name] = module
-    return list(modules.values())
+        modules.append(module)
+    return modules
 
 
 @contextlib.contextmanager
 def _by_value(modules: list[types.ModuleType]) -> Iterator[None]:
     """cloudpickle pickles ``modules``' objects by value while inside."""
     added = []
-    for module in modules:
+    with _REGISTRY_LOCK:  # cloudpickle's registry is the process's: one fit at a time
+        registered = cloudpickle.list_registry_pickle_by_value()
+        for module in modules:
+            if module.__name__ in registered:
+                continue  # the user's own registration stays
+            try:
+                cloudpickle.register_pickle_by_value(module)
+                added.append(module)
+            except ValueError:  # no longer in sys.modules
+                continue
         try:
-            cloudpickle.register_pickle_by_value(module)
-            added.append(module)
-        except ValueError:  # registered already
-            continue
-    try:
-        yield
-    finally:
-        for module in added:
-            with contextlib.suppress(ValueError):
-                cloudpickle.unregister_pickle_by_value(module)
+            yield
+        finally:
+            for module in added:
+                with contextlib.suppress(ValueError):
+                    cloudpickle.unregister_pickle_by_value(module)

@@ -196,6 +196,11 @@ def prepare(
         keras_io.label_shape(model, kind, summary.label_widths[j], j)
         for j, kind in enumerate(kinds)
     )
+    if class_weight and len(label_shapes[0]) > 1:
+        raise SchemaError(
+            f"class_weight weighs a row by its one class; these labels have the shape "
+            f"{label_shapes[0]} (a class per position). Use weight_col with per-row weights."
+        )
     return Prepared(
         frame,
         summary,
@@ -268,13 +273,14 @@ def weight_column(
                 "(Keras's fit refuses it too). Use weight_col with per-row weights instead."
             )
         label, kind = labels[0]
+        # Keras rounds half to even (np.round); a NaN or huge label finds no class.
         if kind == "array":
             # A one-hot (or probability) label: its arg-max; one value: that value.
-            index = F.when(F.size(label) == 1, F.round(label[0]).cast("int")).otherwise(
+            index = F.when(F.size(label) == 1, F.bround(label[0]).try_cast("int")).otherwise(
                 F.array_position(label, F.array_max(label)).cast("int") - 1
             )
         else:
-            index = F.round(label).cast("int")
+            index = F.bround(label).try_cast("int")
         pairs = [
             item
             for k, w in sorted(class_weights(class_weight).items())

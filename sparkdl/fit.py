@@ -166,6 +166,8 @@ class Fit:
                 validation=self.validation is not None,
                 weighted=prepared.weighted,
                 label_shapes=list(prepared.label_shapes),
+                initial_steps=keras_io.optimizer_steps(self.model),
+                class_weighted=bool(self.config.class_weight),
             )
             marks = EpochMarks(sc, store, group, name, plan.epochs, plan.initial_epoch)
             _follow(stack, marks.start, marks.stop)
@@ -190,11 +192,9 @@ class Fit:
             history, status = store.history(), store.status()
         trained = runner.master if runner else built.result()  # type: ignore[union-attr]
         trained.set_weights(weights)
-        # The fitted model's optimizer has counted the steps a worker took (a schedule
-        # goes on from there if it trains further).
+        # A fitted model's learning-rate schedule goes on from the steps a worker took.
         steps = max((r.optimizer_steps for r in reports), default=0)
-        if getattr(trained, "optimizer", None) is not None:
-            trained.optimizer.iterations.assign(steps)
+        keras_io.set_optimizer_steps(trained, steps, only_scheduled=True)
         return FitResult(
             weights=weights,
             model_bytes=keras_io.model_to_bytes(trained),

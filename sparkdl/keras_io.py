@@ -22,6 +22,8 @@ import warnings
 import zipfile
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from sparkdl.errors import ConfigError, ModelError, SchemaError
 
 if TYPE_CHECKING:
@@ -197,6 +199,40 @@ def output_names(model: keras.Model) -> list[str]:
 def _input_label(model: keras.Model, index: int) -> str:
     names = input_names(model)
     return f" {names[index]!r}" if len(names) > 1 else ""
+
+
+def optimizer_steps(model: Any) -> int:
+    """The step count of ``model``'s optimizer (what a learning-rate schedule reads)."""
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is None:
+        return 0
+    try:
+        return int(np.asarray(optimizer.iterations))
+    except Exception:  # an optimizer without a count
+        return 0
+
+
+def set_optimizer_steps(model: Any, steps: int, *, only_scheduled: bool = False) -> None:
+    """Sets the step count of ``model``'s optimizer, where it has a settable one.
+
+    With gradient accumulation the count is derived from the micro-steps and is left
+    alone. ``only_scheduled``: only when the learning rate is a schedule (a fitted
+    model's optimizer holds no moments, so a count would turn Adam's bias correction off
+    for nothing).
+    """
+    import keras
+
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is None or getattr(optimizer, "gradient_accumulation_steps", None):
+        return
+    scheduled = isinstance(
+        getattr(optimizer, "_learning_rate", None), keras.optimizers.schedules.LearningRateSchedule
+    )
+    if only_scheduled and not scheduled:
+        return
+    count: Any = getattr(optimizer, "iterations", None)
+    if hasattr(count, "assign"):
+        count.assign(steps)
 
 
 def check_training_settings(model: keras.Model) -> None:

@@ -161,6 +161,8 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         else:
             model_bytes = keras_io.model_to_bytes(model)
             safe = False if safe_mode is None else safe_mode
+            # The live model names its own custom objects (a __main__ layer included).
+            custom_objects = custom_objects_module.collect(model, custom_objects)
             live = keras_io.model_from_bytes(model_bytes, custom_objects, safe_mode=safe)
         stage = cls(
             model_bytes=model_bytes,

@@ -89,7 +89,11 @@ def predict_udf(
         model = load_model(broadcast, digest, custom_objects, safe_mode=safe_mode)
         takes_sparse = sparse_inputs(model) or [False] * len(shapes)
         names = input_names(model)
-        labels = [f" {name!r}" if len(names) > 1 else "" for name in names]
+        # Input names label the messages of a model with several named inputs (a
+        # subclassed model has none).
+        labels = [
+            f" {names[i]!r}" if len(names) == len(shapes) > 1 else "" for i in range(len(shapes))
+        ]
         for batch in batches:
             columns = [batch] if isinstance(batch, (pd.Series, pd.DataFrame)) else list(batch)
             mask = np.logical_and.reduce([_present(c) for c in columns])

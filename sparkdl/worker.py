@@ -65,6 +65,10 @@ class WorkerPayload:
             Keras as ``sample_weight``.
         label_shapes: Per-sample shape of each output's label (array labels are
             reshaped to it; ``()`` for a scalar).
+        initial_steps: The step count the model's optimizer arrived with (a schedule
+            goes on from it).
+        class_weighted: The weights are ``class_weight``'s, which Keras does not apply
+            to validation rows.
     """
 
     plan: FitPlan
@@ -81,6 +85,8 @@ class WorkerPayload:
     tls_cert: bytes | None = None
     weighted: bool = False
     label_shapes: list[tuple[int, ...]] = field(default_factory=list)
+    initial_steps: int = 0
+    class_weighted: bool = False
 
     def columns(self) -> tuple[list[Column], list[Column]]:
         """How the feature and the label columns are cached."""

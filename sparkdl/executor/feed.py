@@ -224,10 +224,8 @@ def _feature(value: Any, shape: tuple[int, ...], sparse: bool) -> Any:
 
 
 def _label(value: Any, shape: tuple[int, ...]) -> Any:
-    """A batch of labels in their per-sample ``shape`` (scalars stay flat)."""
-    if not shape or (len(shape) == 1 and getattr(value, "ndim", 0) == 2):
-        return value
-    return value.reshape((-1, *shape))
+    """A batch of labels in their per-sample ``shape`` (``()``: one value a row)."""
+    return value.reshape((-1, *shape)) if isinstance(value, np.ndarray) else value
 
 
 def _label_shape(column: Column) -> tuple[int, ...]:

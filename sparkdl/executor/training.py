@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -30,7 +31,13 @@ from sparkdl.executor.cache import PartitionCache
 from sparkdl.executor.callback import SyncCallback
 from sparkdl.executor.feed import Feed
 from sparkdl.executor.pusher import Pusher
-from sparkdl.keras_io import learning_rate, mixed_precision_bytes, model_from_bytes
+from sparkdl.keras_io import (
+    learning_rate,
+    mixed_precision_bytes,
+    model_from_bytes,
+    optimizer_steps,
+    set_optimizer_steps,
+)
 from sparkdl.plan import FitPlan
 from sparkdl.reports import WorkerReport
 from sparkdl.server.client import ServiceClient
@@ -82,7 +89,9 @@ def train(
     epoch, skip, synced = plan.mode.resume(schedule, standing)
     # The optimizer's step count (what a learning-rate schedule reads) goes on from
     # where this worker's earlier epochs and attempts left it: syncs only set weights.
-    model.optimizer.iterations.assign(epoch * steps_for(held_in, plan.batch_size) + skip)
+    set_optimizer_steps(
+        model, payload.initial_steps + epoch * steps_for(held_in, plan.batch_size) + skip
+    )
     access = WeightAccess(model)
     pusher = Pusher(
         client, plan.merge, access, center=weights, version=version, overlap=plan.overlap
@@ -115,7 +124,7 @@ def train(
         delta_scale=getattr(plan.merge, "scale", None),
         compute_dtypes=sorted({str(layer.compute_dtype) for layer in model.layers}),
         learning_rate=learning_rate(model),
-        optimizer_steps=int(model.optimizer.iterations.numpy()),
+        optimizer_steps=optimizer_steps(model),
     )
 
 
@@ -149,7 +158,9 @@ def split(
             return feed, None, 0
         return feed, payload_feed(payload, held_out).evaluate(), held_out.rows
     if held_in < data.rows:
-        return feed, feed.evaluate(held_in, data.rows), data.rows - held_in
+        # Keras weights validation rows by sample_weight, never by class_weight.
+        scoring = dataclasses.replace(feed, weight=None) if payload.class_weighted else feed
+        return feed, scoring.evaluate(held_in, data.rows), data.rows - held_in
     return feed, None, 0
 
 

@@ -254,6 +254,22 @@ def test_a_model_trained_elsewhere_scores_in_a_pipeline(spark, tmp_path) -> None
         KerasModel.from_keras(str(tmp_path / "not-a-model.keras"))
 
 
+class _Halving(keras.layers.Layer):  # unregistered: Keras cannot import it by name
+    def call(self, x):  # type: ignore[no-untyped-def]
+        return x * 0.5
+
+
+def test_a_model_with_an_unregistered_layer_scores_from_keras(spark) -> None:
+    x = np.random.default_rng(0).normal(size=(40, 5)).astype(np.float32)
+    frame = spark.createDataFrame([(r.tolist(),) for r in x], "features array<float>")
+    net = keras.Sequential([keras.Input((5,)), _Halving(), keras.layers.Dense(2)])
+    scorer = KerasModel.from_keras(net)  # its layer found on the live model, shipped
+    rows = scorer.transform(frame).select("features", "prediction").collect()
+    got = np.array([r.prediction for r in rows])
+    want = net.predict(np.array([r.features for r in rows], np.float32), verbose=0)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
 def test_two_input_recommender_and_two_output_model(spark) -> None:
     rng = np.random.default_rng(0)
     users, items = rng.integers(0, 20, 2000), rng.integers(0, 30, 2000)

@@ -78,6 +78,25 @@ def test_a_learning_rate_schedule_counts_steps_across_syncs_and_resumes(digits, 
     assert abs(_accuracy(resumed.get_model()) - _accuracy(plain)) < 0.05
 
 
+def test_gradient_accumulation_trains_and_a_pretrained_count_goes_on(digits) -> None:
+    train_df = digits[0]
+    accumulating = KerasEstimator(
+        model=_model(keras.optimizers.Adam(0.003, gradient_accumulation_steps=2)),
+        num_workers=2,
+        epochs=3,
+        seed=0,
+    ).fit(train_df)
+    assert accumulating.history["loss"][-1] < accumulating.history["loss"][0]
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=20, decay_rate=0.8)
+    pretrained = _model(keras.optimizers.SGD(schedule))
+    pretrained.optimizer.iterations.assign(100)  # as after an earlier model.fit
+    fitted = KerasEstimator(
+        model=pretrained, mode="synchronous", num_workers=1, epochs=1, batch_size=32
+    ).fit(train_df)
+    steps = -(-len(digits_arrays()[0]) // 32)
+    assert fitted.fit_report["workers"][0]["optimizer_steps"] == 100 + steps
+
+
 def test_settings_a_distributed_fit_cannot_honour_are_refused_by_name(digits) -> None:
     train_df = digits[0]
     with pytest.raises(ConfigError, match="use_ema"):
