@@ -1,11 +1,15 @@
-"""``KerasModel.evaluate``: Keras's evaluate on every partition, combined by rows.
+"""``KerasModel.evaluate``: Keras's evaluate on every partition, merged exactly.
 
 Each Spark task loads the compiled model once per Python worker (cached like the
-prediction model), runs ``model.evaluate`` on its partition, and returns its row count
-and logs; the driver averages the logs weighted by rows. That is exact for the loss and
-for every metric that is a mean over rows (accuracy, MSE, MAE, cross-entropies); metrics
-that are not (AUC, precision, recall) come out as row-weighted means of per-partition
-values.
+prediction model), runs ``model.evaluate`` on its partition, and returns its row count,
+its logs and its metrics' states (their variables: totals and counts, an AUC's
+confusion counts per threshold, precision's true and false positives). The driver sums
+the states, puts them in its own copy of the model's metrics and reads their results,
+so AUC, precision, recall and weighted metrics come out as one ``model.evaluate`` over
+all rows would give them: states of Keras's metrics are sums and counts. (A custom
+metric whose state is not a sum, a running maximum say, is merged as if it were.) If
+the states cannot be merged (a model whose metrics cannot be built on the driver), the
+logs are averaged by rows instead, which is exact only for means over rows.
 
 Example:
     >>> combine([(1, {"loss": 1.0}), (3, {"loss": 3.0}), (0, {})])
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -27,9 +32,11 @@ from pyspark.sql import DataFrame
 from sparkdl.data import WEIGHT, feature_name, label_name
 from sparkdl.predict import load_model
 
-__all__ = ["combine", "evaluate_frame"]
+__all__ = ["combine", "evaluate_frame", "merge_states"]
 
-_SCHEMA = "rows long, logs string"
+_log = logging.getLogger(__name__)
+
+_SCHEMA = "rows long, logs string, states string"
 
 
 def evaluate_frame(
@@ -44,17 +51,19 @@ def evaluate_frame(
     sparse: Sequence[bool] = (),
     safe_mode: bool = False,
     weighted: bool = False,
+    model: Any = None,
 ) -> dict[str, float]:
     """Evaluates the broadcast model on a prepared frame (features and label columns).
 
     Each task streams its partition through ``model.evaluate`` one record batch at a
     time (it never holds the partition); ``sparse`` says which feature columns are ML
     vectors kept sparse; ``weighted``: the frame's :data:`~sparkdl.data.WEIGHT` column
-    is Keras's ``sample_weight``.
+    is Keras's ``sample_weight``; ``model``: the driver's copy, whose metrics merge the
+    partitions' states (``None``: logs averaged by rows).
     """
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
-        rows, logs = _evaluate_partition(
+        rows, logs, states = _evaluate_partition(
             iter(batches),
             load=lambda: load_model(
                 broadcast, digest, custom_objects, compile=True, safe_mode=safe_mode
@@ -66,12 +75,59 @@ def evaluate_frame(
             weighted=weighted,
         )
         yield pa.RecordBatch.from_pydict(
-            {"rows": [rows], "logs": [json.dumps(logs)]},
-            schema=pa.schema([("rows", pa.int64()), ("logs", pa.string())]),
+            {"rows": [rows], "logs": [json.dumps(logs)], "states": [json.dumps(states)]},
+            schema=pa.schema(
+                [("rows", pa.int64()), ("logs", pa.string()), ("states", pa.string())]
+            ),
         )
 
     parts = frame.mapInArrow(run, _SCHEMA).collect()
-    return combine([(int(r["rows"]), json.loads(r["logs"])) for r in parts])
+    logs = combine([(int(r["rows"]), json.loads(r["logs"])) for r in parts])
+    states = [json.loads(r["states"]) for r in parts if int(r["rows"]) > 0]
+    if model is None or not states:
+        return logs
+    try:
+        return merge_states(model, states, input_shapes, label_kinds, weighted)
+    except Exception as exc:  # metrics that cannot be built here: rows' means instead
+        _log.info("evaluate: metric states not merged (%s); logs averaged by rows", exc)
+        return logs
+
+
+def merge_states(
+    model: Any,
+    states: Sequence[dict[str, Any]],
+    input_shapes: Sequence[tuple[int, ...]],
+    label_kinds: Sequence[str],
+    weighted: bool,
+) -> dict[str, float]:
+    """The results of ``model``'s metrics holding the sum of the partitions' states.
+
+    The metrics are built by one ``evaluate`` of a zero row (their states then
+    overwritten), so this runs on the driver's own copy of the model.
+    """
+    import keras
+
+    label_shapes = [tuple(s) for s in states[0]["label_shapes"]]
+    xs = [np.zeros((1, *shape), np.float32) for shape in input_shapes]
+    ys = [
+        np.zeros((1, *shape), np.int32 if kind == "int" else np.float32)
+        for kind, shape in zip(label_kinds, label_shapes, strict=True)
+    ]
+    model.evaluate(
+        xs[0] if len(xs) == 1 else xs,
+        ys[0] if len(ys) == 1 else ys,
+        sample_weight=np.ones(1, np.float32) if weighted else None,
+        verbose=0,
+    )
+    variables = list(model.metrics_variables)
+    parts = [state["variables"] for state in states]
+    if any(len(p) != len(variables) for p in parts):
+        raise ValueError("partitions returned other metric variables than the model has")
+    for i, variable in enumerate(variables):
+        dtype = keras.backend.standardize_dtype(variable.dtype)
+        total = np.sum([np.asarray(p[i], dtype=np.float64) for p in parts], axis=0)
+        variable.assign(total.astype(dtype).reshape(tuple(variable.shape)))
+    return {str(k): float(v) for k, v in model.get_metrics_result().items()}
 
 
 def combine(parts: Sequence[tuple[int, dict[str, float]]]) -> dict[str, float]:
@@ -90,11 +146,12 @@ def _evaluate_partition(
     sparse: Sequence[bool],
     batch_size: int,
     weighted: bool = False,
-) -> tuple[int, dict[str, float]]:
-    """``(rows, logs)`` of ``model.evaluate`` over one partition's record batches."""
+) -> tuple[int, dict[str, float], dict[str, Any]]:
+    """``(rows, logs, states)`` of ``model.evaluate`` over one partition's record
+    batches: its metrics' variables and the label shapes it fed."""
     first = next((b for b in batches if b.num_rows), None)
     if first is None:
-        return 0, {}
+        return 0, {}, {}
     import tensorflow as tf
 
     from sparkdl import keras_io
@@ -146,7 +203,11 @@ def _evaluate_partition(
     with warnings.catch_warnings():  # a stream's length is unknown until it ends
         warnings.filterwarnings("ignore", message="Your input ran out of data")
         result = model.evaluate(data, verbose=0, return_dict=True)
-    return rows, {str(k): float(v) for k, v in result.items()}
+    states = {
+        "variables": [np.asarray(v).tolist() for v in model.metrics_variables],
+        "label_shapes": [list(shape) for shape in output_shapes],
+    }
+    return rows, {str(k): float(v) for k, v in result.items()}, states
 
 
 def _row_widths(column: pa.Array) -> np.ndarray:

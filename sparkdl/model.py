@@ -270,6 +270,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
             batch_size=int(batch_size or self.getOrDefault("predictBatchSize")),
             safe_mode=self.safe_mode,
             weighted=weight is not None,
+            model=model,  # its metrics merge the partitions' states (reset by Keras anyway)
         )
 
     def copy(self, extra: dict[Any, Any] | None = None) -> KerasModel:
