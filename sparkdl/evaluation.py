@@ -182,15 +182,13 @@ def _evaluate_partition(
     )
     rows = 0
 
-    names = keras_io.input_names(model)
-
     def blocks() -> Iterator[Any]:
         nonlocal rows
         for batch in itertools.chain([first], batches):
             for i, shape in enumerate(input_shapes):  # the fit's width checks
                 widths = _row_widths(batch.column(feature_name(i)))
                 if len(widths):
-                    label = f" {names[i]!r}" if len(names) > 1 else ""
+                    label = keras_io.input_label(model, i)
                     keras_io.check_row_widths(
                         int(widths.min()), int(widths.max()), tuple(shape), label
                     )

@@ -96,7 +96,7 @@ def resolve_input_shape(model: keras.Model, width: int, index: int = 0) -> tuple
     if unknown == 1 and size and width % size == 0:
         return tuple(width // size if d is None else int(d) for d in shape)
     expected = str(size) if unknown == 0 else f"a multiple of {size}"
-    raise _width_error(expected, _input_label(model, index), shape, width)
+    raise _width_error(expected, input_label(model, index), shape, width)
 
 
 def check_row_widths(
@@ -196,9 +196,11 @@ def output_names(model: keras.Model) -> list[str]:
     return [f"output_{i}" for i in range(len(getattr(model, "outputs", None) or [1]))]
 
 
-def _input_label(model: keras.Model, index: int) -> str:
+def input_label(model: keras.Model, index: int) -> str:
+    """`` 'name'`` of input ``index`` for messages, when the model has several named
+    inputs (else empty: one input, or a subclassed model without named inputs)."""
     names = input_names(model)
-    return f" {names[index]!r}" if len(names) > 1 else ""
+    return f" {names[index]!r}" if len(names) > 1 and index < len(names) else ""
 
 
 def optimizer_steps(model: Any) -> int:

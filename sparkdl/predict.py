@@ -84,16 +84,11 @@ def predict_udf(
     vectors = list(sparse) or [False] * len(shapes)
 
     def predict(batches: Iterator[Any]) -> Iterator[Any]:
-        from sparkdl.keras_io import check_row_widths, input_names, sparse_inputs
+        from sparkdl.keras_io import check_row_widths, input_label, sparse_inputs
 
         model = load_model(broadcast, digest, custom_objects, safe_mode=safe_mode)
         takes_sparse = sparse_inputs(model) or [False] * len(shapes)
-        names = input_names(model)
-        # Input names label the messages of a model with several named inputs (a
-        # subclassed model has none).
-        labels = [
-            f" {names[i]!r}" if len(names) == len(shapes) > 1 else "" for i in range(len(shapes))
-        ]
+        labels = [input_label(model, i) for i in range(len(shapes))]
         for batch in batches:
             columns = [batch] if isinstance(batch, (pd.Series, pd.DataFrame)) else list(batch)
             mask = np.logical_and.reduce([_present(c) for c in columns])
