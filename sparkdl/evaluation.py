@@ -2,14 +2,12 @@
 
 Each Spark task loads the compiled model once per Python worker (cached like the
 prediction model), runs ``model.evaluate`` on its partition, and returns its row count,
-its logs and its metrics' states (their variables: totals and counts, an AUC's
-confusion counts per threshold, precision's true and false positives). The driver sums
-the states, puts them in its own copy of the model's metrics and reads their results,
-so AUC, precision, recall and weighted metrics come out as one ``model.evaluate`` over
-all rows would give them: states of Keras's metrics are sums and counts. (A custom
-metric whose state is not a sum, a running maximum say, is merged as if it were.) If
-the states cannot be merged (a model whose metrics cannot be built on the driver), the
-logs are averaged by rows instead, which is exact only for means over rows.
+its logs and its metrics' states. The driver sums the states in its own copy of the
+model's metrics (:class:`~sparkdl.metric_states.MetricStates`), so AUC, precision,
+recall and weighted metrics come out as one ``model.evaluate`` over all rows would give
+them. If the states cannot be merged (a model whose metrics cannot be built on the
+driver, states too large to travel), the logs are averaged by rows instead, which is
+exact only for means over rows.
 
 Example:
     >>> combine([(1, {"loss": 1.0}), (3, {"loss": 3.0}), (0, {})])
@@ -30,9 +28,10 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from sparkdl.data import WEIGHT, feature_name, label_name
+from sparkdl.metric_states import MetricStates
 from sparkdl.predict import load_model
 
-__all__ = ["combine", "evaluate_frame", "merge_states"]
+__all__ = ["combine", "evaluate_frame"]
 
 _log = logging.getLogger(__name__)
 
@@ -84,50 +83,16 @@ def evaluate_frame(
     parts = frame.mapInArrow(run, _SCHEMA).collect()
     logs = combine([(int(r["rows"]), json.loads(r["logs"])) for r in parts])
     states = [json.loads(r["states"]) for r in parts if int(r["rows"]) > 0]
-    if model is None or not states:
+    if model is None or not states or any(s["variables"] is None for s in states):
         return logs
+    label_shapes = [tuple(s) for s in states[0]["label_shapes"]]
+    merged = MetricStates(lambda: model, input_shapes, label_kinds, label_shapes)
     try:
-        return merge_states(model, states, input_shapes, label_kinds, weighted)
+        exact = merged.results([state["variables"] for state in states])
     except Exception as exc:  # metrics that cannot be built here: rows' means instead
         _log.info("evaluate: metric states not merged (%s); logs averaged by rows", exc)
         return logs
-
-
-def merge_states(
-    model: Any,
-    states: Sequence[dict[str, Any]],
-    input_shapes: Sequence[tuple[int, ...]],
-    label_kinds: Sequence[str],
-    weighted: bool,
-) -> dict[str, float]:
-    """The results of ``model``'s metrics holding the sum of the partitions' states.
-
-    The metrics are built by one ``evaluate`` of a zero row (their states then
-    overwritten), so this runs on the driver's own copy of the model.
-    """
-    import keras
-
-    label_shapes = [tuple(s) for s in states[0]["label_shapes"]]
-    xs = [np.zeros((1, *shape), np.float32) for shape in input_shapes]
-    ys = [
-        np.zeros((1, *shape), np.int32 if kind == "int" else np.float32)
-        for kind, shape in zip(label_kinds, label_shapes, strict=True)
-    ]
-    model.evaluate(
-        xs[0] if len(xs) == 1 else xs,
-        ys[0] if len(ys) == 1 else ys,
-        sample_weight=np.ones(1, np.float32) if weighted else None,
-        verbose=0,
-    )
-    variables = list(model.metrics_variables)
-    parts = [state["variables"] for state in states]
-    if any(len(p) != len(variables) for p in parts):
-        raise ValueError("partitions returned other metric variables than the model has")
-    for i, variable in enumerate(variables):
-        dtype = keras.backend.standardize_dtype(variable.dtype)
-        total = np.sum([np.asarray(p[i], dtype=np.float64) for p in parts], axis=0)
-        variable.assign(total.astype(dtype).reshape(tuple(variable.shape)))
-    return {str(k): float(v) for k, v in model.get_metrics_result().items()}
+    return {**logs, **{k: v for k, v in exact.items() if k in logs}}
 
 
 def combine(parts: Sequence[tuple[int, dict[str, float]]]) -> dict[str, float]:
@@ -202,7 +167,7 @@ def _evaluate_partition(
         warnings.filterwarnings("ignore", message="Your input ran out of data")
         result = model.evaluate(data, verbose=0, return_dict=True)
     states = {
-        "variables": [np.asarray(v).tolist() for v in model.metrics_variables],
+        "variables": MetricStates.read(model),
         "label_shapes": [list(shape) for shape in output_shapes],
     }
     return rows, {str(k): float(v) for k, v in result.items()}, states

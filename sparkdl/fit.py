@@ -34,6 +34,7 @@ from sparkdl.compat.spark import failure_summary, is_unsupported_barrier_chain, 
 from sparkdl.config import TrainConfig
 from sparkdl.errors import SparkDLError, WorkerError
 from sparkdl.interrupt import interrupt_raises, run_job
+from sparkdl.metric_states import MetricStates
 from sparkdl.plan import FitPlan
 from sparkdl.progress import Progress
 from sparkdl.reports import SERVICE_KEYS, FitReport, WorkerReport
@@ -63,7 +64,7 @@ class FitResult:
     Attributes:
         weights: Final center weights.
         model_bytes: The trained model as a ``.keras`` archive.
-        history: Per-epoch logs averaged over workers.
+        history: Per-epoch logs over all workers (metrics merged from their states).
         report: Figures of the fit (seconds, per-worker reports, service status).
         input_shapes: Per-sample shape of every input the model was fed.
     """
@@ -128,7 +129,14 @@ class Fit:
         plan = self._plan(sc)
         prepared = self.prepared
         model_bytes = keras_io.model_to_bytes(self.model)
-        store = self._store(plan)
+        metrics = MetricStates(
+            lambda: keras_io.model_from_bytes(model_bytes, self.custom_objects),
+            prepared.input_shapes,
+            prepared.label_kinds,
+            prepared.label_shapes,
+        )
+        metrics.prefetch()
+        store = self._store(plan, metrics)
         runner = self._driver_callbacks(model_bytes, store)
         # The fitted model is rebuilt while the workers train, or is the callbacks'
         # master model, which already exists.
@@ -231,7 +239,7 @@ class Fit:
         """Seconds :func:`sparkdl.data.prepare` took (training and validation data)."""
         return self.prepared.seconds + (self.validation.seconds if self.validation else 0.0)
 
-    def _store(self, plan: FitPlan) -> WeightStore:
+    def _store(self, plan: FitPlan, metrics: MetricStates) -> WeightStore:
         return WeightStore(
             self.model.get_weights(),
             num_workers=plan.num_workers,
@@ -243,6 +251,7 @@ class Fit:
             epochs=plan.epochs,
             # Driver callbacks see each synchronous epoch before the workers go on.
             gate_epochs=bool(self.callbacks or self.config.checkpoint_dir),
+            metric_merge=metrics.results,
         )
 
     def _driver_callbacks(self, model_bytes: bytes, store: FitEvents) -> DriverCallbacks | None:

@@ -3,7 +3,10 @@
 It pushes at the schedule's points (every ``frequency`` batches, the epoch's closing
 sync with its logs, padding rounds of a short partition), stops training on a diverged
 loss, and applies what the driver decided (``stop_training``, a new learning rate) as
-the answers bring it.
+the answers bring it. The epoch's closing push also carries the states of the model's
+metrics, training and validation apart (:mod:`sparkdl.metric_states`), which the
+service sums into exact per-epoch metrics. Keras's fit resets the metrics before it
+validates, so the training states are read as validation begins (``on_test_begin``).
 
 Example:
     >>> issubclass(SyncCallback, keras.callbacks.Callback)
@@ -19,6 +22,7 @@ import keras
 
 from sparkdl.errors import TrainingError
 from sparkdl.executor.pusher import Pusher
+from sparkdl.metric_states import MetricStates
 from sparkdl.sync.schedule import Schedule
 
 __all__ = ["SyncCallback"]
@@ -48,6 +52,8 @@ class SyncCallback(keras.callbacks.Callback):
         self._done = 0  # syncs made this epoch
         self._sent = 0  # rows of this epoch already pushed
         self._resume: tuple[int, int] | None = None
+        self._train_states: list[list[float]] | None = None
+        self._validated = False
 
     def resume(self, batches: int, syncs: int) -> None:
         """The next epoch starts with ``batches`` done and ``syncs`` made (a retry)."""
@@ -60,6 +66,11 @@ class SyncCallback(keras.callbacks.Callback):
         self._resume = None
         self._offset, self._done = batches, syncs
         self._sent = self.schedule.seen(batches)
+        self._train_states, self._validated = None, False
+
+    def on_test_begin(self, logs: dict[str, Any] | None = None) -> None:
+        # model.fit validates: the metrics still hold the epoch's training states.
+        self._train_states, self._validated = MetricStates.read(self.model), True
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         step = self._offset + batch + 1
@@ -73,7 +84,7 @@ class SyncCallback(keras.callbacks.Callback):
         for _ in range(end.mid):
             self._sync(rows, logs, None)
         if end.closes:
-            self._sync(rows, logs, logs)
+            self._sync(rows, logs, logs, self._epoch_states(logs))
         for _ in range(end.padding):  # every worker takes part in every round
             self._sync(rows, {}, None)
         if self.stop:
@@ -84,7 +95,22 @@ class SyncCallback(keras.callbacks.Callback):
         if self.pusher.flush():
             self._take_control()
 
-    def _sync(self, seen: int, logs: dict[str, Any], epoch_logs: dict[str, Any] | None) -> None:
+    def _epoch_states(self, logs: dict[str, Any]) -> dict[str, Any] | None:
+        """The epoch's metric states, training and validation (``None`` before any
+        batch: an empty partition)."""
+        if not logs:
+            return None
+        if self._validated:
+            return {"train": self._train_states, "val": MetricStates.read(self.model)}
+        return {"train": MetricStates.read(self.model), "val": None}
+
+    def _sync(
+        self,
+        seen: int,
+        logs: dict[str, Any],
+        epoch_logs: dict[str, Any] | None,
+        states: dict[str, Any] | None = None,
+    ) -> None:
         loss = logs.get("loss")
         loss = float(loss) if loss is not None else None
         if loss is not None and not math.isfinite(loss):
@@ -104,6 +130,8 @@ class SyncCallback(keras.callbacks.Callback):
             meta["epoch_logs"] = {k: _finite_or_none(v) for k, v in epoch_logs.items()}
             meta["epoch_samples"] = self.schedule.rows
             meta["val_samples"] = self.val_rows
+            if states is not None:
+                meta["epoch_states"] = states
         # An epoch's closing push waits for its answer, so every epoch starts from
         # the center.
         if self.pusher.push(seen - self._sent, meta, wait=epoch_logs is not None):

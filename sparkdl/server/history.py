@@ -3,7 +3,13 @@
 An epoch closes once its quorum of workers reported it (every worker, or all but
 ``backup_workers`` in synchronous mode). Its logs are averaged over the workers,
 training logs weighted by training rows and ``val_*`` logs by validation rows, as
-``model.fit`` would report them over the whole data.
+``model.fit`` would report them over the whole data; that is exact for the loss and
+means over rows. Where the workers sent their metrics' states and the history has a
+``merge`` (:meth:`sparkdl.metric_states.MetricStates.results`), the states of the
+workers that trained (validated) are summed and the results replace the averages:
+AUC, precision, recall and weighted metrics come out as one ``model.fit`` over all
+rows reports them. A merge that fails (states that do not fit the model), or a worker
+with rows but no states, leaves that epoch's averages, with a log line.
 
 Example:
     >>> history = EpochHistory()
@@ -17,14 +23,29 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
-from sparkdl.server.meta import MAX_LOGS
+from sparkdl.server.meta import MAX_LOGS, MAX_VALUE
 
 __all__ = ["EpochHistory"]
 
-#: worker -> (training rows, validation rows, logs)
-_Reports = dict[int, tuple[int, int, dict[str, float]]]
+_log = logging.getLogger(__name__)
+
+#: Workers' metric states -> the metrics' results over their sum.
+Merge = Callable[[Sequence[Any]], dict[str, float]]
+
+
+class _Report(NamedTuple):
+    rows: int
+    val_rows: int
+    logs: dict[str, float]
+    states: dict[str, Any]
+
+
+_Reports = dict[int, _Report]
 
 
 class EpochHistory:
@@ -34,9 +55,14 @@ class EpochHistory:
 
     Args:
         history: Logs of epochs done before (a resumed fit); epochs continue after them.
+        merge: Reads metrics' results from the sum of workers' states (``None``:
+            averages only).
     """
 
-    def __init__(self, history: dict[str, list[float]] | None = None) -> None:
+    def __init__(
+        self, history: dict[str, list[float]] | None = None, merge: Merge | None = None
+    ) -> None:
+        self._merge = merge
         self._logs: dict[str, list[float]] = {
             k: [float(v) for v in vs] for k, vs in (history or {}).items()
         }
@@ -60,8 +86,12 @@ class EpochHistory:
         val_rows: int,
         logs: dict[str, Any],
         quorum: int,
+        states: dict[str, Any] | None = None,
     ) -> list[int]:
         """Adds a worker's epoch-end logs; returns the epochs this closed, in order.
+
+        ``states``: its metrics' states, ``{"train": ..., "val": ...}`` (checked by
+        :func:`sparkdl.server.meta.check_push_meta`).
 
         A report for an epoch that already closed (a straggler's) is ignored.
         """
@@ -72,7 +102,7 @@ class EpochHistory:
             for k, v in list(logs.items())[:MAX_LOGS]
             if isinstance(v, (int, float)) and not isinstance(v, bool)
         }
-        self._open.setdefault(epoch, {})[worker] = (rows, val_rows, clean)
+        self._open.setdefault(epoch, {})[worker] = _Report(rows, val_rows, clean, states or {})
         closed = []
         while self.done in self._open and len(self._open[self.done]) >= quorum:
             epoch_no = self.done
@@ -80,18 +110,43 @@ class EpochHistory:
             closed.append(epoch_no)
         return closed
 
-    def _close(self, reports: list[tuple[int, int, dict[str, float]]]) -> None:
+    def _close(self, reports: list[_Report]) -> None:
         done = self.done
-        for key in sorted({k for _, _, logs in reports for k in logs}):
+        merged: dict[str, float] = {}
+        if self._merge is not None:
+            merged.update(self._merged(reports, "train", ""))
+            merged.update(self._merged(reports, "val", "val_"))
+        for key in sorted({k for r in reports for k in r.logs}):
             val = key.startswith("val_")
-            pairs = [(vn if val else n, logs[key]) for n, vn, logs in reports if key in logs]
+            pairs = [(r.val_rows if val else r.rows, r.logs[key]) for r in reports if key in r.logs]
             weight = sum(n for n, _ in pairs)
-            value = (
-                sum(n * v for n, v in pairs) / weight
-                if weight > 0
-                else sum(v for _, v in pairs) / len(pairs)
-            )
+            value = merged.get(key)
+            if value is None:
+                value = (
+                    sum(n * v for n, v in pairs) / weight
+                    if weight > 0
+                    else sum(v for _, v in pairs) / len(pairs)
+                )
             self._logs.setdefault(key, [float("nan")] * done).append(float(value))
         for values in self._logs.values():  # a metric missing this epoch: NaN, aligned
             if len(values) == done:
                 values.append(float("nan"))
+
+    def _merged(self, reports: list[_Report], kind: str, prefix: str) -> dict[str, float]:
+        """The merged results of the ``kind`` states of the workers that had rows,
+        named as in the logs (``{}``: nothing to merge, or the merge failed)."""
+        had_rows = [r for r in reports if (r.val_rows if kind == "val" else r.rows) > 0]
+        parts = [r.states.get(kind) for r in had_rows]
+        if not parts or any(p is None for p in parts):
+            return {}
+        assert self._merge is not None
+        try:
+            results = self._merge(parts)
+        except Exception as exc:  # states that do not fit the model: averages stay
+            _log.warning("Epoch %d's %s metrics averaged by rows: %s", self.done + 1, kind, exc)
+            return {}
+        return {
+            prefix + name: value
+            for name, value in results.items()
+            if math.isfinite(value) and abs(value) <= MAX_VALUE
+        }

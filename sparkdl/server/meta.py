@@ -5,8 +5,10 @@ stands in the epoch, the logs of an epoch it finished. The service records them 
 ledger and the history and serves them in ``GET /status``, so a value that cannot be
 recorded (a number too large for a float, a NaN that would make ``/status`` invalid
 JSON, a nested object, thousands of metrics) must be refused before the center moves:
-:func:`check_push_meta` refuses it with a 400 naming the field. Keys it does not know
-are ignored.
+:func:`check_push_meta` refuses it with a 400 naming the field. An epoch's metric
+states (``epoch_states``: ``{"train": [[...], ...], "val": ...}``, each metric
+variable's values, :mod:`sparkdl.metric_states`) are bounded in count and must be
+finite numbers. Keys it does not know are ignored.
 
 Example:
     >>> check_push_meta({"loss": 0.5, "epoch": 0, "step": 3, "epoch_logs": {"loss": 0.4}})
@@ -22,6 +24,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
+from sparkdl.metric_states import MAX_STATE_VALUES
 from sparkdl.server.errors import StoreError
 
 __all__ = ["MAX_EPOCHS", "MAX_LOGS", "MAX_VALUE", "check_push_meta"]
@@ -53,6 +58,7 @@ def check_push_meta(meta: dict[str, Any], *, rows: int | None = None) -> None:
     _count(meta, "step", _MAX_COUNT)
     _count(meta, "epoch_samples", rows if rows is not None else _MAX_COUNT)
     _count(meta, "val_samples", _MAX_COUNT)
+    _states(meta.get("epoch_states"))
     logs = meta.get("epoch_logs")
     if logs is None:
         return
@@ -64,6 +70,49 @@ def check_push_meta(meta: dict[str, Any], *, rows: int | None = None) -> None:
         if not isinstance(name, str) or len(name) > _MAX_NAME:
             raise StoreError(400, f"Expected metric names of at most {_MAX_NAME} characters.")
         _number(logs, name, where=f"epoch_logs[{name[:40]!r}]")
+
+
+def _states(states: Any) -> None:
+    """Checks ``epoch_states``: training and validation states, each ``None`` or a
+    list of at most :data:`MAX_LOGS` lists of finite numbers, all of them together at
+    most :data:`~sparkdl.metric_states.MAX_STATE_VALUES`."""
+    if states is None:
+        return
+    if not isinstance(states, dict) or set(states) - {"train", "val"}:
+        raise StoreError(400, "Expected 'epoch_states' to be an object with 'train' and 'val'.")
+    for key in ("train", "val"):
+        part = states.get(key)
+        if part is None:
+            continue
+        problem = _state_problem(part)
+        if problem:
+            raise StoreError(
+                400,
+                f"Expected 'epoch_states.{key}' to be a list of at most {MAX_LOGS} metric "
+                f"variables, each a list of finite numbers, {MAX_STATE_VALUES} numbers in "
+                f"all: {problem}.",
+            )
+
+
+def _state_problem(part: Any) -> str | None:
+    if not isinstance(part, list) or len(part) > MAX_LOGS:
+        return "not a list of that length"
+    count = 0
+    for values in part:
+        if not isinstance(values, list):
+            return "a variable is not a list"
+        count += len(values)
+        if count > MAX_STATE_VALUES:
+            return "too many numbers"
+        if not all(type(v) in (int, float) for v in values):
+            return "a value is not a number"
+        try:
+            array = np.asarray(values, dtype=np.float64)
+        except OverflowError:
+            return "a value is too large"
+        if array.size and not (np.abs(array) <= MAX_VALUE).all():
+            return f"a value is not finite or beyond {MAX_VALUE:g}"
+    return None
 
 
 def _number(

@@ -46,7 +46,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -89,6 +89,9 @@ class WeightStore:
         epochs: The epoch count the fit ends at (with ``backup_workers``).
         gate_epochs: Synchronous mode with driver callbacks: the answer to the round
             that closes an epoch waits until :meth:`release`.
+        metric_merge: Reads exact per-epoch metrics from the workers' summed metric
+            states (:meth:`sparkdl.metric_states.MetricStates.results`); ``None``:
+            metrics averaged by rows.
     """
 
     def __init__(
@@ -103,6 +106,7 @@ class WeightStore:
         backup_workers: int = 0,
         epochs: int | None = None,
         gate_epochs: bool = False,
+        metric_merge: Callable[[Sequence[Any]], dict[str, float]] | None = None,
     ) -> None:
         if not 0 <= backup_workers < max(num_workers, 1):
             raise ValueError(
@@ -118,7 +122,7 @@ class WeightStore:
         self.rounds = Rounds(quorum=max(num_workers - backup_workers, 1), timeout=round_timeout)
         self.ledger = WorkerLedger()
         self.control = ControlChannel(gate_epochs=gate_epochs and self.mode.barrier)
-        self._history = EpochHistory(history)
+        self._history = EpochHistory(history, metric_merge)
         self._failures: dict[int, str] = {}
         self._rows: dict[int, int] = {}
         #: Summed magnitudes of hogwild steps admitted but not yet added in.
@@ -429,6 +433,7 @@ class WeightStore:
             val_rows=_count(meta.get("val_samples")),
             logs=logs,
             quorum=self.mode.epoch_quorum(self),
+            states=meta.get("epoch_states"),
         )
         for done in closed:
             self.control.epoch_closed(done)

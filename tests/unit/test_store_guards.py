@@ -135,6 +135,15 @@ BAD_META: list[tuple[str, dict[str, Any]]] = [
     ("comm seconds negative", {"comm_seconds": -1.0}),
     ("epoch samples too many", {"epoch": 0, "epoch_logs": {}, "epoch_samples": 2**61}),
     ("validation samples a string", {"epoch": 0, "epoch_logs": {}, "val_samples": "5"}),
+    ("states not an object", {"epoch": 0, "epoch_logs": {}, "epoch_states": [[1.0]]}),
+    ("states of another kind", {"epoch": 0, "epoch_logs": {}, "epoch_states": {"x": None}}),
+    ("a state not a list", {"epoch": 0, "epoch_logs": {}, "epoch_states": {"train": [1.0]}}),
+    ("a NaN state", {"epoch": 0, "epoch_logs": {}, "epoch_states": {"val": [[float("nan")]]}}),
+    ("a huge state", {"epoch": 0, "epoch_logs": {}, "epoch_states": {"train": [[10**400]]}}),
+    ("a string state", {"epoch": 0, "epoch_logs": {}, "epoch_states": {"train": [["1.0"]]}}),
+    ("a bool state", {"epoch": 0, "epoch_logs": {}, "epoch_states": {"train": [[True]]}}),
+    ("too many states", {"epoch": 0, "epoch_states": {"train": [[0.0] * 70_000] * 2}}),
+    ("too many variables", {"epoch": 0, "epoch_states": {"train": [[]] * 5000}}),
 ]
 
 
@@ -200,3 +209,36 @@ def test_a_metric_missing_from_an_epoch_keeps_the_history_aligned_and_status_jso
     assert answer.status_code == 200
     status = json.loads(answer.data, parse_constant=lambda name: pytest.fail(name))
     assert status["history"]["auc"] == [0.5, None, None]
+
+
+def _merge_sum(parts: Any) -> dict[str, float]:
+    """A merge whose result is the first state variable's total (a count)."""
+    if any(len(p) != 1 for p in parts):
+        raise ValueError("a worker sent other metric variables than the model has")
+    return {"count": float(sum(p[0][0] for p in parts)), "not_logged": 1.0}
+
+
+def test_epoch_metrics_come_from_the_summed_states_and_fall_back_to_averages() -> None:
+    store = WeightStore(
+        [np.zeros(3, np.float32)], num_workers=2, merge=Delta(), metric_merge=_merge_sum
+    )
+    for worker in range(2):
+        store.join(worker, ROWS, wait=0.0)
+
+    def close(epoch: int, states: list[Any]) -> None:
+        for worker, state in enumerate(states):
+            meta = {
+                "epoch": epoch,
+                "epoch_logs": {"loss": 1.0 + worker, "count": 10.0 * (worker + 1)},
+                "epoch_samples": 10 * (worker + 1),
+                "epoch_states": state,
+            }
+            send(store, worker, seq=epoch + 1, base_version=store.version, meta=meta)
+
+    close(0, [{"train": [[3.0]]}, {"train": [[4.0]]}])  # merged: 7
+    close(1, [{"train": [[3.0]]}, None])  # a worker without states: averages
+    close(2, [{"train": [[3.0]]}, {"train": [[4.0, 5.0], [1.0]]}])  # do not fit: averages
+    history = store.history()
+    assert history["count"] == [7.0, 50 / 3, 50 / 3]
+    assert history["loss"] == [5 / 3] * 3  # not in the merge: rows' mean
+    assert "not_logged" not in history  # only what the workers logged
