@@ -20,6 +20,7 @@ import os
 import tempfile
 import warnings
 import zipfile
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -70,15 +71,21 @@ def resolve_input_shape(model: keras.Model, width: int, index: int = 0) -> tuple
     """Returns the per-sample shape of input ``index`` that ``width`` values fill.
 
     A flat row is reshaped to the model's input shape when the sizes agree (64 values
-    feed an ``(8, 8)`` input). An unbuilt model is built for ``(width,)``.
+    feed an ``(8, 8)`` input). An unbuilt model is built for ``(width,)`` (a
+    subclassed one by a call on a zero row, which makes its layers' weights).
 
     Raises:
         ModelError: The model cannot be built for such inputs.
         SchemaError: ``width`` does not fit the model's input shape.
     """
     if not model.built or not getattr(model, "inputs", None):
+        import keras
+
         try:
-            model.build((None, width))
+            if type(model).build is keras.Model.build:  # subclassed, without build()
+                model(np.zeros((1, width), np.float32))  # makes its layers' weights
+            else:
+                model.build((None, width))
         except Exception as exc:
             raise ModelError(
                 f"Could not build the model for inputs of shape (None, {width}): {exc}. "
@@ -194,6 +201,28 @@ def output_names(model: keras.Model) -> list[str]:
     if names:
         return [str(n) for n in names]
     return [f"output_{i}" for i in range(len(getattr(model, "outputs", None) or [1]))]
+
+
+def output_shapes(
+    model: keras.Model, input_shapes: Sequence[tuple[int, ...]]
+) -> list[tuple[int | None, ...]]:
+    """Per-sample shape of each output. A subclassed model has no symbolic outputs: it
+    is called once on a zero row of each input instead.
+
+    Example:
+        >>> import keras
+        >>> net = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+        >>> output_shapes(net, [(4,)])
+        [(3,)]
+    """
+    outputs = getattr(model, "outputs", None)
+    if outputs:
+        return [tuple(t.shape[1:]) for t in outputs]
+    import keras
+
+    xs = [np.zeros((1, *shape), np.float32) for shape in input_shapes]
+    result = model(xs[0] if len(xs) == 1 else xs, training=False)
+    return [tuple(int(d) for d in np.shape(t)[1:]) for t in keras.tree.flatten(result)]
 
 
 def input_label(model: keras.Model, index: int) -> str:

@@ -284,9 +284,13 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
 
         model = self.get_model()
         features, sparse = self._features(dataset, model)
+        shapes = keras_io.output_shapes(model, self.input_shapes)
+        names = keras_io.output_names(model)
+        if len(names) != len(shapes):  # a subclassed model's outputs are unnamed
+            names = [f"output_{i}" for i in range(len(shapes))]
         outputs = [
-            (name, len(t.shape) == 2 and t.shape[-1] == 1)
-            for name, t in zip(keras_io.output_names(model), model.outputs, strict=True)
+            (name, len(shape) == 1 and shape[-1] == 1)
+            for name, shape in zip(names, shapes, strict=True)
         ]
         udf = predict.predict_udf(
             self._broadcast(dataset),

@@ -153,6 +153,46 @@ def test_model_and_estimator_with_a_custom_layer_save_and_load(digits, tmp_path)
         np.testing.assert_array_equal(got, want)
 
 
+@keras.saving.register_keras_serializable(package="sparkdl_tests")
+class TwoDense(keras.Model):
+    """A subclassed model without build(): its layers' weights appear when called."""
+
+    def __init__(self, **kwargs):  # type: ignore[no-untyped-def]
+        super().__init__(**kwargs)
+        self.hidden = keras.layers.Dense(32, activation="relu")
+        self.out = keras.layers.Dense(10, activation="softmax")
+
+    def call(self, x):  # type: ignore[no-untyped-def]
+        return self.out(self.hidden(x))
+
+
+def test_a_subclassed_model_fits_scores_and_loads_unbuilt(digits, tmp_path) -> None:
+    train_df, test_df, _ = digits
+    keras.utils.set_random_seed(0)
+    net = TwoDense()  # never called: sparkdl builds it for the rows' width
+    net.compile(
+        optimizer=keras.optimizers.Adam(0.01),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+    )
+    fitted = KerasEstimator(model=net, num_workers=2, epochs=8, batch_size=32, seed=0).fit(train_df)
+    scored = fitted.transform(test_df).select("features", "label", "prediction").collect()
+    assert len(scored[0].prediction) == 10
+    x_test = np.array([r.features for r in scored], np.float32)
+    y_test = np.array([r.label for r in scored])
+    accuracy = float(np.mean(np.argmax([r.prediction for r in scored], axis=1) == y_test))
+    assert accuracy > 0.9, (accuracy, fitted.history)
+    got = fitted.evaluate(test_df)
+    want = fitted.get_model().evaluate(x_test, y_test, verbose=0, return_dict=True)
+    assert abs(got["accuracy"] - float(want["accuracy"])) < 1e-4
+    fitted.write().overwrite().save(str(tmp_path / "sub"))
+    again = KerasModel.load(str(tmp_path / "sub"))
+    rescored = again.transform(test_df).select("prediction").collect()
+    np.testing.assert_allclose(
+        [r.prediction for r in rescored], [r.prediction for r in scored], atol=1e-6
+    )
+
+
 def test_validation_data_and_validation_split_add_val_logs(digits) -> None:
     train_df, test_df, _ = digits
     fitted = KerasEstimator(
