@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkdl.errors import ConfigError
+from sparkdl.sync.codecs import resolve_codec
 from sparkdl.sync.merges import STALENESS, merge_class
 from sparkdl.sync.modes import MODES, Synchronous, mode_class
 
@@ -58,9 +59,12 @@ class SyncConfig:
     frequency: str | int = "epoch"
     overlap: bool | None = None
     backup_workers: int = 0
+    compression: str | None = None
+    compression_ratio: float = 0.01
 
     def __post_init__(self) -> None:
         mode = mode_class(self.mode)
+        resolve_codec(self.compression, self.compression_ratio)  # a known name and ratio
         if self.merge is None:
             object.__setattr__(self, "merge", mode.default_merge)
         merge_class(str(self.merge))
@@ -341,6 +345,14 @@ class TrainConfig:
             waits for its answer, so every epoch starts from the center (and
             ``frequency="epoch"`` never overlaps). ``None``: on for asynchronous and
             hogwild modes. Synchronous rounds always wait for their result.
+        compression: Updates travel compressed both ways: ``"fp16"``, ``"bf16"``,
+            ``"topk"`` (the ``compression_ratio`` largest values of each array) or
+            ``"sign"`` (1 bit per value and two scales per array). What an encoding
+            leaves out is added to the worker's next update (error feedback), and
+            answers carry the center's change since the copy each worker holds
+            (:mod:`sparkdl.sync.codecs`). ``None``: full float updates.
+        compression_ratio: The fraction of each array's values a ``"topk"`` update
+            keeps, in (0, 0.25].
 
     Raises:
         ConfigError: A value is out of range or unknown.
@@ -381,6 +393,8 @@ class TrainConfig:
     mixed_precision: bool = ScalingConfig.mixed_precision
     overlap: bool | None = SyncConfig.overlap
     data_cache: str = ScalingConfig.data_cache
+    compression: str | None = SyncConfig.compression
+    compression_ratio: float = SyncConfig.compression_ratio
     # The same settings by concern, each group validated when the config is built.
     sync: SyncConfig = field(init=False, repr=False, compare=False)
     scaling: ScalingConfig = field(init=False, repr=False, compare=False)

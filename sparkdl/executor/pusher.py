@@ -8,6 +8,14 @@ worker takes the step the push implies at once (:meth:`Merge.moved`) and folds t
 answer in at its next sync (:meth:`Merge.settle`), so the round trip hides behind
 compute and every step is still pushed exactly once.
 
+With a codec (``compression=...``, :mod:`sparkdl.sync.codecs`) the pusher encodes
+each update (for a merge that pushes weights, their difference to the copy of the
+center it holds), keeps what the encoding left out and adds it to the next update
+(error feedback), and names its copy of the center with each push; an answer's arrays
+are then the center's change since that copy (or the full weights), which it adds to
+the copy (:func:`~sparkdl.sync.codecs.follow`) exactly as the service does
+(:mod:`sparkdl.server.replicas`).
+
 Example:
     >>> Pusher.__name__
     'Pusher'
@@ -22,7 +30,8 @@ from typing import Any
 import numpy as np
 
 from sparkdl.server.client import ServiceClient
-from sparkdl.sync.merges import Merge
+from sparkdl.sync.codecs import Codec, follow
+from sparkdl.sync.merges import Merge, is_float
 from sparkdl.weight_access import WeightAccess
 
 __all__ = ["Pusher"]
@@ -38,6 +47,9 @@ class Pusher:
         center: The center the worker starts from.
         version: That center's version.
         overlap: Push in the background; :meth:`push` with ``wait=True`` still waits.
+        codec: Compress updates both ways (``None``: send them whole).
+        replica: With a codec, the number of the copy of the center ``center`` is
+            (the full pull's ``client.control["replica"]``).
     """
 
     def __init__(
@@ -49,6 +61,8 @@ class Pusher:
         center: list[np.ndarray],
         version: int,
         overlap: bool,
+        codec: Codec | None = None,
+        replica: int | None = None,
     ) -> None:
         self.client = client
         self.merge = merge
@@ -61,6 +75,10 @@ class Pusher:
         #: The control fields of the last answer folded in (stop, learning rate).
         self.control: dict[str, Any] = {}
         self._center = center
+        self.codec = codec
+        self._replica = replica
+        self._specs = [(c.dtype, tuple(c.shape)) for c in center]
+        self._residual: list[np.ndarray | None] = [None] * len(center)
         self._pool: ThreadPoolExecutor | None = None
         self._inflight: Future[tuple[list[np.ndarray], int]] | None = None
         self._at_push: list[np.ndarray] = []  # the weights right after that push
@@ -81,6 +99,7 @@ class Pusher:
         if settled:
             local = self._settle(local)
         update = self.merge.outgoing(local, self._center)
+        sent = self._encode(update) if self.codec is not None else update
         if self.overlap and not wait:
             after = self.merge.moved(local, update)
             if settled or after is not local:
@@ -89,16 +108,21 @@ class Pusher:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(1, thread_name_prefix="sparkdl-push")
             self._inflight = self._pool.submit(
-                self.client.push, update, base_version=self.version, samples=samples, meta=meta
+                self.client.push,
+                sent,
+                base_version=self.version,
+                samples=samples,
+                meta=meta,
+                replica=self._replica,
             )
         else:
             start = time.perf_counter()
             answer, self.version = self.client.push(
-                update, base_version=self.version, samples=samples, meta=meta
+                sent, base_version=self.version, samples=samples, meta=meta, replica=self._replica
             )
             self.wait_seconds += time.perf_counter() - start
-            self._center, self.control = answer, self.client.control
-            self.weights.set(self.merge.incoming(local, update, answer))
+            self._center, self.control = self._take(answer), self.client.control
+            self.weights.set(self.merge.incoming(local, update, self._center))
             settled = True
         self.pushes += 1
         return settled
@@ -130,5 +154,31 @@ class Pusher:
         start = time.perf_counter()
         answer, self.version = future.result()
         self.wait_seconds += time.perf_counter() - start
-        self._center, self.control = answer, self.client.control
-        return self.merge.settle(local, self._at_push, answer)
+        self._center, self.control = self._take(answer), self.client.control
+        return self.merge.settle(local, self._at_push, self._center)
+
+    def _encode(self, update: list[np.ndarray]) -> list[np.ndarray]:
+        """The codec's arrays for ``update`` (a merge's weights as their difference to
+        the copy of the center), what they leave out kept for the next update."""
+        assert self.codec is not None
+        if self.merge.pushes_weights:
+            update = [
+                u - c if is_float(u) else u for u, c in zip(update, self._center, strict=True)
+            ]
+        full = [u + r if r is not None else u for u, r in zip(update, self._residual, strict=True)]
+        parts = self.codec.encode(full)
+        decoded = self.codec.decode(parts, self._specs)
+        self._residual = [
+            f - d if is_float(f) else None for f, d in zip(full, decoded, strict=True)
+        ]
+        return parts
+
+    def _take(self, answer: list[np.ndarray]) -> list[np.ndarray]:
+        """The worker's copy of the center once ``answer`` arrived."""
+        if self.codec is None:
+            return answer
+        control = self.client.control
+        self._replica = int(control["replica"])
+        if control.get("full"):
+            return answer
+        return follow(self._center, self.codec.decode(answer, self._specs))

@@ -41,6 +41,7 @@ from sparkdl.keras_io import (
 from sparkdl.plan import FitPlan
 from sparkdl.reports import WorkerReport
 from sparkdl.server.client import ServiceClient
+from sparkdl.server.replicas import FULL
 from sparkdl.sync.modes import Standing
 from sparkdl.sync.schedule import Schedule, steps_for, train_rows
 from sparkdl.weight_access import WeightAccess
@@ -70,7 +71,9 @@ def train(
     plan = payload.plan
     gpus = gpu.configure_tensorflow(plan.threads)
     model = _build_model(payload, worker)
-    weights, version = client.pull(0)
+    # With compression the first pull starts this task's copy of the center (full).
+    weights, version = client.pull(0, replica=FULL if plan.codec else None)
+    replica = client.control.get("replica") if plan.codec else None
     model.set_weights(weights)
     rows = data.rows
     held_in = train_rows(rows, plan.validation_split)  # rows model.fit trains on
@@ -94,7 +97,14 @@ def train(
     )
     access = WeightAccess(model)
     pusher = Pusher(
-        client, plan.merge, access, center=weights, version=version, overlap=plan.overlap
+        client,
+        plan.merge,
+        access,
+        center=weights,
+        version=version,
+        overlap=plan.overlap,
+        codec=plan.codec,
+        replica=replica,
     )
     feed, validation, val_rows = split(payload, data, held_out, held_in)
     sync = SyncCallback(pusher, schedule, val_rows=val_rows)

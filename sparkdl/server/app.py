@@ -8,12 +8,16 @@ must come with a ``Content-Length`` no larger than the model's weights plus 1 Mi
 Routes:
     ``GET /status``: JSON snapshot of the training state.
     ``GET /weights?min_version=V&wait=S``: the center weights once their version is at
-        least V (long poll up to S seconds; 202 while not yet).
+        least V (long poll up to S seconds; 202 while not yet). With compression,
+        ``&worker=W&attempt=A&replica=R`` answers the change since the copy R the worker
+        holds (R = -1: the full weights; :mod:`sparkdl.server.replicas`).
     ``POST /push?wait=S``: a worker's push (header ``worker``, ``seq``, ``attempt``,
         ``samples``, ``base_version``: the version it was computed against, the open
-        round in synchronous mode); the fit's mode runs it. Answers with the weights
-        after it: at once for an asynchronous push, so one round trip both pushes and
-        pulls; once the round merged for a synchronous one (202 while still open).
+        round in synchronous mode; with compression ``replica``, its copy of the
+        center, and the body holds the codec's arrays); the fit's mode runs it.
+        Answers with the weights after it: at once for an asynchronous push, so one
+        round trip both pushes and pulls; once the round merged for a synchronous one
+        (202 while still open).
     ``POST /join?wait=S``: JSON ``{"worker": id, "rows": n, "attempt": a}``; answers
         ``{"rows": [...], "seq": s, "version": v, "position": [epoch, step] | null}``
         (synchronous mode: once every worker joined; 202 while not yet).
@@ -111,14 +115,33 @@ def create_app(
     def _status() -> Response:
         return _json(200, _finite(store.status()))
 
+    def answer(min_version: int, copy: tuple[int, int, int] | None) -> Response:
+        """The weights once their version is ``min_version`` (202 after the long poll):
+        in full, or for ``copy = (worker, attempt, replica)`` under compression, the
+        change since the copy that worker holds (:mod:`sparkdl.server.replicas`)."""
+        with waiting(_wait_arg()) as wait:
+            if copy is None or store.replicas is None:
+                result = store.encoded(min_version, wait)
+                chunks = result[0] if result is not None else None
+            else:
+                snapshot = store.snapshot(min_version, wait)
+                chunks = None
+                if snapshot is not None:
+                    arrays, meta = store.replicas.answer(*copy, snapshot[0], snapshot[2])
+                    chunks = wire.encode(arrays, meta)
+        if chunks is None:
+            return _json(202, {"pending": True, "version": store.version})
+        return _weights_response(chunks)
+
     @app.get("/weights")
     def _weights() -> Response:
         min_version = _int_arg("min_version", 0)
-        with waiting(_wait_arg()) as wait:
-            result = store.encoded(min_version, wait)
-        if result is None:
-            return _json(202, {"pending": True, "version": store.version})
-        return _weights_response(result[0])
+        copy = None
+        if "replica" in request.args:
+            worker = _int_arg("worker", 0)
+            attempt = vouched(worker, _int_arg("attempt", 0))
+            copy = (worker, attempt, _replica(request.args.get("replica")))
+        return answer(min_version, copy)
 
     @app.post("/push")
     def _push() -> Response:
@@ -126,10 +149,15 @@ def create_app(
             return _json_error(415, f"Expected Content-Type {wire.CONTENT_TYPE}.")
         arrays, meta = wire.decode(_read_body())
         worker = _meta_int(meta, "worker")
+        attempt = vouched(worker, _meta_int(meta, "attempt", 0))
+        copy = None
+        if store.replicas is not None:  # compressed: decoded against the worker's copy
+            copy = (worker, attempt, _replica(meta.get("replica")))
+            arrays = store.replicas.unpack(*copy, arrays)
         target = store.push(
             worker,
             seq=_meta_int(meta, "seq"),
-            attempt=vouched(worker, _meta_int(meta, "attempt", 0)),
+            attempt=attempt,
             base_version=_meta_int(meta, "base_version"),
             arrays=arrays,
             samples=_meta_int(meta, "samples"),
@@ -137,11 +165,7 @@ def create_app(
         )
         # An asynchronous push, or a late synchronous one, is answered at once; a
         # synchronous push waits (long poll) for its round to merge.
-        with waiting(_wait_arg()) as wait:
-            result = store.encoded(target, wait)
-        if result is None:
-            return _json(202, {"pending": True, "version": store.version})
-        return _weights_response(result[0])
+        return answer(target, copy)
 
     @app.post("/join")
     def _join() -> Response:
@@ -322,6 +346,19 @@ def _int_arg(name: str, default: int) -> int:
         raise _BadArg(f"Expected query '{name}' to be an int. Received: {raw!r}") from None
     if not 0 <= value < 2**62:
         raise _BadArg(f"Expected query '{name}' >= 0. Received: {raw!r}")
+    return value
+
+
+def _replica(value: Any) -> int:
+    """A worker's copy number (:mod:`sparkdl.server.replicas`): an int >= -1."""
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not -1 <= value < 2**62:
+        raise _BadArg(
+            "Expected 'replica' (the copy of the center the worker holds) to be an int >= "
+            f"-1. Received: {repr(value)[:60]}"
+        )
     return value
 
 

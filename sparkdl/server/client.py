@@ -97,6 +97,9 @@ class ServiceClient:
         self._long_poll = max(min(_LONG_POLL, timeout / 2), 0.0)
         self.comm_seconds = 0.0
         self.calls = 0
+        #: Bytes of the push bodies sent and of the weights answers read.
+        self.bytes_sent = 0
+        self.bytes_received = 0
         #: The metadata of the last weights answer: version, stop flag, learning rate.
         self.control: dict[str, Any] = {}
         self._seq = 0
@@ -113,6 +116,7 @@ class ServiceClient:
         base_version: int,
         samples: int,
         meta: dict[str, Any] | None = None,
+        replica: int | None = None,
     ) -> tuple[list[np.ndarray], int]:
         """Pushes an update and returns the center weights that answer it.
 
@@ -122,6 +126,9 @@ class ServiceClient:
                 mode, the round it closes).
             samples: Samples trained on since the previous push.
             meta: Extra metadata (loss, epoch logs...).
+            replica: With compression, the copy of the center this worker holds
+                (:mod:`sparkdl.server.replicas`); the answer's arrays are then the
+                codec's, and :attr:`control` says whether they are the full weights.
 
         Returns:
             ``(weights, version)``: at once after an asynchronous push; after the round
@@ -133,14 +140,24 @@ class ServiceClient:
         """
         header = dict(meta or {})
         header.update(base_version=base_version)
+        if replica is not None:
+            header.update(replica=replica)
         status, data = self._push(arrays, samples, header)
         if status == 202:  # the round is still open: long-poll for its result
-            return self.pull(base_version + 1)
+            return self.pull(base_version + 1, replica=replica)
         return self._arrays(status, data)
 
-    def pull(self, min_version: int = 0) -> tuple[list[np.ndarray], int]:
-        """Returns the center weights once their version is at least ``min_version``."""
+    def pull(
+        self, min_version: int = 0, *, replica: int | None = None
+    ) -> tuple[list[np.ndarray], int]:
+        """Returns the center weights once their version is at least ``min_version``.
+
+        ``replica``: with compression, the copy of the center this worker holds (``-1``:
+        none, answer the full weights), as in :meth:`push`.
+        """
         path = f"/weights?min_version={min_version}&wait={self._long_poll}"
+        if replica is not None:
+            path += f"&worker={self.worker}&attempt={self.attempt}&replica={replica}"
         status, data = self._request("GET", path)
         while status == 202:
             status, data = self._request("GET", path)
@@ -218,6 +235,7 @@ class ServiceClient:
         )
         chunks = _sliced(wire.encode(arrays, header))
         size = sum(len(c) for c in chunks)
+        self.bytes_sent += size
         return self._request(
             "POST",
             f"/push?wait={self._long_poll}",
@@ -231,6 +249,7 @@ class ServiceClient:
             if status == 409:
                 raise TrainingError(message)
             raise ServiceError(message)
+        self.bytes_received += len(memoryview(data).cast("B"))
         arrays, meta = wire.decode(data)
         self.control = meta
         return arrays, int(meta.get("version", 0))

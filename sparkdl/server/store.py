@@ -57,7 +57,9 @@ from sparkdl.server.errors import StoreError
 from sparkdl.server.history import EpochHistory
 from sparkdl.server.ledger import WorkerLedger, WorkerRecord
 from sparkdl.server.meta import check_push_meta
+from sparkdl.server.replicas import Replicas
 from sparkdl.server.rounds import Rounds
+from sparkdl.sync.codecs import Codec
 from sparkdl.sync.merges import Merge, Update
 from sparkdl.sync.modes import Mode, Synchronous, mode_class
 
@@ -92,6 +94,8 @@ class WeightStore:
         metric_merge: Reads exact per-epoch metrics from the workers' summed metric
             states (:meth:`sparkdl.metric_states.MetricStates.results`); ``None``:
             metrics averaged by rows.
+        codec: Updates travel compressed both ways (:mod:`sparkdl.sync.codecs`); the
+            store then keeps each worker's copy of the center (:attr:`replicas`).
     """
 
     def __init__(
@@ -107,6 +111,7 @@ class WeightStore:
         epochs: int | None = None,
         gate_epochs: bool = False,
         metric_merge: Callable[[Sequence[Any]], dict[str, float]] | None = None,
+        codec: Codec | None = None,
     ) -> None:
         if not 0 <= backup_workers < max(num_workers, 1):
             raise ValueError(
@@ -119,6 +124,8 @@ class WeightStore:
         self.epochs = epochs
         self.lock = threading.Condition()
         self.center = Center(weights)
+        #: Each worker's copy of the center when updates are compressed, else None.
+        self.replicas = Replicas(codec, merge, self.center.weights) if codec else None
         self.rounds = Rounds(quorum=max(num_workers - backup_workers, 1), timeout=round_timeout)
         self.ledger = WorkerLedger()
         self.control = ControlChannel(gate_epochs=gate_epochs and self.mode.barrier)
@@ -172,6 +179,20 @@ class WeightStore:
         with self.lock:
             chunks = self.center.encoded(self.control.answer_meta, live=self.mode.live_center)
             return chunks, self.center.version
+
+    def snapshot(
+        self, min_version: int = 0, wait: float = 0.0
+    ) -> tuple[list[np.ndarray], int, dict[str, Any]] | None:
+        """Like :meth:`pull`, with the answer's metadata; the arrays never change
+        afterwards (a hogwild center is copied)."""
+        if self.pull(min_version, wait) is None:
+            return None
+        with self.lock:
+            weights = self.center.weights
+            if self.mode.live_center:
+                weights = [np.array(w, copy=True) for w in weights]
+            version = self.center.version
+            return weights, version, self.control.answer_meta(version)
 
     def weights(self) -> list[np.ndarray]:
         """Returns the current center weights (do not modify them)."""

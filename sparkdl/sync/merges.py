@@ -141,6 +141,10 @@ class Merge(abc.ABC):
     #: center can grow by the pushes' magnitudes; an average stays within the largest
     #: value pushed (the service's overflow check, ``Center.reserve``).
     additive: ClassVar[bool] = True
+    #: Whether a worker pushes its weights (not a difference): a compressed push then
+    #: carries the difference to the center the worker holds
+    #: (:mod:`sparkdl.sync.codecs`), and the service adds that center back.
+    pushes_weights: ClassVar[bool] = False
 
     @classmethod
     @abc.abstractmethod
@@ -243,6 +247,7 @@ class Average(Merge):
 
     name: ClassVar[str] = "average"
     additive: ClassVar[bool] = False
+    pushes_weights: ClassVar[bool] = True
     share: float = 1.0
 
     @classmethod

@@ -1,0 +1,334 @@
+"""Update codecs: how pushes and answers shrink on the wire, one class per codec.
+
+Every update of every worker crosses the driver's network link. With
+``compression=...`` a worker sends, instead of its full update, an encoding of it as a
+few plain arrays (the existing wire format: no pickle), and the service answers with an
+encoding of the center's change since what that worker holds
+(:mod:`sparkdl.server.replicas`). A codec has both halves, and both use the same code:
+
+* :meth:`Codec.encode` (worker, and the service for answers): float arrays become a
+  few small arrays; integer arrays and arrays of at most :data:`DENSE_BELOW` values
+  (biases, normalisation scales: little to gain) travel as they are.
+* :meth:`Codec.decode` (service, and the worker for answers): checks every part against
+  the model's own shapes and dtypes and the codec's own bounds (a top-k part may hold
+  at most the service's ``k`` values, its indices in range and unique) before building
+  the dense arrays; anything else raises :class:`CodecError`.
+
+=========  ======================================================  ==================
+codec      a float array of n values travels as                    bytes (float32: 4n)
+=========  ======================================================  ==================
+fp16       float16 (values beyond float16's range saturate)        2n
+bf16       bfloat16 (float32's range, 8 bits of mantissa)          2n
+topk       the ``k = ceil(ratio * n)`` largest magnitudes:         8k (ratio 1%: 0.08n)
+           uint32 indices and their values
+sign       one bit per value (its sign) and two float32 scales:    n/8 + 8
+           the mean magnitude of the positive and of the negative
+           values (1-bit SGD, Seide et al. 2014)
+=========  ======================================================  ==================
+
+Whatever an encoding leaves out is not lost: the worker adds it to its next update
+(error feedback, :class:`sparkdl.executor.pusher.Pusher`), and the service's answers
+carry the center's change against what the worker holds, so what one answer leaves
+out the next carries.
+
+Example:
+    >>> import numpy as np
+    >>> codec = TopK(ratio=0.01)
+    >>> update = [np.arange(1000, dtype=np.float32) - 500]
+    >>> parts = codec.encode(update)
+    >>> [(p.dtype.name, p.size) for p in parts]
+    [('uint32', 10), ('float32', 10)]
+    >>> dense = codec.decode(parts, [(np.dtype(np.float32), (1000,))])
+    >>> int(np.count_nonzero(dense[0])), float(dense[0].min())
+    (10, -500.0)
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from sparkdl.errors import ConfigError, SparkDLError
+from sparkdl.sync.merges import float_limit, is_float
+from sparkdl.sync.registry import Registry
+
+__all__ = [
+    "CODECS",
+    "DENSE_BELOW",
+    "BFloat16",
+    "Codec",
+    "CodecError",
+    "Float16",
+    "Sign",
+    "TopK",
+    "codec_class",
+    "follow",
+    "resolve_codec",
+]
+
+#: Float arrays of at most this many values travel uncompressed.
+DENSE_BELOW = 256
+#: ``compression_ratio`` bounds: above a quarter a top-k encoding (index and value per
+#: kept value) is no smaller than a float16 array.
+MAX_RATIO = 0.25
+
+Spec = tuple[np.dtype[Any], tuple[int, ...]]
+
+
+class CodecError(SparkDLError, ValueError):
+    """An encoded update does not fit the model or the codec's bounds."""
+
+
+class Codec(abc.ABC):
+    """A codec: both halves. Subclasses are frozen dataclasses of their settings."""
+
+    #: The name users pass as ``compression=``.
+    name: ClassVar[str] = ""
+
+    @classmethod
+    def resolve(cls, *, ratio: float) -> Codec:
+        """The codec with its settings (``compression_ratio``) resolved on the driver."""
+        return cls()
+
+    def encode(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The wire arrays of ``arrays`` (each array's parts, in order)."""
+        parts: list[np.ndarray] = []
+        for array in arrays:
+            array = np.asarray(array)
+            if self._compressed(array.dtype, array.size):
+                parts.extend(self._encode(array.reshape(-1)))
+            else:
+                parts.append(array)
+        return parts
+
+    def decode(self, parts: Sequence[np.ndarray], specs: Sequence[Spec]) -> list[np.ndarray]:
+        """The dense arrays of the dtypes and shapes ``specs`` that ``parts`` encode.
+
+        Raises:
+            CodecError: The parts do not encode arrays of ``specs`` with this codec.
+        """
+        counts = [self._parts(np.dtype(d), math.prod(s)) for d, s in specs]
+        if len(parts) != sum(counts):
+            raise CodecError(
+                f"expected {sum(counts)} arrays for {len(specs)} weights compressed with "
+                f"{self.name!r}, received {len(parts)}"
+            )
+        out, at = [], 0
+        for i, ((dtype, shape), count) in enumerate(zip(specs, counts, strict=True)):
+            dtype, size = np.dtype(dtype), math.prod(shape)
+            own = list(parts[at : at + count])
+            at += count
+            if self._compressed(dtype, size):
+                try:
+                    out.append(self._decode(own, dtype, size).reshape(shape))
+                except CodecError as exc:
+                    raise CodecError(f"weight {i}: {exc}") from None
+            else:
+                _expect(own[0], dtype, shape, f"weight {i}")
+                out.append(own[0])
+        return out
+
+    def encoded_bytes(self, specs: Sequence[Spec]) -> int:
+        """Bytes of the arrays an update of ``specs`` encodes to (headers aside)."""
+        total = 0
+        for dtype, shape in specs:
+            dtype, size = np.dtype(dtype), math.prod(shape)
+            total += (
+                self._bytes(dtype, size) if self._compressed(dtype, size) else size * dtype.itemsize
+            )
+        return total
+
+    def _compressed(self, dtype: np.dtype[Any], size: int) -> bool:
+        return size > DENSE_BELOW and is_float(np.empty(0, dtype))
+
+    def _parts(self, dtype: np.dtype[Any], size: int) -> int:
+        return self.parts_per_array if self._compressed(dtype, size) else 1
+
+    #: Wire arrays per compressed array.
+    parts_per_array: ClassVar[int] = 1
+
+    @abc.abstractmethod
+    def _encode(self, flat: np.ndarray) -> list[np.ndarray]:
+        """The parts of one flat float array."""
+
+    @abc.abstractmethod
+    def _decode(self, parts: list[np.ndarray], dtype: np.dtype[Any], size: int) -> np.ndarray:
+        """The flat array of ``dtype`` and ``size`` the parts encode (checked)."""
+
+    @abc.abstractmethod
+    def _bytes(self, dtype: np.dtype[Any], size: int) -> int:
+        """Bytes of one compressed array's parts."""
+
+
+#: Every codec by name; ``@CODECS.register`` adds one.
+CODECS: Registry[type[Codec]] = Registry("compression")
+codec_class = CODECS.get
+
+
+def resolve_codec(name: str | None, ratio: float) -> Codec | None:
+    """The codec for ``compression=name`` (``None``: no compression).
+
+    Example:
+        >>> resolve_codec("topk", 0.05)
+        TopK(ratio=0.05)
+    """
+    return None if name is None else codec_class(name).resolve(ratio=ratio)
+
+
+class _Cast(Codec):
+    """Sends float arrays in a 16-bit float dtype; 16-bit arrays travel as they are."""
+
+    wire_dtype: ClassVar[Any]
+
+    def _compressed(self, dtype: np.dtype[Any], size: int) -> bool:
+        return is_float(np.empty(0, dtype)) and dtype.itemsize > 2
+
+    def _encode(self, flat: np.ndarray) -> list[np.ndarray]:
+        wire = np.dtype(self.wire_dtype)
+        limit = float_limit(wire)
+        if float_limit(flat.dtype) > limit:  # saturate rather than overflow to inf
+            flat = np.clip(flat, -limit, limit)
+        return [flat.astype(wire)]
+
+    def _decode(self, parts: list[np.ndarray], dtype: np.dtype[Any], size: int) -> np.ndarray:
+        _expect(parts[0], np.dtype(self.wire_dtype), (size,), "values")
+        return parts[0].astype(dtype)
+
+    def _bytes(self, dtype: np.dtype[Any], size: int) -> int:
+        return 2 * size
+
+
+@CODECS.register
+@dataclass(frozen=True)
+class Float16(_Cast):
+    """IEEE half precision (11 significant bits; values beyond 65504 saturate)."""
+
+    name: ClassVar[str] = "fp16"
+    wire_dtype: ClassVar[Any] = np.float16
+
+
+@CODECS.register
+@dataclass(frozen=True)
+class BFloat16(_Cast):
+    """bfloat16: float32's range with 8 significant bits."""
+
+    name: ClassVar[str] = "bf16"
+
+    @property
+    def wire_dtype(self) -> Any:
+        import ml_dtypes
+
+        return ml_dtypes.bfloat16
+
+
+@CODECS.register
+@dataclass(frozen=True)
+class TopK(Codec):
+    """The ``k`` values of largest magnitude (Aji and Heafield 2017; Lin et al. 2018)."""
+
+    name: ClassVar[str] = "topk"
+    parts_per_array: ClassVar[int] = 2
+    ratio: float = 0.01
+
+    def __post_init__(self) -> None:
+        if isinstance(self.ratio, bool) or not (
+            isinstance(self.ratio, (int, float)) and 0 < self.ratio <= MAX_RATIO
+        ):
+            raise ConfigError(
+                f"Expected compression_ratio to be a number in (0, {MAX_RATIO}] (the "
+                f"fraction of each array's values a top-k update keeps). Received: "
+                f"compression_ratio={self.ratio!r}"
+            )
+
+    @classmethod
+    def resolve(cls, *, ratio: float) -> Codec:
+        return cls(ratio=ratio)
+
+    def k(self, size: int) -> int:
+        """Values kept of an array of ``size``."""
+        return max(1, math.ceil(self.ratio * size))
+
+    def _encode(self, flat: np.ndarray) -> list[np.ndarray]:
+        k = self.k(flat.size)
+        top = np.argpartition(np.abs(flat), flat.size - k)[flat.size - k :]
+        top.sort()  # ascending indices: the decoder's scatter walks memory in order
+        return [top.astype(_index_dtype(flat.size)), flat[top]]
+
+    def _decode(self, parts: list[np.ndarray], dtype: np.dtype[Any], size: int) -> np.ndarray:
+        indices, values = parts
+        count = indices.size
+        if count > self.k(size):
+            raise CodecError(f"{count} values sent, at most {self.k(size)} kept of {size}")
+        _expect(indices, _index_dtype(size), (count,), "indices")
+        _expect(values, dtype, (count,), "values")
+        if count and int(indices.max()) >= size:
+            raise CodecError(f"an index is {int(indices.max())}, beyond the {size} values")
+        if np.unique(indices).size != count:
+            raise CodecError("indices repeat")
+        dense = np.zeros(size, dtype)
+        dense[indices] = values
+        return dense
+
+    def _bytes(self, dtype: np.dtype[Any], size: int) -> int:
+        return self.k(size) * (_index_dtype(size).itemsize + dtype.itemsize)
+
+
+@CODECS.register
+@dataclass(frozen=True)
+class Sign(Codec):
+    """One bit per value and two scales per array (1-bit SGD, Seide et al. 2014): a
+    value comes back as the mean magnitude of the values of its sign."""
+
+    name: ClassVar[str] = "sign"
+    parts_per_array: ClassVar[int] = 2
+
+    def _encode(self, flat: np.ndarray) -> list[np.ndarray]:
+        positive = flat >= 0
+        count = int(np.count_nonzero(positive))
+        wide = flat.astype(np.float64)
+        up = float(wide[positive].mean()) if count else 0.0
+        down = float(-wide[~positive].mean()) if count < flat.size else 0.0
+        return [np.packbits(positive), np.array([up, down], np.float32)]
+
+    def _decode(self, parts: list[np.ndarray], dtype: np.dtype[Any], size: int) -> np.ndarray:
+        bits, scales = parts
+        _expect(bits, np.dtype(np.uint8), ((size + 7) // 8,), "sign bits")
+        _expect(scales, np.dtype(np.float32), (2,), "scales")
+        if not (np.isfinite(scales).all() and (scales >= 0).all()):
+            raise CodecError("the scales must be finite and >= 0")
+        positive = np.unpackbits(bits, count=size).astype(bool)
+        up, down = (float(s) for s in scales)
+        return np.where(positive, up, -down).astype(dtype)
+
+    def _bytes(self, dtype: np.dtype[Any], size: int) -> int:
+        return (size + 7) // 8 + 8
+
+
+def follow(copy: Sequence[np.ndarray], change: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """``copy`` moved by a decoded ``change`` (an integer array: the change's value),
+    as the worker and the service both compute it, so both hold the same copy.
+
+    Example:
+        >>> moved = follow([np.ones(2, np.float32), np.array([3])],
+        ...                [np.ones(2, np.float32), np.array([5])])
+        >>> moved[0].tolist(), moved[1].tolist()
+        ([2.0, 2.0], [5])
+    """
+    return [c + d if is_float(d) else d for c, d in zip(copy, change, strict=True)]
+
+
+def _index_dtype(size: int) -> np.dtype[Any]:
+    return np.dtype(np.uint32 if size <= 2**32 else np.uint64)
+
+
+def _expect(array: np.ndarray, dtype: np.dtype[Any], shape: tuple[int, ...], what: str) -> None:
+    if array.dtype != dtype or tuple(array.shape) != tuple(shape):
+        raise CodecError(
+            f"expected {what} of dtype {dtype} and shape {tuple(shape)}, received dtype "
+            f"{array.dtype} and shape {tuple(array.shape)}"
+        )
