@@ -58,6 +58,9 @@ class WorkerReport:
         calls: Calls to the service while training.
         setup_comm_seconds: Seconds of the join and the first pull.
         syncs: Pushes made.
+        push_bytes: Bytes of the push bodies it sent while training (with compression,
+            the codec's arrays).
+        answer_bytes: Bytes of the weights answers it read while training.
         epochs_run: The epoch it ended in (1-based).
         resumed_at: ``[epoch, batches]`` where a retried task resumed, or ``None``.
         delta_scale: The factor of its deltas (a merge with one), else ``None``.
@@ -91,6 +94,8 @@ class WorkerReport:
     calls: int = 0
     setup_comm_seconds: float = 0.0
     syncs: int = 0
+    push_bytes: int = 0
+    answer_bytes: int = 0
     epochs_run: int = 0
     resumed_at: list[int] | None = None
     delta_scale: float | None = None

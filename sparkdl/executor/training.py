@@ -111,6 +111,7 @@ def train(
     sync.set_model(model)
     train_start = time.perf_counter()
     setup_comm, setup_calls = client.comm_seconds, client.calls  # join and first pull
+    setup_bytes = client.bytes_received
     try:
         _fit_epochs(model, sync, plan, worker, feed, validation, (epoch, skip, synced))
         sync.flush()  # the last push's answer (overlap)
@@ -129,6 +130,8 @@ def train(
         calls=client.calls - setup_calls,
         setup_comm_seconds=setup_comm,
         syncs=pusher.pushes,
+        push_bytes=client.bytes_sent,
+        answer_bytes=client.bytes_received - setup_bytes,
         epochs_run=sync.epochs_run,
         resumed_at=[epoch, skip] if (epoch, skip) != (plan.initial_epoch, 0) else None,
         delta_scale=getattr(plan.merge, "scale", None),

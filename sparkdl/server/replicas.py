@@ -143,6 +143,10 @@ class Replicas:
 
     def _confirm(self, worker: int, attempt: int, replica: Any) -> _Copy:
         """Takes the worker's word for the copy it holds (see the module docstring)."""
+        if type(replica) is not int:
+            raise StoreError(
+                400, f"Expected 'replica' to be an int. Received: {repr(replica)[:60]}"
+            )
         copy = self._copies.get(worker)
         if copy is not None and attempt < copy.attempt:
             raise _superseded(worker, attempt)

@@ -1,0 +1,220 @@
+"""Codecs round-trip within their precision, refuse what does not fit, and lose nothing
+over time: the worker's error feedback and the service's per-worker copies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from sparkdl import ConfigError, TrainConfig
+from sparkdl.executor.pusher import Pusher
+from sparkdl.server.errors import StoreError
+from sparkdl.server.replicas import FULL, Replicas
+from sparkdl.sync.codecs import (
+    DENSE_BELOW,
+    BFloat16,
+    Codec,
+    CodecError,
+    Float16,
+    Sign,
+    TopK,
+    follow,
+)
+from sparkdl.sync.merges import Average, Delta, Elastic
+
+CODECS: list[Codec] = [Float16(), BFloat16(), TopK(ratio=0.01), Sign()]
+SPECS = [(np.dtype(np.float32), (40, 30)), (np.dtype(np.float32), (30,)), (np.dtype(np.int64), ())]
+
+
+def _arrays(seed: int, scale: float = 1.0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [
+        (rng.normal(size=(40, 30)) * scale).astype(np.float32),
+        rng.normal(size=30).astype(np.float32),
+        np.array(seed, np.int64),
+    ]
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=lambda c: c.name)
+def test_small_and_integer_arrays_travel_whole(codec: Codec) -> None:
+    """Top-k and sign send arrays of at most DENSE_BELOW values as they are (the casts
+    cast every float array); integer arrays always travel as they are."""
+    arrays = _arrays(0)
+    decoded = codec.decode(codec.encode(arrays), SPECS)
+    if codec.name in ("topk", "sign"):
+        np.testing.assert_array_equal(decoded[1], arrays[1])  # 30 <= DENSE_BELOW values
+    assert decoded[2] == arrays[2] and decoded[2].dtype == np.int64
+    assert decoded[0].dtype == np.float32 and decoded[0].shape == (40, 30)
+    assert 30 <= DENSE_BELOW < 1200
+
+
+@pytest.mark.parametrize(("codec", "bits"), [(Float16(), 11), (BFloat16(), 8)])
+def test_16_bit_casts_round_trip_within_their_precision(codec: Codec, bits: int) -> None:
+    arrays = _arrays(1)
+    decoded = codec.decode(codec.encode(arrays), SPECS)
+    np.testing.assert_allclose(decoded[0], arrays[0], rtol=2.0**-bits, atol=1e-7)
+    assert codec.encode(arrays)[0].itemsize == 2
+
+
+def test_fp16_saturates_instead_of_overflowing() -> None:
+    big = [np.full((40, 30), 1e6, np.float32), np.zeros(30, np.float32), np.array(0)]
+    decoded = Float16().decode(Float16().encode(big), SPECS)
+    assert np.isfinite(decoded[0]).all() and decoded[0].max() == 65504.0
+
+
+def test_16_bit_weights_travel_as_they_are() -> None:
+    weights = [np.ones(1000, ml_dtypes.bfloat16)]
+    parts = Float16().encode(weights)
+    assert parts[0].dtype == np.dtype(ml_dtypes.bfloat16)
+
+
+def test_topk_keeps_the_largest_magnitudes() -> None:
+    arrays = _arrays(2)
+    codec = TopK(ratio=0.05)
+    indices, values = codec.encode(arrays)[:2]
+    assert indices.dtype == np.uint32 and indices.size == codec.k(1200) == 60
+    flat = arrays[0].reshape(-1)
+    assert set(indices.tolist()) == set(np.argsort(-np.abs(flat))[:60].tolist())
+    np.testing.assert_array_equal(values, flat[indices])
+
+
+def test_sign_sends_one_bit_a_value_and_its_signs_mean_magnitudes() -> None:
+    x = np.array([2.0, 4.0, -1.0, -3.0] * 100, np.float32)
+    bits, scales = Sign().encode([x])
+    assert bits.dtype == np.uint8 and bits.size == 50
+    np.testing.assert_allclose(scales, [3.0, 2.0])
+    decoded = Sign().decode([bits, scales], [(np.dtype(np.float32), (400,))])[0]
+    np.testing.assert_allclose(decoded[:4], [3.0, 3.0, -2.0, -2.0])
+
+
+def _topk_parts() -> list[np.ndarray]:
+    return TopK(ratio=0.01).encode(_arrays(3))
+
+
+BAD_BODIES: list[tuple[str, Codec, Any]] = [
+    ("too few arrays", TopK(), lambda p: p[:-1]),
+    ("too many arrays", TopK(), lambda p: [*p, p[-1]]),
+    ("an index out of range", TopK(), lambda p: [np.array([5, 1200] * 6, np.uint32), *p[1:]]),
+    ("an index repeated", TopK(), lambda p: [np.array([5] * 12, np.uint32), *p[1:]]),
+    (
+        "more values than k",
+        TopK(),
+        lambda p: [np.arange(13, dtype=np.uint32), np.ones(13, np.float32), *p[2:]],
+    ),
+    ("indices of another dtype", TopK(), lambda p: [p[0].astype(np.int64), *p[1:]]),
+    ("values of another dtype", TopK(), lambda p: [p[0], p[1].astype(np.float64), *p[2:]]),
+    ("counts that differ", TopK(), lambda p: [p[0], p[1][:-1], *p[2:]]),
+    ("a small array reshaped", TopK(), lambda p: [*p[:2], p[2].reshape(3, 10), p[3]]),
+    ("an int array as float", TopK(), lambda p: [*p[:3], np.array(1.0)]),
+]
+
+
+@pytest.mark.parametrize("case", BAD_BODIES, ids=[c[0] for c in BAD_BODIES])
+def test_topk_bodies_that_do_not_fit_are_refused(case: tuple[str, Codec, Any]) -> None:
+    _, codec, mutate = case
+    with pytest.raises(CodecError):
+        codec.decode(mutate(_topk_parts()), SPECS)
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda p: [p[0][:-1], *p[1:]],
+        lambda p: [p[0], np.array([np.nan, 1.0], np.float32), *p[2:]],
+        lambda p: [p[0], np.array([-1.0, 1.0], np.float32), *p[2:]],
+        lambda p: [p[0], np.array([np.inf, 1.0], np.float32), *p[2:]],
+        lambda p: [p[0], np.ones(3, np.float32), *p[2:]],
+    ],
+    ids=["short bits", "NaN scale", "negative scale", "inf scale", "three scales"],
+)
+def test_sign_bodies_that_do_not_fit_are_refused(mutate: Any) -> None:
+    with pytest.raises(CodecError):
+        Sign().decode(mutate(Sign().encode(_arrays(4))), SPECS)
+
+
+def test_fp16_body_of_another_dtype_is_refused() -> None:
+    parts = Float16().encode(_arrays(5))
+    with pytest.raises(CodecError, match="float16"):
+        Float16().decode([parts[0].astype(np.float32), *parts[1:]], SPECS)
+
+
+def test_settings_are_checked_on_the_driver() -> None:
+    assert TrainConfig(compression="topk", compression_ratio=0.1).compression == "topk"
+    with pytest.raises(ConfigError, match="compression"):
+        TrainConfig(compression="zip")
+    for ratio in (0.0, 0.5, -1, True, "1%"):
+        with pytest.raises(ConfigError, match="compression_ratio"):
+            TrainConfig(compression="topk", compression_ratio=ratio)
+
+
+@pytest.mark.parametrize("codec", [TopK(ratio=0.01), Sign(), Float16()], ids=lambda c: c.name)
+@pytest.mark.parametrize("merge", [Delta(), Average(), Elastic(alpha=0.5)], ids=lambda m: m.name)
+def test_error_feedback_sends_everything_in_the_end(codec: Codec, merge: Any) -> None:
+    """What each push leaves out is added to the next: the decoded pushes plus what is
+    still held back add up to the updates, exactly."""
+    center = [np.zeros((40, 30), np.float32), np.zeros(30, np.float32), np.array(0)]
+    pusher = Pusher(None, merge, None, center=center, version=0, overlap=False, codec=codec)  # type: ignore[arg-type]
+    total_in = np.zeros((40, 30))
+    total_out = np.zeros((40, 30))
+    for step in range(20):
+        update = _arrays(10 + step)
+        total_in += update[0]
+        parts = pusher._encode(update)
+        total_out += codec.decode(parts, SPECS)[0]
+    residual = pusher._residual[0]
+    assert residual is not None and np.abs(residual).max() > 0  # something was held back
+    np.testing.assert_allclose(total_out + residual, total_in, atol=1e-4)
+
+
+def test_a_service_copy_follows_the_worker_copy_bit_for_bit() -> None:
+    codec = TopK(ratio=0.02)
+    replicas = Replicas(codec, Delta(), _arrays(0))
+    center = _arrays(20)
+    worker_copy, meta = replicas.answer(0, 0, FULL, center, {"version": 1})
+    assert meta["full"]
+    for step in range(5):
+        center = [
+            c + d if c.dtype.kind == "f" else d
+            for c, d in zip(center, _arrays(30 + step), strict=True)
+        ]
+        parts, meta = replicas.answer(0, 0, meta["replica"], center, {})
+        assert not meta["full"]
+        worker_copy = follow(worker_copy, codec.decode(parts, SPECS))
+    replicas.answer(0, 0, meta["replica"], center, {})  # confirms the last copy
+    service_copy = replicas._copies[0].base
+    assert service_copy is not None
+    for a, b in zip(worker_copy, service_copy, strict=True):
+        np.testing.assert_array_equal(a, b)
+    # What the answers left out is what the copy still lacks: the next answers carry it.
+    assert np.abs(center[0] - worker_copy[0]).max() > 0
+
+
+def test_copy_numbers_are_checked() -> None:
+    replicas = Replicas(Float16(), Average(), _arrays(0))
+    with pytest.raises(StoreError, match="pulls the full weights") as info:
+        replicas.unpack(0, 0, 1, Float16().encode(_arrays(1)))  # no full pull yet
+    assert info.value.status == 400
+    _, meta = replicas.answer(0, 1, FULL, _arrays(2), {})
+    first = meta["replica"]
+    for bad in (first + 1, True, -1, "1"):
+        with pytest.raises(StoreError):
+            replicas.unpack(0, 1, bad, Float16().encode(_arrays(1)))
+    pushed = replicas.unpack(0, 1, first, Float16().encode(_arrays(1)))  # confirms it
+    # A merge that pushes weights pushes their difference to the copy: added back.
+    np.testing.assert_allclose(pushed[0], _arrays(2)[0] + _arrays(1)[0], rtol=1e-3, atol=1e-3)
+    _, lost = replicas.answer(0, 1, first, _arrays(3), {})  # an answer that got lost
+    _, again = replicas.answer(0, 1, first, _arrays(3), {})  # the worker asks again
+    with pytest.raises(StoreError):
+        replicas.answer(0, 1, lost["replica"], _arrays(3), {})  # dropped when asked again
+    replicas.answer(0, 1, again["replica"], _arrays(3), {})
+    with pytest.raises(StoreError) as info:
+        replicas.answer(0, 0, FULL, _arrays(3), {})  # an older attempt
+    assert info.value.status == 409
+    _, fresh = replicas.answer(0, 2, FULL, _arrays(4), {})  # a retried task starts over
+    assert fresh["full"]
+    with pytest.raises(StoreError) as info:
+        replicas.unpack(0, 1, again["replica"], Float16().encode(_arrays(1)))
+    assert info.value.status == 409
