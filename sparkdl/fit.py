@@ -252,7 +252,7 @@ class Fit:
             # Driver callbacks see each synchronous epoch before the workers go on.
             gate_epochs=bool(self.callbacks or self.config.checkpoint_dir),
             metric_merge=metrics.results,
-            codec=plan.codec,
+            compression=plan.compression,
         )
 
     def _driver_callbacks(self, model_bytes: bytes, store: FitEvents) -> DriverCallbacks | None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from sparkdl.config import TrainConfig
 from sparkdl.errors import ConfigError
-from sparkdl.sync.codecs import Codec, resolve_codec
+from sparkdl.sync.codecs import Compression, resolve_compression
 from sparkdl.sync.merges import Merge, merge_class
 from sparkdl.sync.modes import Mode, mode_class
 from sparkdl.sync.schedule import steps_for, train_rows
@@ -35,7 +35,7 @@ class FitPlan:
     Attributes:
         mode: The mode object (its service and worker halves).
         merge: The merge object, its settings resolved (scale, alpha, share).
-        codec: The codec updates travel in both ways, or ``None``
+        compression: The codecs updates travel in, each way, or ``None``
             (:mod:`sparkdl.sync.codecs`).
         num_workers: Spark tasks that train.
         epochs: The epoch the fit ends at.
@@ -64,7 +64,7 @@ class FitPlan:
 
     mode: Mode
     merge: Merge
-    codec: Codec | None = None
+    compression: Compression | None = None
     num_workers: int
     epochs: int
     initial_epoch: int = 0
@@ -142,7 +142,7 @@ class FitPlan:
         return cls(
             mode=mode,
             merge=merge,
-            codec=resolve_codec(sync.compression, sync.compression_ratio),
+            compression=resolve_compression(sync.compression, sync.compression_ratio, num_workers),
             num_workers=num_workers,
             epochs=run.epochs,
             initial_epoch=initial_epoch,

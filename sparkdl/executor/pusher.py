@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from sparkdl.server.client import ServiceClient
-from sparkdl.sync.codecs import Codec, follow
+from sparkdl.sync.codecs import Compression, follow
 from sparkdl.sync.merges import Merge, is_float
 from sparkdl.weight_access import WeightAccess
 
@@ -47,7 +47,7 @@ class Pusher:
         center: The center the worker starts from.
         version: That center's version.
         overlap: Push in the background; :meth:`push` with ``wait=True`` still waits.
-        codec: Compress updates both ways (``None``: send them whole).
+        compression: Compress updates both ways (``None``: send them whole).
         replica: With a codec, the number of the copy of the center ``center`` is
             (the full pull's ``client.control["replica"]``).
     """
@@ -61,7 +61,7 @@ class Pusher:
         center: list[np.ndarray],
         version: int,
         overlap: bool,
-        codec: Codec | None = None,
+        compression: Compression | None = None,
         replica: int | None = None,
     ) -> None:
         self.client = client
@@ -75,7 +75,8 @@ class Pusher:
         #: The control fields of the last answer folded in (stop, learning rate).
         self.control: dict[str, Any] = {}
         self._center = center
-        self.codec = codec
+        self.codec = compression.push if compression else None
+        self._answers = compression.answer if compression else None
         self._replica = replica
         self._specs = [(c.dtype, tuple(c.shape)) for c in center]
         self._residual: list[np.ndarray | None] = [None] * len(center)
@@ -99,7 +100,11 @@ class Pusher:
         if settled:
             local = self._settle(local)
         update = self.merge.outgoing(local, self._center)
-        sent = self._encode(update) if self.codec is not None else update
+        sent = update
+        if self.codec is not None:
+            sent, decoded = self._encode(update)
+            if not self.merge.error_feedback:
+                update = decoded  # the worker moves by what the center receives
         if self.overlap and not wait:
             after = self.merge.moved(local, update)
             if settled or after is not local:
@@ -157,9 +162,10 @@ class Pusher:
         self._center, self.control = self._take(answer), self.client.control
         return self.merge.settle(local, self._at_push, self._center)
 
-    def _encode(self, update: list[np.ndarray]) -> list[np.ndarray]:
+    def _encode(self, update: list[np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """The codec's arrays for ``update`` (a merge's weights as their difference to
-        the copy of the center), what they leave out kept for the next update."""
+        the copy of the center) and what they decode to; what they leave out is kept
+        for the next update (error feedback, when the merge takes it)."""
         assert self.codec is not None
         if self.merge.pushes_weights:
             update = [
@@ -168,10 +174,11 @@ class Pusher:
         full = [u + r if r is not None else u for u, r in zip(update, self._residual, strict=True)]
         parts = self.codec.encode(full)
         decoded = self.codec.decode(parts, self._specs)
-        self._residual = [
-            f - d if is_float(f) else None for f, d in zip(full, decoded, strict=True)
-        ]
-        return parts
+        if self.merge.error_feedback:
+            self._residual = [
+                f - d if is_float(f) else None for f, d in zip(full, decoded, strict=True)
+            ]
+        return parts, decoded
 
     def _take(self, answer: list[np.ndarray]) -> list[np.ndarray]:
         """The worker's copy of the center once ``answer`` arrived."""
@@ -181,4 +188,5 @@ class Pusher:
         self._replica = int(control["replica"])
         if control.get("full"):
             return answer
-        return follow(self._center, self.codec.decode(answer, self._specs))
+        assert self._answers is not None
+        return follow(self._center, self._answers.decode(answer, self._specs))

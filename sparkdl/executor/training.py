@@ -72,8 +72,8 @@ def train(
     gpus = gpu.configure_tensorflow(plan.threads)
     model = _build_model(payload, worker)
     # With compression the first pull starts this task's copy of the center (full).
-    weights, version = client.pull(0, replica=FULL if plan.codec else None)
-    replica = client.control.get("replica") if plan.codec else None
+    weights, version = client.pull(0, replica=FULL if plan.compression else None)
+    replica = client.control.get("replica") if plan.compression else None
     model.set_weights(weights)
     rows = data.rows
     held_in = train_rows(rows, plan.validation_split)  # rows model.fit trains on
@@ -103,7 +103,7 @@ def train(
         center=weights,
         version=version,
         overlap=plan.overlap,
-        codec=plan.codec,
+        compression=plan.compression,
         replica=replica,
     )
     feed, validation, val_rows = split(payload, data, held_out, held_in)

@@ -23,9 +23,9 @@ live on the driver while compression is on.
 
 Example:
     >>> import numpy as np
-    >>> from sparkdl.sync.codecs import Float16
+    >>> from sparkdl.sync.codecs import Compression, Float16
     >>> from sparkdl.sync.merges import Delta
-    >>> replicas = Replicas(Float16(), Delta(), [np.zeros(300, np.float32)])
+    >>> replicas = Replicas(Compression(Float16(), Float16()), Delta(), [np.zeros(300, np.float32)])
     >>> full, meta = replicas.answer(0, 0, -1, [np.ones(300, np.float32)], {"version": 1})
     >>> meta["full"], meta["replica"]
     (True, 1)
@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from sparkdl.server.errors import StoreError
-from sparkdl.sync.codecs import Codec, CodecError, follow
+from sparkdl.sync.codecs import CodecError, Compression, follow
 from sparkdl.sync.merges import Merge, is_float
 
 __all__ = ["FULL", "Replicas"]
@@ -65,13 +65,17 @@ class Replicas:
     """Each worker's copy of the center, and the codec's service half.
 
     Args:
-        codec: The fit's codec.
+        compression: The fit's codecs (pushes decode with one, answers encode with the
+            other).
         merge: The fit's merge (whether pushes are weights or differences).
         weights: The center's initial weights (their dtypes and shapes).
     """
 
-    def __init__(self, codec: Codec, merge: Merge, weights: Sequence[np.ndarray]) -> None:
-        self.codec = codec
+    def __init__(
+        self, compression: Compression, merge: Merge, weights: Sequence[np.ndarray]
+    ) -> None:
+        self.codec = compression.push
+        self.answers = compression.answer
         self.merge = merge
         self.specs = [(w.dtype, tuple(w.shape)) for w in weights]
         self._full_bytes = sum(w.nbytes for w in weights)
@@ -123,12 +127,12 @@ class Replicas:
             else:
                 copy = self._confirm(worker, attempt, replica)
             number = self._number()
-            if copy.base is None or self.codec.encoded_bytes(self.specs) >= self._full_bytes:
+            if copy.base is None or self.answers.encoded_bytes(self.specs) >= self._full_bytes:
                 copy.pending = (number, list(center))
                 return list(center), {**meta, "replica": number, "full": True}
             change = [c - b if is_float(c) else c for c, b in zip(center, copy.base, strict=True)]
-            parts = self.codec.encode(change)
-            decoded = self.codec.decode(parts, self.specs)
+            parts = self.answers.encode(change)
+            decoded = self.answers.decode(parts, self.specs)
             copy.pending = (number, follow(copy.base, decoded))
             return parts, {**meta, "replica": number, "full": False}
 

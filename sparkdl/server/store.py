@@ -59,7 +59,7 @@ from sparkdl.server.ledger import WorkerLedger, WorkerRecord
 from sparkdl.server.meta import check_push_meta
 from sparkdl.server.replicas import Replicas
 from sparkdl.server.rounds import Rounds
-from sparkdl.sync.codecs import Codec
+from sparkdl.sync.codecs import Compression
 from sparkdl.sync.merges import Merge, Update
 from sparkdl.sync.modes import Mode, Synchronous, mode_class
 
@@ -94,8 +94,8 @@ class WeightStore:
         metric_merge: Reads exact per-epoch metrics from the workers' summed metric
             states (:meth:`sparkdl.metric_states.MetricStates.results`); ``None``:
             metrics averaged by rows.
-        codec: Updates travel compressed both ways (:mod:`sparkdl.sync.codecs`); the
-            store then keeps each worker's copy of the center (:attr:`replicas`).
+        compression: Updates travel compressed both ways (:mod:`sparkdl.sync.codecs`);
+            the store then keeps each worker's copy of the center (:attr:`replicas`).
     """
 
     def __init__(
@@ -111,7 +111,7 @@ class WeightStore:
         epochs: int | None = None,
         gate_epochs: bool = False,
         metric_merge: Callable[[Sequence[Any]], dict[str, float]] | None = None,
-        codec: Codec | None = None,
+        compression: Compression | None = None,
     ) -> None:
         if not 0 <= backup_workers < max(num_workers, 1):
             raise ValueError(
@@ -125,7 +125,7 @@ class WeightStore:
         self.lock = threading.Condition()
         self.center = Center(weights)
         #: Each worker's copy of the center when updates are compressed, else None.
-        self.replicas = Replicas(codec, merge, self.center.weights) if codec else None
+        self.replicas = Replicas(compression, merge, self.center.weights) if compression else None
         self.rounds = Rounds(quorum=max(num_workers - backup_workers, 1), timeout=round_timeout)
         self.ledger = WorkerLedger()
         self.control = ControlChannel(gate_epochs=gate_epochs and self.mode.barrier)

@@ -63,12 +63,14 @@ __all__ = [
     "BFloat16",
     "Codec",
     "CodecError",
+    "Compression",
     "Float16",
     "Sign",
     "TopK",
     "codec_class",
     "follow",
     "resolve_codec",
+    "resolve_compression",
 ]
 
 #: Float arrays of at most this many values travel uncompressed.
@@ -170,6 +172,21 @@ CODECS: Registry[type[Codec]] = Registry("compression")
 codec_class = CODECS.get
 
 
+@dataclass(frozen=True)
+class Compression:
+    """The codecs of one fit, resolved on the driver: pushes in ``push``, answers in
+    ``answer``.
+
+    They differ for top-k only: between two answers to a worker the center moves by
+    every worker's pushes, each ``k`` values, so answers keep ``num_workers`` times as
+    many values (at most :data:`MAX_RATIO` of each array): with ``merge="delta"`` or
+    ``"elastic"`` the center's change is then sent whole, not cut to one push's worth.
+    """
+
+    push: Codec
+    answer: Codec
+
+
 def resolve_codec(name: str | None, ratio: float) -> Codec | None:
     """The codec for ``compression=name`` (``None``: no compression).
 
@@ -178,6 +195,21 @@ def resolve_codec(name: str | None, ratio: float) -> Codec | None:
         TopK(ratio=0.05)
     """
     return None if name is None else codec_class(name).resolve(ratio=ratio)
+
+
+def resolve_compression(name: str | None, ratio: float, num_workers: int) -> Compression | None:
+    """Both directions' codecs for ``compression=name`` over ``num_workers`` workers.
+
+    Example:
+        >>> resolve_compression("topk", 0.01, 4).answer
+        TopK(ratio=0.04)
+    """
+    push = resolve_codec(name, ratio)
+    if push is None:
+        return None
+    if isinstance(push, TopK):
+        return Compression(push, TopK(ratio=min(MAX_RATIO, ratio * max(num_workers, 1))))
+    return Compression(push, push)
 
 
 class _Cast(Codec):

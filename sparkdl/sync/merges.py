@@ -145,6 +145,10 @@ class Merge(abc.ABC):
     #: carries the difference to the center the worker holds
     #: (:mod:`sparkdl.sync.codecs`), and the service adds that center back.
     pushes_weights: ClassVar[bool] = False
+    #: Whether a compressed push keeps what its encoding left out for the next push
+    #: (error feedback). Elastic averaging needs none: a worker moves by what the
+    #: center received, and the rest stays in its next difference.
+    error_feedback: ClassVar[bool] = True
 
     @classmethod
     @abc.abstractmethod
@@ -401,6 +405,7 @@ class Elastic(Merge):
     """
 
     name: ClassVar[str] = "elastic"
+    error_feedback: ClassVar[bool] = False
     alpha: float = ELASTIC_BETA
 
     @classmethod

@@ -18,10 +18,12 @@ from sparkdl.sync.codecs import (
     BFloat16,
     Codec,
     CodecError,
+    Compression,
     Float16,
     Sign,
     TopK,
     follow,
+    resolve_compression,
 )
 from sparkdl.sync.merges import Average, Delta, Elastic
 
@@ -151,27 +153,55 @@ def test_settings_are_checked_on_the_driver() -> None:
 
 
 @pytest.mark.parametrize("codec", [TopK(ratio=0.01), Sign(), Float16()], ids=lambda c: c.name)
-@pytest.mark.parametrize("merge", [Delta(), Average(), Elastic(alpha=0.5)], ids=lambda m: m.name)
+@pytest.mark.parametrize("merge", [Delta(), Average()], ids=lambda m: m.name)
 def test_error_feedback_sends_everything_in_the_end(codec: Codec, merge: Any) -> None:
     """What each push leaves out is added to the next: the decoded pushes plus what is
     still held back add up to the updates, exactly."""
-    center = [np.zeros((40, 30), np.float32), np.zeros(30, np.float32), np.array(0)]
-    pusher = Pusher(None, merge, None, center=center, version=0, overlap=False, codec=codec)  # type: ignore[arg-type]
+    pusher = _pusher(codec, merge)
     total_in = np.zeros((40, 30))
     total_out = np.zeros((40, 30))
     for step in range(20):
         update = _arrays(10 + step)
         total_in += update[0]
-        parts = pusher._encode(update)
-        total_out += codec.decode(parts, SPECS)[0]
+        parts, decoded = pusher._encode(update)
+        np.testing.assert_array_equal(decoded[0], codec.decode(parts, SPECS)[0])
+        total_out += decoded[0]
     residual = pusher._residual[0]
     assert residual is not None and np.abs(residual).max() > 0  # something was held back
     np.testing.assert_allclose(total_out + residual, total_in, atol=1e-4)
 
 
+def _pusher(codec: Codec, merge: Any) -> Pusher:
+    center = [np.zeros((40, 30), np.float32), np.zeros(30, np.float32), np.array(0)]
+    return Pusher(
+        None,  # type: ignore[arg-type]
+        merge,
+        None,  # type: ignore[arg-type]
+        center=center,
+        version=0,
+        overlap=False,
+        compression=Compression(codec, codec),
+    )
+
+
+def test_elastic_moves_by_what_the_center_receives_and_keeps_no_residual() -> None:
+    pusher = _pusher(TopK(ratio=0.01), Elastic(alpha=0.5))
+    _, decoded = pusher._encode(_arrays(7))
+    assert pusher._residual[0] is None
+    assert np.count_nonzero(decoded[0]) == TopK(ratio=0.01).k(1200)
+
+
+def test_answers_of_topk_keep_every_workers_share() -> None:
+    compression = resolve_compression("topk", 0.01, 4)
+    assert compression is not None and compression.answer == TopK(ratio=0.04)
+    assert resolve_compression("topk", 0.1, 4).answer == TopK(ratio=0.25)  # type: ignore[union-attr]
+    assert resolve_compression("sign", 0.01, 4) == Compression(Sign(), Sign())
+    assert resolve_compression(None, 0.01, 4) is None
+
+
 def test_a_service_copy_follows_the_worker_copy_bit_for_bit() -> None:
     codec = TopK(ratio=0.02)
-    replicas = Replicas(codec, Delta(), _arrays(0))
+    replicas = Replicas(Compression(codec, codec), Delta(), _arrays(0))
     center = _arrays(20)
     worker_copy, meta = replicas.answer(0, 0, FULL, center, {"version": 1})
     assert meta["full"]
@@ -193,7 +223,7 @@ def test_a_service_copy_follows_the_worker_copy_bit_for_bit() -> None:
 
 
 def test_copy_numbers_are_checked() -> None:
-    replicas = Replicas(Float16(), Average(), _arrays(0))
+    replicas = Replicas(Compression(Float16(), Float16()), Average(), _arrays(0))
     with pytest.raises(StoreError, match="pulls the full weights") as info:
         replicas.unpack(0, 0, 1, Float16().encode(_arrays(1)))  # no full pull yet
     assert info.value.status == 400
