@@ -32,6 +32,7 @@ SERVICE_KEYS: tuple[str, ...] = (
     "late_pushes",
     "timed_out_rounds",
     "failures",
+    "full_answers",
 )
 
 

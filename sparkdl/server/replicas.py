@@ -83,6 +83,7 @@ class Replicas:
         self._locks: dict[int, threading.Lock] = {}
         self._lock = threading.Lock()
         self._next_id = 0
+        self._full: dict[int, int] = {}
 
     def unpack(
         self, worker: int, attempt: int, replica: Any, parts: Sequence[np.ndarray]
@@ -124,6 +125,8 @@ class Replicas:
         with self._worker_lock(worker):
             if replica == FULL:
                 copy = self._start(worker, attempt)
+                with self._lock:
+                    self._full[worker] = self._full.get(worker, 0) + 1
             else:
                 copy = self._confirm(worker, attempt, replica)
             number = self._number()
@@ -135,6 +138,12 @@ class Replicas:
             decoded = self.answers.decode(parts, self.specs)
             copy.pending = (number, follow(copy.base, decoded))
             return parts, {**meta, "replica": number, "full": False}
+
+    def full_answers(self) -> dict[str, int]:
+        """Per worker, the full weights it asked for (one per task attempt that
+        started: a count of 2 means a retried task began again from the full weights)."""
+        with self._lock:
+            return {str(w): n for w, n in sorted(self._full.items())}
 
     # ---------------------------------------------------------------- helpers
     def _start(self, worker: int, attempt: int) -> _Copy:

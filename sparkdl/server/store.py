@@ -240,6 +240,7 @@ class WeightStore:
                 "finished": control.finished,
                 "stop_requested": control.stop_requested,
                 "learning_rate": control.learning_rate,
+                "full_answers": self.replicas.full_answers() if self.replicas else None,
             }
 
     # ------------------------------------------------------ the driver's events

@@ -8,8 +8,10 @@ tests/integration/test_fault_tolerance.py and benchmarks/recovery.py:
 Scenarios: ``sync-kill``, ``async-kill`` (partition 0's Python worker exits in the
 middle of epoch 6, on its first attempt only), ``sync-clean``, ``async-clean`` (the
 same fits without a failure), ``async-always`` (partition 0 exits on every attempt, so
-retries run out), ``sync-slow``, ``sync-backup`` (3 workers, partition 2 sleeps 150 ms
-per batch; without and with ``backup_workers=1``), ``sync-fast`` (3 workers, none slow).
+retries run out), ``async-kill-topk``, ``sync-kill-sign`` (the kills with compressed
+updates: the new attempt starts from the full weights), ``sync-slow``, ``sync-backup``
+(3 workers, partition 2 sleeps 150 ms per batch; without and with
+``backup_workers=1``), ``sync-fast`` (3 workers, none slow).
 Prints one ``RESULT {json}`` line per scenario.
 """
 
@@ -101,11 +103,15 @@ def run(spark: Any, scenario: str, workdir: str) -> dict[str, Any]:
     marker = os.path.join(workdir, f"{scenario}.marker")
     model = digits_model()
     settings: dict[str, Any] = {}
-    if scenario.endswith("-kill") or scenario == "async-always":
+    if scenario.endswith("-topk") or scenario.endswith("-sign"):
+        scenario_kind, settings["compression"] = scenario.rsplit("-", 1)
+    else:
+        scenario_kind = scenario
+    if scenario_kind.endswith("-kill") or scenario == "async-always":
         loss = crash_loss(
             marker,
             0,
-            KILL_AT_STEP if scenario.endswith("kill") else 3,
+            KILL_AT_STEP if scenario_kind.endswith("kill") else 3,
             every_attempt=scenario == "async-always",
         )
     elif scenario in ("sync-slow", "sync-backup"):
@@ -152,6 +158,7 @@ def run(spark: Any, scenario: str, workdir: str) -> dict[str, Any]:
             generation=service["generation"],
             late_pushes=service["late_pushes"],
             service_workers=service["workers"],
+            full_answers=service.get("full_answers"),
             workers=[
                 {k: w.get(k) for k in ("worker", "attempt", "resumed_at", "epochs_run", "syncs")}
                 for w in report["workers"]

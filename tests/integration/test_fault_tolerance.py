@@ -47,7 +47,10 @@ def _run(master: str, scenarios: list[str]) -> dict[str, dict[str, Any]]:
 def results() -> dict[str, dict[str, Any]]:
     # local[2,4]: 2 task slots, 4 attempts per task (as spark.task.maxFailures on a
     # cluster); the straggler fit has 3 workers, so it needs local[3,4].
-    found = _run("local[2,4]", ["sync-kill", "async-kill", "async-always"])
+    found = _run(
+        "local[2,4]",
+        ["sync-kill", "async-kill", "async-always", "async-kill-topk", "sync-kill-sign"],
+    )
     found.update(_run("local[3,4]", ["sync-backup"]))
     return found
 
@@ -75,6 +78,23 @@ def test_a_killed_worker_rejoins_and_the_fit_completes(results, scenario) -> Non
         # far less than one epoch, where a restart from scratch would add 5 epochs.
         assert result["generation"] == 1 and result["restarts"] == 2
         assert EPOCHS * ROWS <= seen <= EPOCHS * ROWS + 2 * 4 * 32
+
+
+@pytest.mark.parametrize("scenario", ["async-kill-topk", "sync-kill-sign"])
+def test_a_killed_worker_with_compression_starts_again_from_the_full_weights(
+    results, scenario
+) -> None:
+    result = results[scenario]
+    assert "error" not in result, result.get("error")
+    assert len(result["kills"]) == 1 and result["epochs"] == EPOCHS
+    assert result["accuracy"] >= 0.93, result["accuracy"]
+    assert result["service_workers"]["0"]["attempts"] == 2
+    full = result["full_answers"]
+    assert full["0"] == 2, full  # the retried task pulled the full weights again
+    if scenario.startswith("async"):
+        assert full["1"] == 1  # the other task kept its copy throughout
+    else:  # a barrier stage retries every task: each began from the full weights
+        assert full["1"] == 2
 
 
 def test_retries_running_out_raise_worker_error_and_stop_the_service(results) -> None:
