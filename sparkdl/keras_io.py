@@ -18,6 +18,7 @@ import io
 import math
 import os
 import tempfile
+import threading
 import warnings
 import zipfile
 from collections.abc import Sequence
@@ -42,6 +43,8 @@ __all__ = [
     "output_names",
     "resolve_input_shape",
 ]
+
+_LOAD_LOCK = threading.Lock()
 
 _SPARSE_LOSSES = ("sparse_categorical_crossentropy", "SparseCategoricalCrossentropy")
 
@@ -419,7 +422,10 @@ def model_from_bytes(
         path = os.path.join(tmp, "model.keras")
         with open(path, "wb") as f:
             f.write(data)
-        with warnings.catch_warnings():
+        # One load at a time: warnings.catch_warnings swaps the process's filters (two
+        # threads loading at once would undo each other's), and Keras's loading keeps
+        # global state.
+        with _LOAD_LOCK, warnings.catch_warnings():
             # A compiled but never-trained model saves an unbuilt optimizer; Keras warns
             # that it skips those (empty) optimizer variables on load. Nothing is lost.
             warnings.filterwarnings("ignore", message="Skipping variable loading for optimizer")

@@ -1,0 +1,88 @@
+"""Compressed updates train as uncompressed ones do: every codec in every mode, and with
+every merge, on digits against the uncompressed fit in the same test.
+
+One seed per fit (the benchmark, ``benchmarks/compression.py``, takes the mean of 3),
+so the bound is loose: a broken codec ends far below it. Real Spark (local[2]),
+TensorFlow, and the service over 127.0.0.1; pushes every 4 batches.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from examples.digits import accuracy, digits_model
+from sparkdl import KerasEstimator
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+CODECS = ["fp16", "bf16", "topk", "sign"]
+#: Points a one-seed compressed fit may end below the uncompressed one.
+SLACK = 0.05
+
+
+def _fit(train_df: Any, mode: str, merge: str, compression: str | None, epochs: int = 10) -> Any:
+    return KerasEstimator(
+        model=digits_model(),
+        mode=mode,
+        merge=merge,
+        num_workers=2,
+        epochs=epochs,
+        batch_size=32,
+        frequency=4,
+        seed=0,
+        compression=compression,
+    ).fit(train_df)
+
+
+def _bytes(fitted: Any) -> tuple[float, float]:
+    workers = fitted.fit_report["workers"]
+    syncs = sum(w["syncs"] for w in workers)
+    return (
+        sum(w["push_bytes"] for w in workers) / syncs,
+        sum(w["answer_bytes"] for w in workers) / syncs,
+    )
+
+
+@pytest.mark.parametrize(
+    ("mode", "merge"),
+    [("synchronous", "average"), ("asynchronous", "delta"), ("hogwild", "delta")],
+)
+def test_every_codec_trains_like_uncompressed_updates(digits, mode: str, merge: str) -> None:
+    train_df, _, (_, x_test, _, y_test) = digits
+    plain = _fit(train_df, mode, merge, None)
+    want = accuracy(plain.get_model(), x_test, y_test)
+    full_push, full_answer = _bytes(plain)
+    for codec in CODECS:
+        fitted = _fit(train_df, mode, merge, codec)
+        got = accuracy(fitted.get_model(), x_test, y_test)
+        assert got >= want - SLACK, (codec, got, want)
+        push, answer = _bytes(fitted)
+        # digits_model's small arrays (biases) travel whole; the wide ones shrink.
+        shrink = 1.9 if codec in ("fp16", "bf16") else 10
+        assert push * shrink < full_push and answer * shrink < full_answer, (codec, push, answer)
+        assert fitted.fit_report["service"]["full_answers"] == {"0": 1, "1": 1}
+
+
+@pytest.mark.parametrize(
+    ("mode", "merge", "codecs"),
+    [
+        ("synchronous", "delta", ["topk", "sign"]),
+        ("synchronous", "elastic", ["fp16", "topk"]),
+        ("asynchronous", "average", ["bf16", "sign"]),
+        ("asynchronous", "elastic", ["sign", "topk"]),
+        ("hogwild", "average", ["topk", "fp16"]),
+        ("hogwild", "elastic", ["bf16", "sign"]),
+    ],
+)
+def test_the_other_merges_train_compressed(
+    digits, mode: str, merge: str, codecs: list[str]
+) -> None:
+    """Each codec meets each merge (its pushes as differences to the worker's copy for
+    average; elastic moving by what the center received)."""
+    train_df, _, (_, x_test, _, y_test) = digits
+    for codec in codecs:
+        fitted = _fit(train_df, mode, merge, codec, epochs=8)
+        got = accuracy(fitted.get_model(), x_test, y_test)
+        assert got >= 0.88, (mode, merge, codec, got)
