@@ -10,6 +10,13 @@ header replaced by a list or cut short. The service runs in this process on 127.
 (cheroot, as a fit runs it) with two workers joined; the script reads the store's state
 before and after each request.
 
+With ``--codecs`` the service runs with compressed updates (``compression=``): each
+worker first pulls the full weights, then pushes the codec's arrays naming its copy of
+the center, and besides the JSON mutations the codec's arrays themselves are broken:
+top-k indices out of range or repeated, more values than ``k``, NaN, infinite and huge
+values, sign bits cut short, negative or NaN scales, wrong dtypes and lengths, copy
+numbers the service never sent.
+
 Printed per mode: requests sent, answers 2xx (a mutation that left a valid request:
 taken), 4xx, and >= 500, state changes after a refused request (there must be none: a
 refused request changes nothing), and whether ``GET /status`` stayed strict JSON.
@@ -17,6 +24,7 @@ refused request changes nothing), and whether ``GET /status`` stayed strict JSON
 Run:
     .venv/bin/python benchmarks/fuzz_service.py                 # 10,000 per mode
     .venv/bin/python benchmarks/fuzz_service.py --requests 500 --seed 1
+    .venv/bin/python benchmarks/fuzz_service.py --codecs fp16 bf16 topk sign
 """
 
 from __future__ import annotations
@@ -34,8 +42,10 @@ import numpy as np
 import urllib3
 
 from sparkdl.server import wire
+from sparkdl.server.replicas import FULL
 from sparkdl.server.service import ParameterService
 from sparkdl.server.store import WeightStore
+from sparkdl.sync.codecs import Codec, resolve_compression
 from sparkdl.sync.merges import Average, Delta, Elastic
 
 MODES = {
@@ -45,6 +55,8 @@ MODES = {
 }
 SHAPES = [(16, 8), (8,), (3,)]
 DTYPES = [np.float32, np.float32, np.int64]
+#: With a codec: one array large enough to be compressed (over DENSE_BELOW values).
+CODEC_SHAPES = [(40, 8), (8,), (3,)]
 ROWS = 1000
 
 #: Values a mutation puts in place of another.
@@ -96,20 +108,23 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=10_000, help="requests per mode")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--modes", nargs="*", default=list(MODES), choices=list(MODES))
+    parser.add_argument(
+        "--codecs", nargs="*", default=[None], help="fp16, bf16, topk, sign (default: none)"
+    )
     args = parser.parse_args()
     print(
-        "| mode | requests | taken (2xx) | refused (4xx) | answers >= 500 | "
+        "| mode | codec | requests | taken (2xx) | refused (4xx) | answers >= 500 | "
         "state changes on refusal | /status strict JSON | seconds |"
     )
-    print("|---|---:|---:|---:|---:|---:|---|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---|---:|")
     failed = False
-    for mode in args.modes:
+    for mode, codec in ((m, c) for c in args.codecs for m in args.modes):
         started = time.perf_counter()
-        figures = fuzz(mode, args.requests, seed=args.seed)
+        figures = fuzz(mode, args.requests, seed=args.seed, codec=codec)
         seconds = time.perf_counter() - started
         print(
-            f"| {mode} | {figures.requests} | {figures.taken} | {figures.refused} | "
-            f"{figures.server_errors} | {figures.changed_on_refusal} | "
+            f"| {mode} | {codec or '-'} | {figures.requests} | {figures.taken} | "
+            f"{figures.refused} | {figures.server_errors} | {figures.changed_on_refusal} | "
             f"{'yes' if figures.status_strict_json else 'NO'} | {seconds:.1f} |",
             flush=True,
         )
@@ -120,19 +135,29 @@ def main() -> None:
     raise SystemExit(1 if failed else 0)
 
 
-def fuzz(mode: str, requests: int, *, seed: int = 0) -> Figures:
+def fuzz(mode: str, requests: int, *, seed: int = 0, codec: str | None = None) -> Figures:
     """Sends ``requests`` mutated, authenticated requests to a service of ``mode``
-    (a fresh one after a taken fatal failure report ended the fit)."""
+    (a fresh one after a taken fatal failure report ended the fit), its updates
+    compressed with ``codec`` when one is named."""
     rng = random.Random(seed)
     figures = Figures()
     while figures.requests < requests:
-        _serve_and_fuzz(mode, requests, rng, figures)
+        _serve_and_fuzz(mode, requests, rng, figures, codec)
     return figures
 
 
-def _serve_and_fuzz(mode: str, requests: int, rng: random.Random, figures: Figures) -> None:
-    weights = [np.zeros(s, d) for s, d in zip(SHAPES, DTYPES, strict=True)]
-    store = WeightStore(weights, num_workers=2, merge=MODES[mode], mode=mode)
+def _serve_and_fuzz(
+    mode: str, requests: int, rng: random.Random, figures: Figures, codec: str | None = None
+) -> None:
+    shapes = CODEC_SHAPES if codec else SHAPES
+    weights = [np.zeros(s, d) for s, d in zip(shapes, DTYPES, strict=True)]
+    store = WeightStore(
+        weights,
+        num_workers=2,
+        merge=MODES[mode],
+        mode=mode,
+        compression=resolve_compression(codec, 0.05, 2),
+    )
     for worker in range(2):
         store.join(worker, ROWS, wait=0.0)
     # As in a fit, an attempt is taken only when Spark confirms it: here attempt 0.
@@ -141,9 +166,17 @@ def _serve_and_fuzz(mode: str, requests: int, rng: random.Random, figures: Figur
         pool = urllib3.HTTPConnectionPool(
             "127.0.0.1", service.port, retries=False, timeout=urllib3.Timeout(10.0), maxsize=1
         )
+        if codec:  # each worker's copy of the center starts from the full weights
+            for worker in range(2):
+                pool.urlopen(
+                    "GET", f"/weights?worker={worker}&attempt=0&replica={FULL}", headers=auth
+                )
         try:
             while figures.requests < requests and store.status()["aborted"] is None:
-                path, content_type, body = _request(rng, store)
+                if store.replicas is not None:
+                    path, content_type, body = _codec_request(rng, store)
+                else:
+                    path, content_type, body = _request(rng, store)
                 before = training_state(store)
                 response = pool.urlopen(
                     "POST",
@@ -217,6 +250,68 @@ def _valid_push_header(rng: random.Random, store: WeightStore) -> dict[str, Any]
     return {"arrays": specs, "meta": meta}
 
 
+def _codec_request(rng: random.Random, store: WeightStore) -> tuple[str, str, bytes]:
+    """A push of the codec's arrays, its header or its arrays (or both) broken; now and
+    then a join or failure report as in :func:`_request`."""
+    assert store.replicas is not None
+    if rng.random() < 0.1:
+        return _request(rng, store)
+    header = _valid_push_header(rng, store)
+    worker = header["meta"]["worker"]
+    copy = store.replicas._copies[worker]
+    header["meta"]["replica"] = copy.pending[0] if copy.pending else copy.base_id
+    scale = rng.choice([1e-3, 1.0, 1e3])
+    update = [
+        np.random.default_rng(rng.randrange(2**32)).normal(size=s).astype(d) * scale
+        if np.dtype(d).kind == "f"
+        else np.zeros(s, d)
+        for s, d in zip(CODEC_SHAPES, DTYPES, strict=True)
+    ]
+    parts = store.replicas.codec.encode(update)
+    broken = rng.random()
+    if broken < 0.45:
+        parts = _break_parts(rng, store.replicas.codec, parts)
+    header["arrays"] = [{"dtype": p.dtype.name, "shape": list(p.shape)} for p in parts]
+    if broken > 0.3:
+        for _ in range(rng.randint(1, 2)):
+            header = _mutate(rng, header)
+    return "/push", wire.CONTENT_TYPE, _frame(rng, header, parts)
+
+
+def _break_parts(rng: random.Random, codec: Codec, parts: list[np.ndarray]) -> list[np.ndarray]:
+    """``parts`` with one of them broken the way a buggy or hostile encoder would."""
+    parts = [np.array(p, copy=True) for p in parts]
+    i = rng.randrange(len(parts))
+    part = parts[i]
+    op = rng.randrange(9)
+    if op == 0 and part.size:  # an index out of range, or a huge count
+        part.reshape(-1)[rng.randrange(part.size)] = (
+            np.iinfo(part.dtype).max if part.dtype.kind in "ui" else 3e38
+        )
+    elif op == 1 and part.size > 1:  # a value repeated (top-k: an index twice)
+        flat = part.reshape(-1)
+        flat[1] = flat[0]
+    elif op == 2:  # one value more
+        parts[i] = np.concatenate([part.reshape(-1), part.reshape(-1)[:1]])
+    elif op == 3 and part.size:  # one value fewer
+        parts[i] = part.reshape(-1)[:-1]
+    elif op == 4 and part.dtype.kind == "f" and part.size:
+        part.reshape(-1)[0] = rng.choice([np.nan, np.inf, -np.inf, -1.0, 1e38])
+    elif op == 5:  # another dtype
+        parts[i] = part.astype(rng.choice([np.float64, np.int64, np.uint8, np.float16, np.int32]))
+    elif op == 6:  # a part dropped or added
+        if rng.random() < 0.5:
+            del parts[i]
+        else:
+            parts.insert(i, part)
+    elif op == 7:  # reshaped
+        parts[i] = part.reshape(-1, 1) if part.ndim == 1 else part.reshape(-1)
+    else:  # every value huge: the center would overflow
+        if part.dtype.kind == "f":
+            part[...] = 3e38
+    return parts
+
+
 def _mutate(rng: random.Random, value: Any) -> Any:
     """``value`` with one random change somewhere in its JSON structure."""
     value = copy.deepcopy(value)
@@ -286,16 +381,15 @@ def _json_text(rng: random.Random, value: Any) -> str:
     return text
 
 
-def _frame(rng: random.Random, header: Any) -> bytes:
+def _frame(rng: random.Random, header: Any, parts: list[np.ndarray] | None = None) -> bytes:
     """A wire message with ``header`` as its JSON (whatever its structure) and the
-    buffers a valid push of :data:`SHAPES` would carry."""
+    buffers of ``parts`` (default: those a valid push of :data:`SHAPES` would carry)."""
     text = _json_text(rng, header).encode("utf-8", "surrogatepass")
     head = struct.pack("<4sB3xI", b"SDLW", 1, len(text)) + text
     head += b"\0" * (-len(head) % 8)
-    buffers = b"".join(
-        np.ones(s, d).tobytes() + b"\0" * (-np.ones(s, d).nbytes % 8)
-        for s, d in zip(SHAPES, DTYPES, strict=True)
-    )
+    if parts is None:
+        parts = [np.ones(s, d) for s, d in zip(SHAPES, DTYPES, strict=True)]
+    buffers = b"".join(p.tobytes() + b"\0" * (-p.nbytes % 8) for p in parts)
     return head + buffers
 
 

@@ -19,3 +19,17 @@ def test_fuzzed_requests_get_no_server_error_and_refusals_change_nothing(mode: s
     assert figures.status_strict_json
     # The mutations reach both sides: some leave a valid request, most are refused.
     assert figures.taken > 0 and figures.refused > figures.taken
+
+
+@pytest.mark.parametrize("codec", ["fp16", "bf16", "topk", "sign"])
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_fuzzed_compressed_bodies_get_no_server_error_and_change_nothing(
+    mode: str, codec: str
+) -> None:
+    """The codec's arrays broken (indices out of range or repeated, too many values,
+    NaN scales, wrong dtypes and lengths) and copy numbers made up."""
+    figures = fuzz(mode, 150, seed=5, codec=codec)
+    assert figures.server_errors == 0, figures.examples[:5]
+    assert figures.changed_on_refusal == 0, figures.examples[:5]
+    assert figures.status_strict_json
+    assert figures.taken > 0 and figures.refused > 0
