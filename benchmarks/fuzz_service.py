@@ -46,7 +46,7 @@ from sparkdl.server.replicas import FULL
 from sparkdl.server.service import ParameterService
 from sparkdl.server.store import WeightStore
 from sparkdl.sync.codecs import Codec, resolve_compression
-from sparkdl.sync.merges import Average, Delta, Elastic
+from sparkdl.sync.merges import Average, Delta, Elastic, float_limit
 
 MODES = {
     "synchronous": Average(),
@@ -280,7 +280,11 @@ def _codec_request(rng: random.Random, store: WeightStore) -> tuple[str, str, by
 
 def _break_parts(rng: random.Random, codec: Codec, parts: list[np.ndarray]) -> list[np.ndarray]:
     """``parts`` with one of them broken the way a buggy or hostile encoder would."""
-    parts = [np.array(p, copy=True) for p in parts]
+    with np.errstate(over="ignore", invalid="ignore"):  # casts to float16 may overflow
+        return _break_one(rng, [np.array(p, copy=True) for p in parts])
+
+
+def _break_one(rng: random.Random, parts: list[np.ndarray]) -> list[np.ndarray]:
     i = rng.randrange(len(parts))
     part = parts[i]
     op = rng.randrange(9)
@@ -308,7 +312,7 @@ def _break_parts(rng: random.Random, codec: Codec, parts: list[np.ndarray]) -> l
         parts[i] = part.reshape(-1, 1) if part.ndim == 1 else part.reshape(-1)
     else:  # every value huge: the center would overflow
         if part.dtype.kind == "f":
-            part[...] = 3e38
+            part[...] = float_limit(part.dtype)
     return parts
 
 
