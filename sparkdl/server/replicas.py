@@ -130,10 +130,17 @@ class Replicas:
             else:
                 copy = self._confirm(worker, attempt, replica)
             number = self._number()
-            if copy.base is None or self.answers.encoded_bytes(self.specs) >= self._full_bytes:
+            change = None
+            if copy.base is not None and self.answers.encoded_bytes(self.specs) < self._full_bytes:
+                with np.errstate(over="ignore", invalid="ignore"):
+                    change = [
+                        c - b if is_float(c) else c for c, b in zip(center, copy.base, strict=True)
+                    ]
+                if not all(np.isfinite(d).all() for d in change if is_float(d)):
+                    change = None  # a change beyond the dtype's range: send it all
+            if change is None:
                 copy.pending = (number, list(center))
                 return list(center), {**meta, "replica": number, "full": True}
-            change = [c - b if is_float(c) else c for c, b in zip(center, copy.base, strict=True)]
             parts = self.answers.encode(change)
             decoded = self.answers.decode(parts, self.specs)
             copy.pending = (number, follow(copy.base, decoded))

@@ -325,7 +325,9 @@ class Sign(Codec):
         wide = flat.astype(np.float64)
         up = float(wide[positive].mean()) if count else 0.0
         down = float(-wide[~positive].mean()) if count < flat.size else 0.0
-        return [np.packbits(positive), np.array([up, down], np.float32)]
+        limit = float_limit(np.float32)  # a change near float32's range: saturate
+        scales = np.clip([up, down], 0.0, limit)
+        return [np.packbits(positive), scales.astype(np.float32)]
 
     def _decode(self, parts: list[np.ndarray], dtype: np.dtype[Any], size: int) -> np.ndarray:
         bits, scales = parts
