@@ -258,8 +258,8 @@ def _codec_request(rng: random.Random, store: WeightStore) -> tuple[str, str, by
         return _request(rng, store)
     header = _valid_push_header(rng, store)
     worker = header["meta"]["worker"]
-    copy = store.replicas._copies[worker]
-    header["meta"]["replica"] = copy.pending[0] if copy.pending else copy.base_id
+    _, base, pending = store.replicas.copy_state()[str(worker)]
+    header["meta"]["replica"] = rng.choice([base, *pending]) if base != FULL else pending[-1]
     scale = rng.choice([1e-3, 1.0, 1e3])
     update = [
         np.random.default_rng(rng.randrange(2**32)).normal(size=s).astype(d) * scale
@@ -400,7 +400,8 @@ def _frame(rng: random.Random, header: Any, parts: list[np.ndarray] | None = Non
 def training_state(store: WeightStore) -> str:
     """The training state a refused request must leave as it was, as one string: the
     version, samples, history, abort reason and open round, each worker's sequence
-    number, attempt, samples, pushes, position and last loss, and the weights."""
+    number, attempt, samples, pushes, position and last loss, the weights, and with
+    compression each worker's copy numbers of the center."""
     status = store.status()
     workers = {
         w: {k: r[k] for k in ("seq", "attempt", "samples", "pushes", "position", "last_loss")}
@@ -408,7 +409,8 @@ def training_state(store: WeightStore) -> str:
     }
     kept = {k: status[k] for k in ("version", "samples_seen", "history", "aborted", "round_pushed")}
     weights = [w.tobytes().hex() for w in store.weights()]
-    return json.dumps([kept, workers, weights], sort_keys=True)
+    copies = store.replicas.copy_state() if store.replicas is not None else None
+    return json.dumps([kept, workers, weights, copies], sort_keys=True)
 
 
 def _live_attempt(worker: int, attempt: int) -> bool:

@@ -33,6 +33,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
@@ -97,8 +98,14 @@ class MetricStates:
 
     # ------------------------------------------------------------ driver half
     def prefetch(self) -> None:
-        """Loads and builds the driver's copy in a daemon thread."""
-        threading.Thread(target=self._built, name="sparkdl-metric-states", daemon=True).start()
+        """Loads and builds the driver's copy in a daemon thread (:meth:`results`
+        waits for it)."""
+
+        def build() -> None:
+            with self._lock, contextlib.suppress(BaseException):  # results() re-raises
+                self._built()
+
+        threading.Thread(target=build, name="sparkdl-metric-states", daemon=True).start()
 
     def results(self, parts: Sequence[Part]) -> dict[str, float]:
         """The metrics' results over the sum of ``parts`` (each a worker's

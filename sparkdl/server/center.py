@@ -48,6 +48,7 @@ class Center:
         self.version = 0
         self._specs = [(w.dtype, w.shape) for w in self.weights]
         self._encoded: tuple[int, list[Any]] | None = None
+        self._meta: tuple[int, dict[str, Any]] | None = None
         self._limits = [float_limit(w.dtype) if is_float(w) else None for w in self.weights]
         #: Per array, at least the largest magnitude it holds or may hold once every
         #: push admitted so far is folded in.
@@ -153,9 +154,20 @@ class Center:
             cached = self._encoded = (self.version, wire.encode(self.weights, meta(self.version)))
         return cached[1]
 
+    def answer_meta(self, meta: Callable[[int], dict[str, Any]], *, live: bool) -> dict[str, Any]:
+        """``meta(version)``, frozen with the version as :meth:`encoded` freezes it (the
+        metadata of compressed answers, each encoded for its worker)."""
+        if live:
+            return meta(self.version)
+        cached = self._meta
+        if cached is None or cached[0] != self.version:
+            cached = self._meta = (self.version, meta(self.version))
+        return dict(cached[1])
+
     def forget_encoding(self) -> None:
         """Drops the cached answer (its control fields changed)."""
         self._encoded = None
+        self._meta = None
 
 
 def magnitude(array: np.ndarray) -> float:

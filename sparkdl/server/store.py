@@ -125,7 +125,11 @@ class WeightStore:
         self.lock = threading.Condition()
         self.center = Center(weights)
         #: Each worker's copy of the center when updates are compressed, else None.
-        self.replicas = Replicas(compression, merge, self.center.weights) if compression else None
+        self.replicas = (
+            Replicas(compression, merge, self.center.weights, newest_attempt=self.newest_attempt)
+            if compression
+            else None
+        )
         self.rounds = Rounds(quorum=max(num_workers - backup_workers, 1), timeout=round_timeout)
         self.ledger = WorkerLedger()
         self.control = ControlChannel(gate_epochs=gate_epochs and self.mode.barrier)
@@ -191,8 +195,8 @@ class WeightStore:
             weights = self.center.weights
             if self.mode.live_center:
                 weights = [np.array(w, copy=True) for w in weights]
-            version = self.center.version
-            return weights, version, self.control.answer_meta(version)
+            meta = self.center.answer_meta(self.control.answer_meta, live=self.mode.live_center)
+            return weights, self.center.version, meta
 
     def weights(self) -> list[np.ndarray]:
         """Returns the current center weights (do not modify them)."""

@@ -145,9 +145,9 @@ class Merge(abc.ABC):
     #: carries the difference to the center the worker holds
     #: (:mod:`sparkdl.sync.codecs`), and the service adds that center back.
     pushes_weights: ClassVar[bool] = False
-    #: Whether a compressed push keeps what its encoding left out for the next push
-    #: (error feedback). Elastic averaging needs none: a worker moves by what the
-    #: center received, and the rest stays in its next difference.
+    #: Whether what a compressed push's encoding left out goes back into the worker's
+    #: weights with the answer (error feedback). Elastic averaging needs none: a worker
+    #: moves by what the center received, and the rest stays in its next difference.
     error_feedback: ClassVar[bool] = True
 
     @classmethod
@@ -200,6 +200,11 @@ class Merge(abc.ABC):
             c + (w - p) if is_float(c) else c
             for w, p, c in zip(local, at_push, answer, strict=True)
         ]
+
+    def unsent_weights(self, unsent: np.ndarray) -> np.ndarray:
+        """The change of the local weights that makes the next push carry ``unsent``
+        (a compressed push's part its encoding left out)."""
+        return unsent
 
     # ----------------------------------------------------------- service half
     @abc.abstractmethod
@@ -353,6 +358,9 @@ class Delta(Merge):
             delta = w - c
             out.append(delta if self.scale == 1.0 else delta * w.dtype.type(self.scale))
         return out
+
+    def unsent_weights(self, unsent: np.ndarray) -> np.ndarray:
+        return unsent if self.scale == 1.0 else unsent / unsent.dtype.type(self.scale)
 
     def combine(self, center: Arrays, updates: Sequence[Update]) -> list[np.ndarray]:
         mean = Average().combine([np.zeros_like(c) for c in center], updates)

@@ -82,7 +82,8 @@ def test_the_other_merges_train_compressed(
     """Each codec meets each merge (its pushes as differences to the worker's copy for
     average; elastic moving by what the center received)."""
     train_df, _, (_, x_test, _, y_test) = digits
+    want = accuracy(_fit(train_df, mode, merge, None, epochs=8).get_model(), x_test, y_test)
     for codec in codecs:
         fitted = _fit(train_df, mode, merge, codec, epochs=8)
         got = accuracy(fitted.get_model(), x_test, y_test)
-        assert got >= 0.88, (mode, merge, codec, got)
+        assert got >= want - SLACK, (mode, merge, codec, got, want)
