@@ -41,7 +41,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.scale import accuracy as teacher_accuracy
-from benchmarks.scale import build_model, teacher_table, test_rows
+from benchmarks.scale import build_model, spark_session, teacher_table, test_rows
 
 CODECS: list[str | None] = [None, "fp16", "bf16", "topk", "sign"]
 DIGITS_MODES = [("synchronous", "average"), ("asynchronous", "delta")]
@@ -80,36 +80,31 @@ def main() -> None:
     parser.add_argument("--teacher-epochs", type=int, default=3)
     parser.add_argument("--teacher-frequency", type=int, default=16)
     parser.add_argument("--wide-rows", type=int, default=16_384)
-    parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "sparkdl-bench"))
+    parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "sparkdl-scale"))
     args = parser.parse_args()
     sections = args.only or ["digits", "teacher", "wide"]
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("sparkdl-compression")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    try:
+    session = argparse.Namespace(master="local[2]", driver_memory="2g")
+    with spark_session(session) as spark:
         if "digits" in sections:
             digits(spark, args)
         if "teacher" in sections:
             teacher(spark, args)
         if "wide" in sections:
             wide(spark, args)
-    finally:
-        spark.stop()
+
+
+def _fit(frame: Any, model: Any, args: argparse.Namespace, **settings: Any) -> Any:
+    """A 2-worker fit of ``model`` with the benchmark's compression ratio."""
+    from sparkdl import KerasEstimator
+
+    return KerasEstimator(model=model, num_workers=2, compression_ratio=args.ratio, **settings).fit(
+        frame
+    )
 
 
 def digits(spark: Any, args: argparse.Namespace) -> None:
     from examples.digits import accuracy, digits_arrays, digits_frames, digits_model
-    from sparkdl import KerasEstimator
 
     train_df, _ = digits_frames(spark, partitions=2)
     train_df = train_df.cache()
@@ -124,26 +119,24 @@ def digits(spark: Any, args: argparse.Namespace) -> None:
         for codec in CODECS:
             figures = table[codec] = Figures()
             for seed in range(args.seeds):
-                fitted = KerasEstimator(
-                    model=digits_model(seed=seed),
+                fitted = _fit(
+                    train_df,
+                    digits_model(seed=seed),
+                    args,
                     mode=mode,
                     merge=merge,
-                    num_workers=2,
                     epochs=10,
                     batch_size=32,
                     frequency=args.frequency,
                     seed=seed,
                     compression=codec,
-                    compression_ratio=args.ratio,
-                ).fit(train_df)
+                )
                 figures.add(fitted, accuracy(fitted.get_model(), x_test, y_test))
             _log(f"digits {mode}/{merge} {codec}: {figures.accuracies}")
         _print_table(f"{mode}/{merge}", table, speed=False)
 
 
 def teacher(spark: Any, args: argparse.Namespace) -> None:
-    from sparkdl import KerasEstimator
-
     path = teacher_table(args.workdir, args.teacher_rows, 0, 262_144)
     test = test_rows(0, 10_000)
     frame = spark.read.parquet(path)
@@ -156,26 +149,24 @@ def teacher(spark: Any, args: argparse.Namespace) -> None:
     for codec in CODECS:
         figures = table[codec] = Figures()
         for seed in range(args.seeds):
-            fitted = KerasEstimator(
-                model=build_model([512, 512], seed),
+            fitted = _fit(
+                frame,
+                build_model([512, 512], seed),
+                args,
                 mode="asynchronous",
                 merge="delta",
-                num_workers=2,
                 epochs=args.teacher_epochs,
                 batch_size=128,
                 frequency=args.teacher_frequency,
                 seed=seed,
                 compression=codec,
-                compression_ratio=args.ratio,
-            ).fit(frame)
+            )
             figures.add(fitted, teacher_accuracy(fitted.get_model(), test))
         _log(f"teacher {codec}: {figures.accuracies}")
     _print_table("asynchronous/delta", table, speed=True)
 
 
 def wide(spark: Any, args: argparse.Namespace) -> None:
-    from sparkdl import KerasEstimator
-
     path = teacher_table(args.workdir, args.wide_rows, 0, 262_144)
     frame = spark.read.parquet(path)
     params = build_model([2048, 2048, 2048], 0).count_params()
@@ -188,18 +179,18 @@ def wide(spark: Any, args: argparse.Namespace) -> None:
         for codec in CODECS:
             figures = table[codec] = Figures()
             started = time.perf_counter()
-            fitted = KerasEstimator(
-                model=build_model([2048, 2048, 2048], 0),
+            fitted = _fit(
+                frame,
+                build_model([2048, 2048, 2048], 0),
+                args,
                 mode=mode,
                 merge=merge,
-                num_workers=2,
                 epochs=1,
                 batch_size=128,
                 frequency="batch",
                 seed=0,
                 compression=codec,
-                compression_ratio=args.ratio,
-            ).fit(frame)
+            )
             figures.add(fitted, None)
             _log(f"wide {mode} {codec}: {time.perf_counter() - started:.1f} s")
         _print_table(f"{mode}/{merge}", table, speed=True)

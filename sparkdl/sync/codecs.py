@@ -17,7 +17,8 @@ encoding of the center's change since what that worker holds
 =========  ======================================================  ==================
 codec      a float array of n values travels as                    bytes (float32: 4n)
 =========  ======================================================  ==================
-fp16       float16 (values beyond float16's range saturate)        2n
+fp16       float16, scaled by a power of two per array so that its    2n + 4
+           largest magnitude is just under 65504
 bf16       bfloat16 (float32's range, 8 bits of mantissa)          2n
 topk       the ``k = ceil(ratio * n)`` largest magnitudes:         8k (ratio 1%: 0.08n)
            uint32 indices and their values
@@ -75,6 +76,7 @@ __all__ = [
 
 #: Float arrays of at most this many values travel uncompressed.
 DENSE_BELOW = 256
+_FP16_MAX = 65504.0
 #: ``compression_ratio`` bounds: above a quarter a top-k encoding (index and value per
 #: kept value) is no smaller than a float16 array.
 MAX_RATIO = 0.25
@@ -212,50 +214,73 @@ def resolve_compression(name: str | None, ratio: float, num_workers: int) -> Com
     return Compression(push, push)
 
 
-class _Cast(Codec):
-    """Sends float arrays in a 16-bit float dtype; 16-bit arrays travel as they are."""
-
-    wire_dtype: ClassVar[Any]
+class _Sixteen(Codec):
+    """Shared by the 16-bit casts: 16-bit float arrays travel as they are."""
 
     def _compressed(self, dtype: np.dtype[Any], size: int) -> bool:
         return is_float(np.empty(0, dtype)) and dtype.itemsize > 2
 
+
+@CODECS.register
+@dataclass(frozen=True)
+class Float16(_Sixteen):
+    """IEEE half precision (11 significant bits), each array scaled by a power of two
+    so that its largest magnitude lands just under float16's largest value (65504):
+    the tiny changes of a step keep their 11 bits instead of falling into float16's
+    subnormals (below 6.1e-5), which keep few bits and which numpy converts 20 times
+    slower. The scale is exact both ways; it travels as one float32 per array."""
+
+    name: ClassVar[str] = "fp16"
+    parts_per_array: ClassVar[int] = 2
+
     def _encode(self, flat: np.ndarray) -> list[np.ndarray]:
-        wire = np.dtype(self.wire_dtype)
+        flat = flat.astype(np.float32, copy=False)
+        largest = float(np.max(np.abs(flat))) if flat.size else 0.0
+        exponent = 0
+        if 0.0 < largest < math.inf:
+            exponent = min(max(math.floor(math.log2(_FP16_MAX / largest)), -126), 126)
+            while largest * 2.0**exponent > _FP16_MAX:  # log2's rounding, at the edge
+                exponent -= 1
+        scaled = flat * np.float32(2.0**exponent) if exponent else flat
+        if not 0.0 <= largest < math.inf:  # NaN or inf: saturate; the service refuses NaN
+            scaled = np.clip(scaled, -_FP16_MAX, _FP16_MAX)
+        with np.errstate(over="ignore"):
+            values = scaled.astype(np.float16)
+        return [values, np.array([2.0**-exponent], np.float32)]
+
+    def _decode(self, parts: list[np.ndarray], dtype: np.dtype[Any], size: int) -> np.ndarray:
+        values, scale = parts
+        _expect(values, np.dtype(np.float16), (size,), "values")
+        _expect(scale, np.dtype(np.float32), (1,), "scale")
+        if not (np.isfinite(scale).all() and (scale > 0).all()):
+            raise CodecError("the scale must be finite and > 0")
+        with np.errstate(over="ignore"):  # an overflow is refused as inf by the store
+            return (values.astype(np.float32) * scale[0]).astype(dtype, copy=False)
+
+    def _bytes(self, dtype: np.dtype[Any], size: int) -> int:
+        return 2 * size + 4
+
+
+@CODECS.register
+@dataclass(frozen=True)
+class BFloat16(_Sixteen):
+    """bfloat16: float32's range (nothing to scale) with 8 significant bits."""
+
+    name: ClassVar[str] = "bf16"
+
+    def _encode(self, flat: np.ndarray) -> list[np.ndarray]:
+        wire = _bfloat16()
         limit = float_limit(wire)
         if float_limit(flat.dtype) > limit:  # saturate rather than overflow to inf
             flat = np.clip(flat, -limit, limit)
         return [flat.astype(wire)]
 
     def _decode(self, parts: list[np.ndarray], dtype: np.dtype[Any], size: int) -> np.ndarray:
-        _expect(parts[0], np.dtype(self.wire_dtype), (size,), "values")
+        _expect(parts[0], _bfloat16(), (size,), "values")
         return parts[0].astype(dtype)
 
     def _bytes(self, dtype: np.dtype[Any], size: int) -> int:
         return 2 * size
-
-
-@CODECS.register
-@dataclass(frozen=True)
-class Float16(_Cast):
-    """IEEE half precision (11 significant bits; values beyond 65504 saturate)."""
-
-    name: ClassVar[str] = "fp16"
-    wire_dtype: ClassVar[Any] = np.float16
-
-
-@CODECS.register
-@dataclass(frozen=True)
-class BFloat16(_Cast):
-    """bfloat16: float32's range with 8 significant bits."""
-
-    name: ClassVar[str] = "bf16"
-
-    @property
-    def wire_dtype(self) -> Any:
-        import ml_dtypes
-
-        return ml_dtypes.bfloat16
 
 
 @CODECS.register
@@ -354,6 +379,12 @@ def follow(copy: Sequence[np.ndarray], change: Sequence[np.ndarray]) -> list[np.
         ([2.0, 2.0], [5])
     """
     return [c + d if is_float(d) else d for c, d in zip(copy, change, strict=True)]
+
+
+def _bfloat16() -> np.dtype[Any]:
+    import ml_dtypes
+
+    return np.dtype(ml_dtypes.bfloat16)
 
 
 def _index_dtype(size: int) -> np.dtype[Any]:

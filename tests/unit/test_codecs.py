@@ -59,10 +59,17 @@ def test_16_bit_casts_round_trip_within_their_precision(codec: Codec, bits: int)
     assert codec.encode(arrays)[0].itemsize == 2
 
 
-def test_fp16_saturates_instead_of_overflowing() -> None:
-    big = [np.full((40, 30), 1e6, np.float32), np.zeros(30, np.float32), np.array(0)]
-    decoded = Float16().decode(Float16().encode(big), SPECS)
-    assert np.isfinite(decoded[0]).all() and decoded[0].max() == 65504.0
+@pytest.mark.parametrize("scale", [1e-7, 1e-3, 1e6])
+def test_fp16_scales_each_array_so_tiny_and_huge_values_keep_their_bits(scale: float) -> None:
+    """A step's changes are tiny (float16's subnormals start at 6.1e-5) and a center's
+    values may exceed 65504: the per-array power-of-two scale keeps 11 bits of each."""
+    arrays = _arrays(6, scale)
+    parts = Float16().encode(arrays)
+    assert parts[0].dtype == np.float16 and parts[1].dtype == np.float32
+    assert np.abs(parts[0]).max() > 32752  # the largest lands in float16's top binade
+    decoded = Float16().decode(parts, SPECS)
+    np.testing.assert_allclose(decoded[0], arrays[0], rtol=2.0**-11, atol=scale * 1e-6)
+    assert np.isfinite(decoded[0]).all()
 
 
 def test_16_bit_weights_travel_as_they_are() -> None:
@@ -135,10 +142,13 @@ def test_sign_bodies_that_do_not_fit_are_refused(mutate: Any) -> None:
         Sign().decode(mutate(Sign().encode(_arrays(4))), SPECS)
 
 
-def test_fp16_body_of_another_dtype_is_refused() -> None:
+def test_fp16_bodies_that_do_not_fit_are_refused() -> None:
     parts = Float16().encode(_arrays(5))
     with pytest.raises(CodecError, match="float16"):
         Float16().decode([parts[0].astype(np.float32), *parts[1:]], SPECS)
+    for scale in ([np.nan], [0.0], [-1.0], [np.inf], [1.0, 1.0]):
+        with pytest.raises(CodecError, match="scale"):
+            Float16().decode([parts[0], np.array(scale, np.float32), *parts[2:]], SPECS)
 
 
 def test_settings_are_checked_on_the_driver() -> None:
