@@ -15,7 +15,7 @@ default), 2 workers on ``local[2]``:
   asynchronous/delta, a push every ``--frequency`` batches): the same figures.
 * wide (MLP 100-2048-2048-2048-10, 8.6M parameters, a push every batch, one epoch of
   ``--wide-rows`` teacher rows, one seed, synchronous/average and asynchronous/delta):
-  samples/s (rows over the slowest worker's training loop) and the communication
+  samples/s (rows times epochs over the slowest worker's training loop) and the communication
   share (the workers' seconds in service calls over their training seconds) with and
   without each codec, and the bytes per push and answer.
 
@@ -65,7 +65,8 @@ class Figures:
             self.accuracies.append(accuracy)
         self.push_bytes.append(sum(w["push_bytes"] for w in workers) / syncs)
         self.answer_bytes.append(sum(w["answer_bytes"] for w in workers) / syncs)
-        self.samples_per_second.append(report["rows"] / report["train_seconds"])
+        epochs = len(fitted.history["loss"])
+        self.samples_per_second.append(report["rows"] * epochs / report["train_seconds"])
         train = sum(w["train_seconds"] for w in workers)
         self.comm_share.append(sum(w["comm_seconds"] for w in workers) / train)
 
