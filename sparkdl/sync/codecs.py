@@ -347,9 +347,12 @@ class Sign(Codec):
     def _encode(self, flat: np.ndarray) -> list[np.ndarray]:
         positive = flat >= 0
         count = int(np.count_nonzero(positive))
-        wide = flat.astype(np.float64)
-        up = float(wide[positive].mean()) if count else 0.0
-        down = float(-wide[~positive].mean()) if count < flat.size else 0.0
+        # The sums of the positive and of the negative values, from two passes in
+        # float64 (no copies of either side).
+        total = float(flat.sum(dtype=np.float64))
+        magnitude = float(np.abs(flat).sum(dtype=np.float64))
+        up = (magnitude + total) / 2 / count if count else 0.0
+        down = (magnitude - total) / 2 / (flat.size - count) if count < flat.size else 0.0
         limit = float_limit(np.float32)  # a change near float32's range: saturate
         scales = np.clip([up, down], 0.0, limit)
         return [np.packbits(positive), scales.astype(np.float32)]
@@ -360,9 +363,9 @@ class Sign(Codec):
         _expect(scales, np.dtype(np.float32), (2,), "scales")
         if not (np.isfinite(scales).all() and (scales >= 0).all()):
             raise CodecError("the scales must be finite and >= 0")
-        positive = np.unpackbits(bits, count=size).astype(bool)
-        up, down = (float(s) for s in scales)
-        return np.where(positive, up, -down).astype(dtype)
+        positive = np.unpackbits(bits, count=size).view(bool)
+        up, down = scales.astype(dtype)
+        return np.where(positive, up, -down)
 
     def _bytes(self, dtype: np.dtype[Any], size: int) -> int:
         return (size + 7) // 8 + 8
