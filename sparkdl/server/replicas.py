@@ -94,7 +94,10 @@ class Replicas:
         self.merge = merge
         self.specs = [(w.dtype, tuple(w.shape)) for w in weights]
         self._newest_attempt = newest_attempt
-        self._full_bytes = sum(w.nbytes for w in weights)
+        # Whether an encoded change is smaller than the weights (fixed by the specs).
+        self._encode_answers = self.answers.encoded_bytes(self.specs) < sum(
+            w.nbytes for w in weights
+        )
         self._copies: dict[int, _Copy] = {}
         self._locks: dict[int, threading.Lock] = {}
         self._lock = threading.Lock()
@@ -147,7 +150,7 @@ class Replicas:
                 self._named(worker, attempt, replica)
                 copy = self._confirm(worker, replica)
             number = self._number()
-            if replica != FULL and self.answers.encoded_bytes(self.specs) < self._full_bytes:
+            if replica != FULL and self._encode_answers:
                 assert copy.base is not None
                 with np.errstate(over="ignore", invalid="ignore"):
                     change = [
