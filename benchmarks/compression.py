@@ -9,7 +9,9 @@ default), 2 workers on ``local[2]``:
   accuracy as the mean (min-max) of ``--seeds`` seeds, and the bytes per push and per
   answer (the workers' ``push_bytes`` and ``answer_bytes`` over their pushes: whole
   HTTP bodies, headers of the wire format included) with how many times fewer than
-  uncompressed.
+  uncompressed. Bytes per push count the pushes the codec encoded; each worker's
+  closing push of the fit goes whole (what error feedback held back), and "fit's
+  pushes x fewer" compares all the bytes a fit pushed, that one included.
 * teacher (the synthetic teacher table of ``benchmarks/scale.py``: 100 features, MLP
   100-512-512-10, Adam 1e-3, batch 128, ``--teacher-epochs``, ``--teacher-rows`` rows,
   asynchronous/delta, a push every ``--frequency`` batches): the same figures.
@@ -43,7 +45,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.scale import accuracy as teacher_accuracy
 from benchmarks.scale import build_model, spark_session, teacher_table, test_rows
 
-CODECS: list[str | None] = [None, "fp16", "bf16", "topk", "sign"]
 DIGITS_MODES = [("synchronous", "average"), ("asynchronous", "delta")]
 
 
@@ -54,6 +55,7 @@ class Figures:
     accuracies: list[float] = field(default_factory=list)
     push_bytes: list[float] = field(default_factory=list)
     answer_bytes: list[float] = field(default_factory=list)
+    fit_push_bytes: list[float] = field(default_factory=list)
     samples_per_second: list[float] = field(default_factory=list)
     comm_share: list[float] = field(default_factory=list)
 
@@ -63,7 +65,14 @@ class Figures:
         syncs = sum(w["syncs"] for w in workers)
         if accuracy is not None:
             self.accuracies.append(accuracy)
-        self.push_bytes.append(sum(w["push_bytes"] for w in workers) / syncs)
+        # Per push encoded with the codec; the closing push that goes whole (what error
+        # feedback held back) counts in the bytes of the whole fit.
+        whole = sum(w["whole_pushes"] for w in workers)
+        pushed = sum(w["push_bytes"] for w in workers)
+        self.push_bytes.append(
+            (pushed - sum(w["whole_push_bytes"] for w in workers)) / (syncs - whole)
+        )
+        self.fit_push_bytes.append(pushed)
         self.answer_bytes.append(sum(w["answer_bytes"] for w in workers) / syncs)
         epochs = len(fitted.history["loss"])
         self.samples_per_second.append(report["rows"] * epochs / report["train_seconds"])
@@ -75,6 +84,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=["digits", "teacher", "wide"], action="append")
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument(
+        "--codecs",
+        nargs="+",
+        default=["none", "fp16", "bf16", "topk", "sign"],
+        choices=["none", "fp16", "bf16", "topk", "sign"],
+    )
     parser.add_argument("--frequency", type=int, default=4)
     parser.add_argument("--ratio", type=float, default=0.01, help="compression_ratio (top-k)")
     parser.add_argument("--teacher-rows", type=int, default=100_000)
@@ -83,6 +98,7 @@ def main() -> None:
     parser.add_argument("--wide-rows", type=int, default=16_384)
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "sparkdl-scale"))
     args = parser.parse_args()
+    args.codecs = [None if c == "none" else c for c in args.codecs]
     sections = args.only or ["digits", "teacher", "wide"]
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     session = argparse.Namespace(master="local[2]", driver_memory="2g")
@@ -117,7 +133,7 @@ def digits(spark: Any, args: argparse.Namespace) -> None:
     )
     for mode, merge in DIGITS_MODES:
         table: dict[str | None, Figures] = {}
-        for codec in CODECS:
+        for codec in args.codecs:
             figures = table[codec] = Figures()
             for seed in range(args.seeds):
                 fitted = _fit(
@@ -147,7 +163,7 @@ def teacher(spark: Any, args: argparse.Namespace) -> None:
         f"batches, {args.seeds} seeds\n"
     )
     table: dict[str | None, Figures] = {}
-    for codec in CODECS:
+    for codec in args.codecs:
         figures = table[codec] = Figures()
         for seed in range(args.seeds):
             fitted = _fit(
@@ -177,7 +193,7 @@ def wide(spark: Any, args: argparse.Namespace) -> None:
     )
     for mode, merge in DIGITS_MODES:
         table: dict[str | None, Figures] = {}
-        for codec in CODECS:
+        for codec in args.codecs:
             figures = table[codec] = Figures()
             started = time.perf_counter()
             fitted = _fit(
@@ -201,8 +217,9 @@ def _print_table(title: str, table: dict[str | None, Figures], *, speed: bool) -
     base = table[None]
     full_push = statistics.mean(base.push_bytes)
     full_answer = statistics.mean(base.answer_bytes)
+    full_fit = statistics.mean(base.fit_push_bytes)
     base_acc = statistics.mean(base.accuracies) if base.accuracies else None
-    columns = ["codec", "bytes/push", "x fewer", "bytes/answer", "x fewer"]
+    columns = ["codec", "bytes/push", "x fewer", "bytes/answer", "x fewer", "fit's pushes x fewer"]
     if base.accuracies:
         columns += ["accuracy (min-max)", "vs none (pt)"]
     if speed:
@@ -217,9 +234,10 @@ def _print_table(title: str, table: dict[str | None, Figures], *, speed: bool) -
         cells = [
             codec or "none",
             f"{push:,.0f}",
-            f"{full_push / push:.1f}",
+            f"{full_push / push:.2f}",
             f"{answer:,.0f}",
             f"{full_answer / answer:.1f}",
+            f"{full_fit / statistics.mean(figures.fit_push_bytes):.1f}",
         ]
         if figures.accuracies and base_acc is not None:
             acc = figures.accuracies

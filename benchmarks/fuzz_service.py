@@ -15,7 +15,8 @@ worker first pulls the full weights, then pushes the codec's arrays naming its c
 the center, and besides the JSON mutations the codec's arrays themselves are broken:
 top-k indices out of range or repeated, more values than ``k``, NaN, infinite and huge
 values, sign bits cut short, negative or NaN scales, wrong dtypes and lengths, copy
-numbers the service never sent.
+numbers the service never sent, and pushes flagged ``whole`` (a worker's closing push,
+sent unencoded) with encoded arrays or a flag that is not a bool.
 
 Printed per mode: requests sent, answers 2xx (a mutation that left a valid request:
 taken), 4xx, and >= 500, state changes after a refused request (there must be none: a
@@ -151,10 +152,13 @@ def _serve_and_fuzz(
 ) -> None:
     shapes = CODEC_SHAPES if codec else SHAPES
     weights = [np.zeros(s, d) for s, d in zip(shapes, DTYPES, strict=True)]
+    merge = MODES[mode]
+    if codec and isinstance(merge, Average):
+        merge = Average(relative=True)  # as a fit resolves it under compression
     store = WeightStore(
         weights,
         num_workers=2,
-        merge=MODES[mode],
+        merge=merge,
         mode=mode,
         compression=resolve_compression(codec, 0.05, 2),
     )
@@ -268,6 +272,9 @@ def _codec_request(rng: random.Random, store: WeightStore) -> tuple[str, str, by
         for s, d in zip(CODEC_SHAPES, DTYPES, strict=True)
     ]
     parts = store.replicas.codec.encode(update)
+    if rng.random() < 0.2:  # a closing push sent whole (now and then flagged wrong)
+        header["meta"]["whole"] = rng.choice([True, True, True, False, 1, "true", None])
+        parts = update if rng.random() < 0.8 else parts
     broken = rng.random()
     if broken < 0.45:
         parts = _break_parts(rng, store.replicas.codec, parts)

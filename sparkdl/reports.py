@@ -62,6 +62,9 @@ class WorkerReport:
         push_bytes: Bytes of the push bodies it sent while training (with compression,
             the codec's arrays).
         answer_bytes: Bytes of the weights answers it read while training.
+        whole_pushes: With compression, pushes sent whole (the fit's closing push,
+            which carries what error feedback held back).
+        whole_push_bytes: Their bytes (part of ``push_bytes``).
         epochs_run: The epoch it ended in (1-based).
         resumed_at: ``[epoch, batches]`` where a retried task resumed, or ``None``.
         delta_scale: The factor of its deltas (a merge with one), else ``None``.
@@ -97,6 +100,8 @@ class WorkerReport:
     syncs: int = 0
     push_bytes: int = 0
     answer_bytes: int = 0
+    whole_pushes: int = 0
+    whole_push_bytes: int = 0
     epochs_run: int = 0
     resumed_at: list[int] | None = None
     delta_scale: float | None = None

@@ -84,7 +84,10 @@ class SyncCallback(keras.callbacks.Callback):
         for _ in range(end.mid):
             self._sync(rows, logs, None)
         if end.closes:
-            self._sync(rows, logs, logs, self._epoch_states(logs))
+            # The fit's last epoch (or a driver's stop): the closing push goes whole,
+            # so what a codec's error feedback held back reaches the center.
+            last = self.stop or self._epoch + 1 >= int(self.params.get("epochs") or 0)
+            self._sync(rows, logs, logs, self._epoch_states(logs), whole=last)
         for _ in range(end.padding):  # every worker takes part in every round
             self._sync(rows, {}, None)
         if self.stop:
@@ -110,6 +113,8 @@ class SyncCallback(keras.callbacks.Callback):
         logs: dict[str, Any],
         epoch_logs: dict[str, Any] | None,
         states: dict[str, Any] | None = None,
+        *,
+        whole: bool = False,
     ) -> None:
         loss = logs.get("loss")
         loss = float(loss) if loss is not None else None
@@ -134,7 +139,7 @@ class SyncCallback(keras.callbacks.Callback):
                 meta["epoch_states"] = states
         # An epoch's closing push waits for its answer, so every epoch starts from
         # the center.
-        if self.pusher.push(seen - self._sent, meta, wait=epoch_logs is not None):
+        if self.pusher.push(seen - self._sent, meta, wait=epoch_logs is not None, whole=whole):
             self._take_control()
         self._sent = seen
         self._done += 1

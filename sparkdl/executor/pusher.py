@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from sparkdl.server.client import ServiceClient
-from sparkdl.sync.codecs import Compression, follow
+from sparkdl.sync.codecs import WHOLE, Codec, Compression, follow
 from sparkdl.sync.merges import Merge, is_float
 from sparkdl.weight_access import WeightAccess
 
@@ -77,6 +77,9 @@ class Pusher:
         #: Seconds training stood still waiting for the service.
         self.wait_seconds = 0.0
         self.pushes = 0
+        #: Pushes sent whole under a codec, and their bytes.
+        self.whole_pushes = 0
+        self.whole_bytes = 0
         #: The control fields of the last answer folded in (stop, learning rate).
         self.control: dict[str, Any] = {}
         self._center = center
@@ -90,17 +93,22 @@ class Pusher:
         self._inflight: Future[tuple[list[np.ndarray], int]] | None = None
         self._at_push: list[np.ndarray] = []  # the weights right after that push
 
-    def push(self, samples: int, meta: dict[str, Any], *, wait: bool) -> bool:
+    def push(self, samples: int, meta: dict[str, Any], *, wait: bool, whole: bool = False) -> bool:
         """Pushes the local weights' update; waits for the answer unless overlapping.
 
         Args:
             samples: Samples trained on since the previous push.
             meta: The header's metadata (loss, epoch, epoch logs...).
             wait: Wait for this push's answer even when overlapping.
+            whole: With a codec, send this update whole, so what error feedback held
+                back reaches the center (the fit's closing push).
 
         Returns:
             Whether an answer was folded in (its :attr:`control` is then new).
         """
+        whole = whole and self.codec is not None
+        wait = wait or whole
+        sent_before = self.client.bytes_sent
         local = self.weights.get()
         settled = self._inflight is not None
         if settled:
@@ -108,7 +116,9 @@ class Pusher:
         update = self.merge.outgoing(local, self._center)
         sent = update
         if self.codec is not None:
-            sent, decoded = self._encode(update)
+            if whole:
+                meta = {**meta, "whole": True}
+            sent, decoded = self._encode(update, WHOLE if whole else self.codec)
             if not self.merge.error_feedback:
                 update = decoded  # the worker moves by what the center receives
         if self.overlap and not wait:
@@ -136,6 +146,9 @@ class Pusher:
             self.weights.set(self._keep_unsent(self.merge.incoming(local, update, self._center)))
             settled = True
         self.pushes += 1
+        if whole:
+            self.whole_pushes += 1
+            self.whole_bytes += self.client.bytes_sent - sent_before
         return settled
 
     def flush(self) -> bool:
@@ -168,17 +181,18 @@ class Pusher:
         self._center, self.control = self._take(answer), self.client.control
         return self._keep_unsent(self.merge.settle(local, self._at_push, self._center))
 
-    def _encode(self, update: list[np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """The codec's arrays for ``update`` (a merge's weights as their difference to
+    def _encode(
+        self, update: list[np.ndarray], codec: Codec
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """``codec``'s arrays for ``update`` (a merge's weights as their difference to
         the copy of the center) and what they decode to; what they leave out is kept
         (:attr:`_unsent`) to go back into the local weights with the answer."""
-        assert self.codec is not None
         if self.merge.pushes_weights:
             update = [
                 u - c if is_float(u) else u for u, c in zip(update, self._center, strict=True)
             ]
-        parts = self.codec.encode(update)
-        decoded = self.codec.decode(parts, self._specs)
+        parts = codec.encode(update)
+        decoded = codec.decode(parts, self._specs)
         if self.merge.error_feedback:
             self._unsent = [
                 self.merge.unsent_weights(u - d) if is_float(u) else None

@@ -132,6 +132,8 @@ def train(
         syncs=pusher.pushes,
         push_bytes=client.bytes_sent,
         answer_bytes=client.bytes_received - setup_bytes,
+        whole_pushes=pusher.whole_pushes,
+        whole_push_bytes=pusher.whole_bytes,
         epochs_run=sync.epochs_run,
         resumed_at=[epoch, skip] if (epoch, skip) != (plan.initial_epoch, 0) else None,
         delta_scale=getattr(plan.merge, "scale", None),

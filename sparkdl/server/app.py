@@ -153,7 +153,7 @@ def create_app(
         copy = None
         if store.replicas is not None:  # compressed: decoded against the worker's copy
             copy = (worker, attempt, _replica(meta.get("replica")))
-            arrays = store.replicas.unpack(*copy, arrays)
+            arrays = store.replicas.unpack(*copy, arrays, whole=_whole(meta.get("whole", False)))
         target = store.push(
             worker,
             seq=_meta_int(meta, "seq"),
@@ -359,6 +359,13 @@ def _replica(value: Any) -> int:
             "Expected 'replica' (the copy of the center the worker holds) to be an int >= "
             f"-1. Received: {repr(value)[:60]}"
         )
+    return value
+
+
+def _whole(value: Any) -> bool:
+    """Whether a compressed push sends its update whole (a worker's closing push)."""
+    if not isinstance(value, bool):
+        raise _BadArg(f"Expected 'whole' to be true or false. Received: {repr(value)[:60]}")
     return value
 
 

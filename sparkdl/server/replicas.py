@@ -18,8 +18,10 @@ number:
 * An answer encodes ``center - base``; the worker adds the decoded change to its copy,
   the service adds the same decoded change to ``base`` as a new pending copy, so the
   two stay equal bit for bit, and what an answer left out the next one carries.
-* A merge that pushes weights (``average``) pushes ``weights - copy`` instead, and the
-  service adds that copy back.
+* A merge that pushes weights (``average``) pushes ``weights - copy`` instead, and
+  averages those differences onto the center (:attr:`Average.relative
+  <sparkdl.sync.merges.Average.relative>`): averaging ``copy + difference`` would drop,
+  every round, the part of the center a lossy answer has not delivered yet.
 
 A worker's numbers belong to its newest task attempt, the one the store's ledger knows
 from its join: an older attempt's requests are refused (409), a newer one must join
@@ -50,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from sparkdl.server.errors import StoreError
-from sparkdl.sync.codecs import CodecError, Compression, follow
+from sparkdl.sync.codecs import WHOLE, CodecError, Compression, follow
 from sparkdl.sync.merges import Merge, is_float
 
 __all__ = ["FULL", "MAX_PENDING", "Replicas"]
@@ -91,6 +93,8 @@ class Replicas:
     ) -> None:
         self.codec = compression.push
         self.answers = compression.answer
+        if merge.pushes_weights and not merge.additive:
+            raise ValueError(f"{merge!r} must take differences under compression (relative=True)")
         self.merge = merge
         self.specs = [(w.dtype, tuple(w.shape)) for w in weights]
         self._newest_attempt = newest_attempt
@@ -105,25 +109,30 @@ class Replicas:
         self._started: dict[int, set[int]] = {}
 
     def unpack(
-        self, worker: int, attempt: int, replica: Any, parts: Sequence[np.ndarray]
+        self,
+        worker: int,
+        attempt: int,
+        replica: Any,
+        parts: Sequence[np.ndarray],
+        *,
+        whole: bool = False,
     ) -> list[np.ndarray]:
         """The dense arrays a push's ``parts`` encode, for the store's merge (decoded
         against the copy ``replica`` names; nothing changes until it is answered).
+        ``whole``: the push sent its update unencoded (a worker's closing push).
 
         Raises:
             StoreError: 400 for parts that do not decode, or a copy number the service
                 never sent; 409 for a superseded attempt.
         """
+        codec = WHOLE if whole else self.codec
         try:
-            sent = self.codec.decode(parts, self.specs)
+            sent = codec.decode(parts, self.specs)
         except CodecError as exc:
-            raise StoreError(400, f"Compressed push ({self.codec.name}): {exc}.") from None
+            raise StoreError(400, f"Compressed push ({codec.name}): {exc}.") from None
         with self._worker_lock(worker):
-            copy = self._named(worker, attempt, replica)
-            if not self.merge.pushes_weights:
-                return sent
-            with np.errstate(over="ignore", invalid="ignore"):  # inf: refused by the store
-                return follow(copy, sent)
+            self._named(worker, attempt, replica)
+        return sent
 
     def answer(
         self,

@@ -61,6 +61,7 @@ from sparkdl.sync.registry import Registry
 __all__ = [
     "CODECS",
     "DENSE_BELOW",
+    "WHOLE",
     "BFloat16",
     "Codec",
     "CodecError",
@@ -187,6 +188,32 @@ class Compression:
 
     push: Codec
     answer: Codec
+
+
+class Whole(Codec):
+    """No encoding: every array travels as it is, checked against its spec.
+
+    A worker's closing push sends its update whole (:data:`WHOLE`), so what error
+    feedback still held locally reaches the center before the fit ends.
+    """
+
+    name = "whole"
+
+    def _compressed(self, dtype: np.dtype[Any], size: int) -> bool:
+        return False
+
+    def _encode(self, flat: np.ndarray) -> list[np.ndarray]:
+        return [flat]
+
+    def _decode(self, parts: list[np.ndarray], dtype: np.dtype[Any], size: int) -> np.ndarray:
+        return parts[0]
+
+    def _bytes(self, dtype: np.dtype[Any], size: int) -> int:
+        return size * dtype.itemsize
+
+
+#: The identity codec of a push sent whole (``meta["whole"]``).
+WHOLE = Whole()
 
 
 def resolve_codec(name: str | None, ratio: float) -> Codec | None:

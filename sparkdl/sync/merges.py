@@ -137,10 +137,6 @@ class Merge(abc.ABC):
 
     #: The name users pass as ``merge=``.
     name: ClassVar[str] = ""
-    #: Whether the service adds what is pushed (deltas, elastic differences), so the
-    #: center can grow by the pushes' magnitudes; an average stays within the largest
-    #: value pushed (the service's overflow check, ``Center.reserve``).
-    additive: ClassVar[bool] = True
     #: Whether a worker pushes its weights (not a difference): a compressed push then
     #: carries the difference to the center the worker holds
     #: (:mod:`sparkdl.sync.codecs`), and the service adds that center back.
@@ -149,6 +145,13 @@ class Merge(abc.ABC):
     #: weights with the answer (error feedback). Elastic averaging needs none: a worker
     #: moves by what the center received, and the rest stays in its next difference.
     error_feedback: ClassVar[bool] = True
+
+    @property
+    def additive(self) -> bool:
+        """Whether the service adds what is pushed (deltas, elastic differences), so the
+        center can grow by the pushes' magnitudes; an average of weights stays within
+        the largest value pushed (the service's overflow check, ``Center.reserve``)."""
+        return True
 
     @classmethod
     @abc.abstractmethod
@@ -255,15 +258,24 @@ class Average(Merge):
     """
 
     name: ClassVar[str] = "average"
-    additive: ClassVar[bool] = False
     pushes_weights: ClassVar[bool] = True
     share: float = 1.0
+    #: Pushes are differences to the copy of the center each worker holds (compressed
+    #: updates, :mod:`sparkdl.sync.codecs`), averaged onto the center: a lossy answer
+    #: leaves that copy behind the center, and averaging the copies back in would drop,
+    #: every round, what the answers have not delivered yet.
+    relative: bool = False
 
     @classmethod
     def resolve(
         cls, *, num_workers: int, synchronous: bool, whole_epoch: bool, settings: Any
     ) -> Average:
-        return cls(share=1.0 / max(num_workers, 1))
+        relative = getattr(settings, "compression", None) is not None
+        return cls(share=1.0 / max(num_workers, 1), relative=relative)
+
+    @property
+    def additive(self) -> bool:
+        return self.relative
 
     def combine(self, center: Arrays, updates: Sequence[Update]) -> list[np.ndarray]:
         if not updates:
@@ -278,6 +290,8 @@ class Average(Merge):
                 merged.append(np.array(updates[0].arrays[i], dtype=ref.dtype))
                 continue
             acc = np.zeros(ref.shape, dtype=np.result_type(ref.dtype, np.float32))
+            if self.relative:
+                acc += ref  # the weighted mean of the differences, onto the center
             for w, update in zip(weights, updates, strict=True):
                 if w:
                     acc += update.arrays[i] * acc.dtype.type(w)
@@ -288,7 +302,8 @@ class Average(Merge):
         if update.samples <= 0:
             return  # a worker that trained on nothing only reports
         share = center.dtype.type(self.share)
-        center *= center.dtype.type(1.0) - share
+        if not self.relative:
+            center *= center.dtype.type(1.0) - share
         center += pushed * share
 
 

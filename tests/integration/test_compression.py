@@ -37,10 +37,13 @@ def _fit(train_df: Any, mode: str, merge: str, compression: str | None, epochs: 
 
 
 def _bytes(fitted: Any) -> tuple[float, float]:
+    """Bytes per push the codec encoded (the fit's closing push goes whole) and per
+    answer."""
     workers = fitted.fit_report["workers"]
     syncs = sum(w["syncs"] for w in workers)
+    whole = sum(w["whole_pushes"] for w in workers)
     return (
-        sum(w["push_bytes"] for w in workers) / syncs,
+        sum(w["push_bytes"] - w["whole_push_bytes"] for w in workers) / (syncs - whole),
         sum(w["answer_bytes"] for w in workers) / syncs,
     )
 
@@ -63,6 +66,10 @@ def test_every_codec_trains_like_uncompressed_updates(digits, mode: str, merge: 
         shrink = 1.9 if codec in ("fp16", "bf16") else 10
         assert push * shrink < full_push and answer * shrink < full_answer, (codec, push, answer)
         assert fitted.fit_report["service"]["full_answers"] == {"0": 1, "1": 1}
+        # Each worker's closing push went whole: what error feedback held back arrived.
+        for worker in fitted.fit_report["workers"]:
+            assert worker["whole_pushes"] == 1, worker
+            assert worker["whole_push_bytes"] > full_push * 0.9, (worker, full_push)
 
 
 @pytest.mark.parametrize(

@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 
 from sparkdl import ConfigError, TrainConfig
+from sparkdl.config import SyncConfig
 from sparkdl.executor.pusher import Pusher
 from sparkdl.server.errors import StoreError
 from sparkdl.server.replicas import FULL, Replicas
 from sparkdl.sync.codecs import (
+    WHOLE,
     BFloat16,
     Codec,
     CodecError,
@@ -24,7 +26,7 @@ from sparkdl.sync.codecs import (
     follow,
     resolve_compression,
 )
-from sparkdl.sync.merges import Average, Delta, Elastic
+from sparkdl.sync.merges import Average, Delta, Elastic, Update
 
 CODECS: list[Codec] = [Float16(), BFloat16(), TopK(ratio=0.01), Sign()]
 SPECS = [(np.dtype(np.float32), (40, 30)), (np.dtype(np.float32), (30,)), (np.dtype(np.int64), ())]
@@ -178,13 +180,20 @@ def test_error_feedback_sends_everything_in_the_end(codec: Codec, merge: Any) ->
         local[0] = local[0] + progress
         trained += progress
         update = merge.outgoing(local, center)
-        _, decoded = pusher._encode(update)
+        _, decoded = pusher._encode(update, codec)
         received += decoded[0]
         local = pusher._keep_unsent(merge.incoming(local, update, center))
     held = local[0] - center[0]  # what was never sent
     assert np.abs(held).max() > 0  # something was held back
     scale = getattr(merge, "scale", 1.0)
     np.testing.assert_allclose(received + scale * held, scale * trained, atol=1e-3)
+    # The fit's closing push goes whole: nothing is held back any more.
+    update = merge.outgoing(local, center)
+    _, decoded = pusher._encode(update, WHOLE)
+    received += decoded[0]
+    local = pusher._keep_unsent(merge.incoming(local, update, center))
+    np.testing.assert_array_equal(local[0], center[0])
+    np.testing.assert_allclose(received, scale * trained, atol=1e-3)
 
 
 def _pusher(codec: Codec, merge: Any) -> Pusher:
@@ -202,7 +211,7 @@ def _pusher(codec: Codec, merge: Any) -> Pusher:
 
 def test_elastic_moves_by_what_the_center_receives_and_keeps_no_residual() -> None:
     pusher = _pusher(TopK(ratio=0.01), Elastic(alpha=0.5))
-    _, decoded = pusher._encode(_arrays(7))
+    _, decoded = pusher._encode(_arrays(7), pusher.codec)
     assert pusher._unsent[0] is None
     assert np.count_nonzero(decoded[0]) == TopK(ratio=0.01).k(1200)
 
@@ -245,7 +254,10 @@ def _first(worker: int) -> int:
 def test_copy_numbers_are_checked() -> None:
     attempts = {0: 1}
     replicas = Replicas(
-        Compression(Float16(), Float16()), Average(), _arrays(0), newest_attempt=attempts.get
+        Compression(Float16(), Float16()),
+        Average(relative=True),
+        _arrays(0),
+        newest_attempt=attempts.get,
     )
     with pytest.raises(StoreError, match="pulls the full weights") as info:
         replicas.unpack(0, 1, 1, Float16().encode(_arrays(1)))  # no full pull yet
@@ -260,8 +272,9 @@ def test_copy_numbers_are_checked() -> None:
     before = replicas.copy_state()
     pushed = replicas.unpack(0, 1, first, Float16().encode(_arrays(1)))
     assert replicas.copy_state() == before  # a push confirms nothing until answered
-    # A merge that pushes weights pushes their difference to the copy: added back.
-    np.testing.assert_allclose(pushed[0], _arrays(2)[0] + _arrays(1)[0], rtol=1e-3, atol=1e-3)
+    # A merge that pushes weights pushes their difference to the copy, which the
+    # (relative) average adds to the center.
+    np.testing.assert_allclose(pushed[0], _arrays(1)[0], rtol=1e-3, atol=1e-3)
     # The first answer is lost to a timeout while its retry is answered too: whichever
     # the worker took stays valid, and confirming it drops the other.
     _, slow = replicas.answer(0, 1, first, _arrays(3), {})
@@ -281,3 +294,26 @@ def test_copy_numbers_are_checked() -> None:
     with pytest.raises(StoreError) as info:
         replicas.unpack(0, 1, retry["replica"], Float16().encode(_arrays(1)))
     assert info.value.status == 409
+
+
+def test_a_relative_average_averages_differences_onto_the_center() -> None:
+    """Under compression an average takes each worker's difference to its copy of the
+    center: synchronously their weighted mean is added, asynchronously each moves the
+    center by its share, and a lossy answer's undelivered part stays in the center."""
+    center = [np.full(3, 10.0, np.float32), np.array([7])]
+    ups = [
+        Update(worker=0, arrays=[np.array([1.0, 0, 0], np.float32), np.array([8])], samples=1),
+        Update(worker=1, arrays=[np.array([0, 3.0, 0], np.float32), np.array([9])], samples=3),
+    ]
+    merge = Average.resolve(
+        num_workers=2, synchronous=True, whole_epoch=False, settings=SyncConfig(compression="sign")
+    )
+    assert merge.relative and merge.additive
+    merged = merge.combine(center, ups)
+    np.testing.assert_allclose(merged[0], [10.25, 12.25, 10.0])
+    assert merged[1].tolist() == [8]  # integer state travels whole
+    stepped = merge.apply(center, ups[1], version=0)
+    np.testing.assert_allclose(stepped[0], [10.0, 11.5, 10.0])
+    assert not Average.resolve(
+        num_workers=2, synchronous=True, whole_epoch=False, settings=SyncConfig()
+    ).relative
