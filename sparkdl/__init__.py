@@ -23,6 +23,7 @@ from sparkdl.persistence import loading_options
 from sparkdl.warmup import warm_up
 
 __all__ = [
+    "LARS",
     "ClusterError",
     "ConfigError",
     "KerasEstimator",
@@ -38,3 +39,12 @@ __all__ = [
     "warm_up",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    # LARS imports Keras: only when asked for, so ``import sparkdl`` stays light.
+    if name == "LARS":
+        from sparkdl.optimizers import LARS
+
+        return LARS
+    raise AttributeError(f"module 'sparkdl' has no attribute {name!r}")

@@ -27,6 +27,7 @@ from sparkdl.errors import ConfigError
 from sparkdl.sync.codecs import resolve_codec
 from sparkdl.sync.merges import STALENESS, merge_class
 from sparkdl.sync.modes import MODES, Synchronous, mode_class
+from sparkdl.sync.recipe import check as check_recipe
 
 __all__ = [
     "DATA_CACHES",
@@ -61,10 +62,13 @@ class SyncConfig:
     backup_workers: int = 0
     compression: str | None = None
     compression_ratio: float = 0.01
+    lr_scaling: str | None = None
+    warmup_epochs: float = 0.0
 
     def __post_init__(self) -> None:
         mode = mode_class(self.mode)
         resolve_codec(self.compression, self.compression_ratio)  # a known name and ratio
+        check_recipe(self.lr_scaling, self.warmup_epochs)
         if self.merge is None:
             object.__setattr__(self, "merge", mode.default_merge)
         merge_class(str(self.merge))
@@ -353,6 +357,14 @@ class TrainConfig:
             (:mod:`sparkdl.sync.codecs`). ``None``: full float updates.
         compression_ratio: The fraction of each array's values a ``"topk"`` update
             keeps, in (0, 0.25].
+        lr_scaling: The large-batch recipe (Goyal et al. 2017): workers train at the
+            model's learning rate times the number of workers one step of the center
+            averages (``"linear"``, for SGD) or its square root (``"sqrt"``, for
+            adaptive optimizers such as Adam): ``num_workers`` for averaging and
+            synchronous deltas, 1 for asynchronous deltas and elastic averaging
+            (:mod:`sparkdl.sync.recipe`). ``None``: the model's rate as it is.
+        warmup_epochs: With ``lr_scaling``, ramp the rate linearly from the model's to
+            the scaled one over this many epochs (gradual warm-up).
 
     Raises:
         ConfigError: A value is out of range or unknown.
@@ -395,6 +407,8 @@ class TrainConfig:
     data_cache: str = ScalingConfig.data_cache
     compression: str | None = SyncConfig.compression
     compression_ratio: float = SyncConfig.compression_ratio
+    lr_scaling: str | None = SyncConfig.lr_scaling
+    warmup_epochs: float = SyncConfig.warmup_epochs
     # The same settings by concern, each group validated when the config is built.
     sync: SyncConfig = field(init=False, repr=False, compare=False)
     scaling: ScalingConfig = field(init=False, repr=False, compare=False)

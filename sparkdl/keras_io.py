@@ -416,6 +416,8 @@ def model_from_bytes(
     """
     import keras
 
+    import sparkdl.optimizers  # noqa: F401  (registers LARS for the models that use it)
+
     if not zipfile.is_zipfile(io.BytesIO(data)):
         raise ModelError("Model bytes are not a .keras archive.")
     with tempfile.TemporaryDirectory(prefix="sparkdl-") as tmp:

@@ -16,13 +16,14 @@ Example:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sparkdl.config import TrainConfig
 from sparkdl.errors import ConfigError
 from sparkdl.sync.codecs import Compression, resolve_compression
 from sparkdl.sync.merges import Merge, merge_class
 from sparkdl.sync.modes import Mode, mode_class
+from sparkdl.sync.recipe import LearningRateRecipe
 from sparkdl.sync.schedule import steps_for, train_rows
 
 __all__ = ["FitPlan"]
@@ -37,6 +38,8 @@ class FitPlan:
         merge: The merge object, its settings resolved (scale, alpha, share).
         compression: The codecs updates travel in, each way, or ``None``
             (:mod:`sparkdl.sync.codecs`).
+        lr_recipe: The workers' learning rate against the model's (``lr_scaling``,
+            ``warmup_epochs``; :mod:`sparkdl.sync.recipe`).
         num_workers: Spark tasks that train.
         epochs: The epoch the fit ends at.
         initial_epoch: Epochs done before this fit (a resumed fit starts after them).
@@ -65,6 +68,7 @@ class FitPlan:
     mode: Mode
     merge: Merge
     compression: Compression | None = None
+    lr_recipe: LearningRateRecipe = field(default_factory=LearningRateRecipe)
     num_workers: int
     epochs: int
     initial_epoch: int = 0
@@ -143,6 +147,11 @@ class FitPlan:
             mode=mode,
             merge=merge,
             compression=resolve_compression(sync.compression, sync.compression_ratio, num_workers),
+            lr_recipe=LearningRateRecipe.resolve(
+                sync.lr_scaling,
+                sync.warmup_epochs,
+                averaged_workers=merge.averaged_workers(num_workers, mode.barrier),
+            ),
             num_workers=num_workers,
             epochs=run.epochs,
             initial_epoch=initial_epoch,

@@ -22,6 +22,7 @@ import keras
 
 from sparkdl.errors import TrainingError
 from sparkdl.executor.pusher import Pusher
+from sparkdl.executor.rate import ScaledRate
 from sparkdl.metric_states import MetricStates
 from sparkdl.sync.schedule import Schedule
 
@@ -35,10 +36,20 @@ class SyncCallback(keras.callbacks.Callback):
         pusher: Sends pushes and folds answers in.
         schedule: The worker's sync points.
         val_rows: Validation rows behind the epoch's ``val_*`` logs.
+        rate: The large-batch recipe's callback (``lr_scaling``), or ``None``.
     """
 
-    def __init__(self, pusher: Pusher, schedule: Schedule, *, val_rows: int = 0) -> None:
+    def __init__(
+        self,
+        pusher: Pusher,
+        schedule: Schedule,
+        *,
+        val_rows: int = 0,
+        rate: ScaledRate | None = None,
+    ) -> None:
         super().__init__()
+        #: The large-batch recipe's callback, which scales a rate the driver sets.
+        self.rate = rate
         self.pusher = pusher
         self.schedule = schedule
         self.val_rows = val_rows
@@ -155,8 +166,11 @@ class SyncCallback(keras.callbacks.Callback):
             self.model.stop_training = True
         rate = control.get("learning_rate")
         if isinstance(rate, (int, float)) and rate != self.learning_rate:
-            self.model.optimizer.learning_rate = float(rate)  # ReduceLROnPlateau
-            self.learning_rate = float(rate)
+            self.learning_rate = float(rate)  # ReduceLROnPlateau: the model's rate
+            if self.rate is not None:
+                self.rate.rebase(self.learning_rate)  # scaled for the workers
+            else:
+                self.model.optimizer.learning_rate = self.learning_rate
 
 
 def _finite_or_none(value: Any) -> float | None:

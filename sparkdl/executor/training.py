@@ -31,6 +31,7 @@ from sparkdl.executor.cache import PartitionCache
 from sparkdl.executor.callback import SyncCallback
 from sparkdl.executor.feed import Feed
 from sparkdl.executor.pusher import Pusher
+from sparkdl.executor.rate import ScaledRate
 from sparkdl.keras_io import (
     learning_rate,
     mixed_precision_bytes,
@@ -107,7 +108,12 @@ def train(
         replica=replica,
     )
     feed, validation, val_rows = split(payload, data, held_out, held_in)
-    sync = SyncCallback(pusher, schedule, val_rows=val_rows)
+    rate = (
+        ScaledRate(plan.lr_recipe, steps_for(held_in, plan.batch_size))
+        if plan.lr_recipe.active
+        else None
+    )
+    sync = SyncCallback(pusher, schedule, val_rows=val_rows, rate=rate)
     sync.set_model(model)
     train_start = time.perf_counter()
     setup_comm, setup_calls = client.comm_seconds, client.calls  # join and first pull
@@ -221,7 +227,7 @@ def _fit_epochs(
             initial_epoch=first,
             shuffle=False,  # the pipeline shuffles
             verbose=0,
-            callbacks=[sync],
+            callbacks=[sync] if sync.rate is None else [sync.rate, sync],
             validation_data=validation,
         )
 

@@ -146,6 +146,12 @@ class Merge(abc.ABC):
     #: moves by what the center received, and the rest stays in its next difference.
     error_feedback: ClassVar[bool] = True
 
+    def averaged_workers(self, num_workers: int, synchronous: bool) -> float:
+        """How many workers' steps one step of the center averages: what the large-batch
+        recipe scales the learning rate by (:mod:`sparkdl.sync.recipe`). Elastic
+        averaging (this default): 1, each worker trains at its own rate."""
+        return 1.0
+
     @property
     def additive(self) -> bool:
         """Whether the service adds what is pushed (deltas, elastic differences), so the
@@ -277,6 +283,9 @@ class Average(Merge):
     def additive(self) -> bool:
         return self.relative
 
+    def averaged_workers(self, num_workers: int, synchronous: bool) -> float:
+        return 1.0 / self.share
+
     def combine(self, center: Arrays, updates: Sequence[Update]) -> list[np.ndarray]:
         if not updates:
             return [np.array(c, copy=True) for c in center]
@@ -363,6 +372,10 @@ class Delta(Merge):
         else:
             scale = 1.0 / max(num_workers, 1) if whole_epoch else 1.0
         return cls(staleness=settings.staleness, scale=scale)
+
+    def averaged_workers(self, num_workers: int, synchronous: bool) -> float:
+        # A round's deltas are averaged; asynchronous ones are added scaled.
+        return float(max(num_workers, 1)) if synchronous else 1.0 / self.scale
 
     def outgoing(self, local: Arrays, center: Arrays) -> list[np.ndarray]:
         out = []

@@ -1,0 +1,88 @@
+"""The large-batch recipe: which factor each mode x merge takes, the warm-up ramp, the
+settings' checks, and the worker's callback on a real Keras model."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+from sparkdl import ConfigError, TrainConfig
+from sparkdl.executor.rate import ScaledRate
+from sparkdl.plan import FitPlan
+from sparkdl.sync.recipe import LearningRateRecipe
+
+
+def _plan(**settings) -> FitPlan:
+    return FitPlan.resolve(
+        TrainConfig(**settings), num_workers=8, rows=8000, threads=1, service_host="127.0.0.1"
+    )
+
+
+@pytest.mark.parametrize(
+    ("mode", "merge", "frequency", "linear"),
+    [
+        ("synchronous", "average", "epoch", 8.0),
+        ("synchronous", "delta", 4, 8.0),  # the round's deltas are averaged
+        ("asynchronous", "average", "batch", 8.0),  # each push moves the center 1/8
+        ("asynchronous", "delta", "epoch", 8.0),  # whole-epoch deltas are divided by 8
+        ("asynchronous", "delta", 4, 1.0),  # deltas added in full average nothing
+        ("hogwild", "delta", "batch", 1.0),
+        ("synchronous", "elastic", "epoch", 1.0),  # workers keep their own rate
+    ],
+)
+def test_the_factor_is_the_workers_one_step_of_the_center_averages(
+    mode: str, merge: str, frequency, linear: float
+) -> None:
+    settings = {"mode": mode, "merge": merge, "frequency": frequency}
+    assert _plan(**settings, lr_scaling="linear").lr_recipe.factor == linear
+    assert _plan(**settings, lr_scaling="sqrt").lr_recipe.factor == pytest.approx(linear**0.5)
+    assert _plan(**settings).lr_recipe == LearningRateRecipe()
+
+
+def test_the_warm_up_ramps_from_the_models_rate_to_the_scaled_one() -> None:
+    recipe = LearningRateRecipe.resolve("linear", 1.5, averaged_workers=4)
+    rates = [recipe.rate(0.1, step, steps_per_epoch=10) for step in range(0, 20)]
+    assert rates[0] == pytest.approx(0.1)
+    assert rates[5] == pytest.approx(0.1 * (1 + 3 * 5 / 15))
+    assert all(b > a for a, b in zip(rates[:15], rates[1:16], strict=True))
+    assert rates[15:] == [pytest.approx(0.4)] * 5
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"lr_scaling": "cubic"}, "lr_scaling"),
+        ({"lr_scaling": "linear", "warmup_epochs": -1}, "warmup_epochs"),
+        ({"lr_scaling": "linear", "warmup_epochs": float("nan")}, "warmup_epochs"),
+        ({"lr_scaling": "linear", "warmup_epochs": True}, "warmup_epochs"),
+        ({"warmup_epochs": 2}, "set lr_scaling"),
+    ],
+)
+def test_bad_recipe_settings_are_refused(settings, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        TrainConfig(**settings)
+
+
+def test_a_schedule_cannot_be_scaled_and_says_what_to_do() -> None:
+    recipe = LearningRateRecipe.resolve("linear", 0, averaged_workers=4)
+    with pytest.raises(ConfigError, match="LearningRateSchedule"):
+        recipe.check_model(None)
+    LearningRateRecipe().check_model(None)  # no recipe: nothing to scale
+
+
+def test_the_workers_callback_sets_the_scaled_rate_each_batch_and_rebases() -> None:
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+    rate = ScaledRate(LearningRateRecipe(factor=4.0, warmup_epochs=1.0), steps_per_epoch=4)
+    seen: list[float] = []
+    record = keras.callbacks.LambdaCallback(
+        on_train_batch_begin=lambda b, logs: seen.append(float(model.optimizer.learning_rate))
+    )
+    x = np.zeros((16, 2), np.float32)
+    model.fit(
+        x, x[:, :1], batch_size=2, epochs=1, steps_per_epoch=6, callbacks=[rate, record], verbose=0
+    )
+    np.testing.assert_allclose(seen, [0.01, 0.0175, 0.025, 0.0325, 0.04, 0.04], rtol=1e-6)
+    rate.rebase(0.001)  # ReduceLROnPlateau on the driver lowered the model's rate
+    assert float(model.optimizer.learning_rate) == pytest.approx(0.004)
