@@ -219,7 +219,7 @@ def _print_table(title: str, table: dict[str | None, Figures], *, speed: bool) -
     full_answer = statistics.mean(base.answer_bytes)
     full_fit = statistics.mean(base.fit_push_bytes)
     base_acc = statistics.mean(base.accuracies) if base.accuracies else None
-    columns = ["codec", "bytes/push", "x fewer", "bytes/answer", "x fewer", "fit's pushes x fewer"]
+    columns = ["codec", "bytes/push", "x fewer", "bytes/answer", "x fewer", "fit x fewer"]
     if base.accuracies:
         columns += ["accuracy (min-max)", "vs none (pt)"]
     if speed:

@@ -6,6 +6,8 @@ Example:
     ['ClusterError', 'ConfigError']
 """
 
+from typing import TYPE_CHECKING
+
 from sparkdl.config import TrainConfig
 from sparkdl.errors import (
     ClusterError,
@@ -21,6 +23,9 @@ from sparkdl.estimator import KerasEstimator
 from sparkdl.model import KerasModel
 from sparkdl.persistence import loading_options
 from sparkdl.warmup import warm_up
+
+if TYPE_CHECKING:
+    from sparkdl.optimizers import LARS
 
 __all__ = [
     "LARS",

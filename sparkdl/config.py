@@ -361,8 +361,9 @@ class TrainConfig:
             model's learning rate times the number of workers one step of the center
             averages (``"linear"``, for SGD) or its square root (``"sqrt"``, for
             adaptive optimizers such as Adam): ``num_workers`` for averaging and
-            synchronous deltas, 1 for asynchronous deltas and elastic averaging
-            (:mod:`sparkdl.sync.recipe`). ``None``: the model's rate as it is.
+            synchronous deltas, ``1 / delta_scale`` for asynchronous deltas
+            (``num_workers`` when a push spans an epoch, else 1), 1 for elastic
+            averaging (:mod:`sparkdl.sync.recipe`). ``None``: the model's rate as it is.
         warmup_epochs: With ``lr_scaling``, ramp the rate linearly from the model's to
             the scaled one over this many epochs (gradual warm-up).
 

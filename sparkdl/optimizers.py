@@ -16,8 +16,9 @@ momentum ``m``, weight decay ``beta``, trust coefficient ``eta``)::
     w_l      = w_l - v_l
 
 Two choices the paper leaves open, taken as its authors' ResNet recipes and most
-implementations do: a layer whose weights or gradient have norm 0 (zero-initialised
-biases) takes ``lambda_l = 1``, and 1-D variables (biases, normalisation scales) are
+implementations do: a layer whose weights have norm 0 (zero-initialised biases), or
+whose denominator is 0 (a zero gradient without weight decay), takes ``lambda_l = 1``,
+and 1-D variables (biases, normalisation scales) are
 not adapted (``lambda_l = 1``) unless ``adapt_vectors=True``. The global rate of such
 a recipe is large (around 1-10, with a polynomial decay the user passes as a Keras
 schedule), since ``eta`` scales the adapted layers' steps down.
@@ -75,7 +76,6 @@ class LARS(keras.optimizers.Optimizer):
         name: str = "lars",
         **kwargs: Any,
     ) -> None:
-        kwargs.pop("weight_decay", None)
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         if not 0.0 <= momentum < 1.0:
             raise ValueError(f"Expected 0 <= momentum < 1. Received: momentum={momentum}")
@@ -108,8 +108,10 @@ class LARS(keras.optimizers.Optimizer):
             ops.add(gradient, ops.multiply(decay, variable)) if self.lars_weight_decay else gradient
         )
         if self.adapt_vectors or len(variable.shape) > 1:
-            w_norm = ops.sqrt(ops.sum(ops.square(variable)))
-            g_norm = ops.sqrt(ops.sum(ops.square(gradient)))
+            # Norms in float32 at least: a float16 sum of squares overflows early.
+            wide = "float32" if dtype in ("float16", "bfloat16") else dtype
+            w_norm = ops.cast(ops.sqrt(ops.sum(ops.square(ops.cast(variable, wide)))), dtype)
+            g_norm = ops.cast(ops.sqrt(ops.sum(ops.square(ops.cast(gradient, wide)))), dtype)
             denominator = ops.add(ops.add(g_norm, ops.multiply(decay, w_norm)), self.epsilon)
             usable = ops.logical_and(ops.greater(w_norm, 0), ops.greater(denominator, 0))
             safe = ops.where(usable, denominator, ops.ones_like(denominator))

@@ -37,6 +37,7 @@ class SyncCallback(keras.callbacks.Callback):
         schedule: The worker's sync points.
         val_rows: Validation rows behind the epoch's ``val_*`` logs.
         rate: The large-batch recipe's callback (``lr_scaling``), or ``None``.
+        last_epoch: The epoch the fit ends at (``FitPlan.epochs``).
     """
 
     def __init__(
@@ -46,8 +47,11 @@ class SyncCallback(keras.callbacks.Callback):
         *,
         val_rows: int = 0,
         rate: ScaledRate | None = None,
+        last_epoch: int = 0,
     ) -> None:
         super().__init__()
+        #: The epoch the fit ends at (its closing pushes go whole under a codec).
+        self.last_epoch = last_epoch
         #: The large-batch recipe's callback, which scales a rate the driver sets.
         self.rate = rate
         self.pusher = pusher
@@ -92,12 +96,13 @@ class SyncCallback(keras.callbacks.Callback):
         logs = logs or {}
         rows = self.schedule.rows
         end = self.schedule.epoch_end(self._done)
+        # The fit's last epoch, or a stop that arrived within this one: the epoch's
+        # remaining pushes go whole, so what a codec's error feedback held back reaches
+        # the center (the first of them carries it, with the epoch's last samples).
+        last = self.stop or self._epoch + 1 >= self.last_epoch
         for _ in range(end.mid):
-            self._sync(rows, logs, None)
+            self._sync(rows, logs, None, whole=last)
         if end.closes:
-            # The fit's last epoch (or a driver's stop): the closing push goes whole,
-            # so what a codec's error feedback held back reaches the center.
-            last = self.stop or self._epoch + 1 >= int(self.params.get("epochs") or 0)
             self._sync(rows, logs, logs, self._epoch_states(logs), whole=last)
         for _ in range(end.padding):  # every worker takes part in every round
             self._sync(rows, {}, None)

@@ -106,13 +106,14 @@ class Pusher:
         Returns:
             Whether an answer was folded in (its :attr:`control` is then new).
         """
-        whole = whole and self.codec is not None
+        # Elastic averaging holds nothing back: its pushes stay encoded.
+        whole = whole and self.codec is not None and self.merge.error_feedback
         wait = wait or whole
-        sent_before = self.client.bytes_sent
         local = self.weights.get()
         settled = self._inflight is not None
         if settled:
             local = self._settle(local)
+        sent_before = self.client.bytes_sent
         update = self.merge.outgoing(local, self._center)
         sent = update
         if self.codec is not None:

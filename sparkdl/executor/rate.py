@@ -38,20 +38,28 @@ class ScaledRate(keras.callbacks.Callback):
         #: The user's rate (what the recipe scales).
         self.base: float | None = None
         self._set: float | None = None
+        self._warm = recipe.warmup_epochs * max(steps_per_epoch, 1)  # warm-up steps
+        self._ramped = False  # past the warm-up: the rate stays until a rebase
 
     def rebase(self, rate: float) -> None:
         """The user's rate changed (a driver callback): scale the new one from now on."""
         self.base = float(rate)
+        self._ramped = False
         self._apply()
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        self._apply()
+        """Sets the rate for the batch about to run (with ``steps_per_execution``, for
+        each execution)."""
+        if not self._ramped:
+            self._apply()
 
     def _apply(self) -> None:
         optimizer = self.model.optimizer
         if self.base is None:  # read once: a resumed epoch runs model.fit twice
             self.base = float(optimizer.learning_rate)
-        rate = self.recipe.rate(self.base, int(optimizer.iterations), self.steps_per_epoch)
+        step = int(optimizer.iterations)
+        self._ramped = step >= self._warm
+        rate = self.recipe.rate(self.base, step, self.steps_per_epoch)
         if rate != self._set:
             optimizer.learning_rate = rate
             self._set = rate

@@ -113,8 +113,10 @@ def train(
         if plan.lr_recipe.active
         else None
     )
-    sync = SyncCallback(pusher, schedule, val_rows=val_rows, rate=rate)
+    sync = SyncCallback(pusher, schedule, val_rows=val_rows, rate=rate, last_epoch=plan.epochs)
     sync.set_model(model)
+    if rate is not None:
+        rate.set_model(model)
     train_start = time.perf_counter()
     setup_comm, setup_calls = client.comm_seconds, client.calls  # join and first pull
     setup_bytes = client.bytes_received

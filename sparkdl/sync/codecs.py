@@ -190,11 +190,18 @@ class Compression:
     answer: Codec
 
 
+@dataclass(frozen=True)
 class Whole(Codec):
     """No encoding: every array travels as it is, checked against its spec.
 
     A worker's closing push sends its update whole (:data:`WHOLE`), so what error
     feedback still held locally reaches the center before the fit ends.
+
+    Example:
+        >>> parts = WHOLE.encode([np.ones(1000, np.float32)])
+        >>> dense = WHOLE.decode(parts, [(np.dtype(np.float32), (1000,))])
+        >>> parts[0].size, float(dense[0].sum())
+        (1000, 1000.0)
     """
 
     name = "whole"

@@ -139,7 +139,8 @@ class Merge(abc.ABC):
     name: ClassVar[str] = ""
     #: Whether a worker pushes its weights (not a difference): a compressed push then
     #: carries the difference to the center the worker holds
-    #: (:mod:`sparkdl.sync.codecs`), and the service adds that center back.
+    #: (:mod:`sparkdl.sync.codecs`), which the merge averages onto the center
+    #: (:attr:`Average.relative`).
     pushes_weights: ClassVar[bool] = False
     #: Whether what a compressed push's encoding left out goes back into the worker's
     #: weights with the answer (error feedback). Elastic averaging needs none: a worker
@@ -261,15 +262,20 @@ class Average(Merge):
     nothing, and if no worker trained the plain mean is taken. Asynchronously, each push
     moves the center ``share`` (``1 / num_workers``) of the way to the pushed weights:
     each worker owns its share of a running average.
+
+    Attributes:
+        share: An asynchronous push's share of the center (``1 / num_workers``).
+        relative: Under compression: pushes are differences to the copy of the center
+            each worker holds; synchronously the center moves by their sample-weighted
+            mean (a difference with no samples, held-back residue, at ``1 / workers``),
+            asynchronously by ``share`` times each.
     """
 
     name: ClassVar[str] = "average"
     pushes_weights: ClassVar[bool] = True
     share: float = 1.0
-    #: Pushes are differences to the copy of the center each worker holds (compressed
-    #: updates, :mod:`sparkdl.sync.codecs`), averaged onto the center: a lossy answer
-    #: leaves that copy behind the center, and averaging the copies back in would drop,
-    #: every round, what the answers have not delivered yet.
+    # Averaging the workers' copies back in would drop, every round, what lossy answers
+    # have not delivered yet: the differences go onto the center instead.
     relative: bool = False
 
     @classmethod
@@ -290,8 +296,14 @@ class Average(Merge):
         if not updates:
             return [np.array(c, copy=True) for c in center]
         weights = np.array([max(u.samples, 0) for u in updates], dtype=np.float64)
+        # A relative push with no samples is what an encoding held back earlier (a
+        # padding round, a closing push after the epoch's samples were sent): it is
+        # added at one worker's share rather than dropped.
+        residue: list[Update] = []
         if weights.sum() <= 0:
             weights = np.ones(len(updates))
+        elif self.relative:
+            residue = [u for u in updates if u.samples <= 0]
         weights /= weights.sum()
         merged = []
         for i, ref in enumerate(center):
@@ -304,11 +316,13 @@ class Average(Merge):
             for w, update in zip(weights, updates, strict=True):
                 if w:
                     acc += update.arrays[i] * acc.dtype.type(w)
+            for update in residue:
+                acc += update.arrays[i] * acc.dtype.type(1.0 / len(updates))
             merged.append(acc.astype(ref.dtype, copy=False))
         return merged
 
     def _step(self, center: np.ndarray, pushed: np.ndarray, update: Update, version: int) -> None:
-        if update.samples <= 0:
+        if update.samples <= 0 and not self.relative:
             return  # a worker that trained on nothing only reports
         share = center.dtype.type(self.share)
         if not self.relative:
@@ -391,7 +405,9 @@ class Delta(Merge):
         return unsent if self.scale == 1.0 else unsent / unsent.dtype.type(self.scale)
 
     def combine(self, center: Arrays, updates: Sequence[Update]) -> list[np.ndarray]:
-        mean = Average().combine([np.zeros_like(c) for c in center], updates)
+        # Differences: one with no samples (all zeros uncompressed; a codec's held-back
+        # part otherwise) still counts, at one worker's share.
+        mean = Average(relative=True).combine([np.zeros_like(c) for c in center], updates)
         return [c + d if is_float(c) else d for c, d in zip(center, mean, strict=True)]
 
     def apply(self, center: Arrays, update: Update, version: int) -> list[np.ndarray]:

@@ -40,7 +40,7 @@ from typing import Any
 
 from sparkdl.errors import ConfigError
 
-__all__ = ["LR_SCALINGS", "LearningRateRecipe"]
+__all__ = ["LR_SCALINGS", "LearningRateRecipe", "check"]
 
 #: The values of ``lr_scaling`` besides ``None``.
 LR_SCALINGS: tuple[str, ...] = ("linear", "sqrt")
@@ -102,6 +102,14 @@ def check(scaling: Any, warmup_epochs: Any) -> None:
 
     Raises:
         ConfigError: Naming the setting and what it takes.
+
+    Example:
+        >>> check("sqrt", 0.5)
+        >>> try:
+        ...     check(None, 1)
+        ... except ConfigError as exc:
+        ...     print(str(exc)[:45])
+        warmup_epochs=1 ramps the learning rate up to
     """
     if scaling is not None and scaling not in LR_SCALINGS:
         raise ConfigError(

@@ -359,3 +359,35 @@ def test_unauthenticated_answers_tell_nothing_of_the_model_or_the_server() -> No
         answers.append(seen)
     assert answers[0] == answers[1]
     assert [status for _, status in answers[0]] == [401, 401, 413]
+
+
+def test_a_whole_push_under_compression_is_checked_like_any_body() -> None:
+    """A compressed fit's closing push is flagged ``whole`` and sent unencoded: the flag
+    must be a bool, the arrays must then be the weights' own, and a refused push
+    changes nothing."""
+    from sparkdl.sync.codecs import resolve_compression
+
+    shapes = [(40, 10), (10,)]
+    store = WeightStore(
+        [np.zeros(s, np.float32) for s in shapes],
+        num_workers=1,
+        merge=Delta(),
+        mode="asynchronous",
+        compression=resolve_compression("topk", 0.01, 1),
+    )
+    with ParameterService(joined(store), host="127.0.0.1") as svc:
+        client = ServiceClient(svc.url, svc.token, worker=0, retries=0)
+        client.pull(0, replica=-1)
+        replica = client.control["replica"]
+        dense = [np.full(s, 0.5, np.float32) for s in shapes]
+        encoded = store.replicas.codec.encode(dense)  # type: ignore[union-attr]
+        for flag, arrays in [("yes", dense), (1, dense), (True, encoded), (False, dense)]:
+            with pytest.raises(ServiceError, match="400") as info:
+                client.push(
+                    arrays, base_version=0, samples=1, meta={"whole": flag}, replica=replica
+                )
+            assert "whole" in str(info.value) or "expected" in str(info.value).lower()
+            assert store.version == 0
+        client.push(dense, base_version=0, samples=1, meta={"whole": True}, replica=replica)
+        assert store.version == 1
+        np.testing.assert_array_equal(store.weights()[0], dense[0])

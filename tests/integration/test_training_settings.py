@@ -104,3 +104,37 @@ def test_settings_a_distributed_fit_cannot_honour_are_refused_by_name(digits) ->
     for name in ("validation_freq", "initial_epoch"):
         with pytest.raises(ConfigError, match=f"Unknown setting '{name}'"):
             KerasEstimator(model=_model(keras.optimizers.Adam()), **{name: 2})
+
+
+def test_a_lars_model_trains_with_the_recipe_and_keeps_the_users_rate(digits) -> None:
+    """sparkdl.LARS reaches the executors (registered on import); ``lr_scaling`` makes
+    the workers train at the scaled rate while the fitted model keeps the user's."""
+    from sparkdl import LARS
+
+    fitted = KerasEstimator(
+        model=_model(LARS(0.5, momentum=0.9, trust_coefficient=0.01)),
+        mode="synchronous",
+        frequency="batch",
+        num_workers=2,
+        epochs=4,
+        batch_size=32,
+        seed=0,
+        lr_scaling="sqrt",
+        warmup_epochs=0.5,
+    ).fit(digits[0])
+    trained = fitted.get_model()
+    assert type(trained.optimizer) is LARS
+    assert trained.optimizer.get_config()["trust_coefficient"] == 0.01
+    assert float(trained.optimizer.learning_rate) == pytest.approx(0.5)
+    for worker in fitted.fit_report["workers"]:
+        assert worker["learning_rate"] == pytest.approx(0.5 * 2**0.5, rel=1e-6)
+    assert _accuracy(trained) >= 0.9
+
+
+def test_a_schedule_is_not_scaled_behind_the_users_back(digits) -> None:
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=20, decay_rate=0.8)
+    estimator = KerasEstimator(
+        model=_model(keras.optimizers.SGD(schedule)), num_workers=2, lr_scaling="linear"
+    )
+    with pytest.raises(ConfigError, match=r"LearningRateSchedule.*factor yourself \(2 here\)"):
+        estimator.fit(digits[0])

@@ -317,3 +317,57 @@ def test_a_relative_average_averages_differences_onto_the_center() -> None:
     assert not Average.resolve(
         num_workers=2, synchronous=True, whole_epoch=False, settings=SyncConfig()
     ).relative
+
+
+def test_a_push_with_no_samples_keeps_its_residue_under_a_relative_merge() -> None:
+    """Under compression a push with no samples (a padding round, a closing push after
+    the epoch's samples were sent) carries what an encoding held back earlier: it
+    counts at one worker's share instead of being dropped."""
+    center = [np.zeros(2, np.float32)]
+    trained = Update(worker=0, arrays=[np.array([4.0, 0], np.float32)], samples=10)
+    residue = Update(worker=1, arrays=[np.array([0, 2.0], np.float32)], samples=0)
+    for merge in (Average(share=0.5, relative=True), Delta()):
+        np.testing.assert_allclose(merge.combine(center, [trained, residue])[0], [4.0, 1.0])
+    # Asynchronously the relative average moves the center by its share of it.
+    np.testing.assert_allclose(
+        Average(share=0.5, relative=True).apply(center, residue, version=0)[0], [0, 1.0]
+    )
+    # Absolute weights with no samples still weigh nothing.
+    np.testing.assert_allclose(Average(share=0.5).apply(center, residue, version=0)[0], [0, 0])
+
+
+class _Recorder:
+    """A pusher that records the ``whole`` flag of every push (no service)."""
+
+    def __init__(self) -> None:
+        self.pushes: list[tuple[int, bool]] = []
+        self.control: dict[str, Any] = {}
+
+    def push(self, samples: int, meta: dict[str, Any], *, wait: bool, whole: bool) -> bool:
+        self.pushes.append((samples, whole))
+        return False
+
+
+def _callback(rows: int, last_epoch: int) -> tuple[Any, _Recorder]:
+    from sparkdl.executor.callback import SyncCallback
+    from sparkdl.sync.schedule import Schedule
+
+    recorder = _Recorder()
+    schedule = Schedule(rows=rows, batch_size=10, frequency=4, rounds=3)
+    callback = SyncCallback(recorder, schedule, last_epoch=last_epoch)  # type: ignore[arg-type]
+    return callback, recorder
+
+
+def test_only_the_fits_last_epoch_closes_whole() -> None:
+    callback, recorder = _callback(rows=95, last_epoch=3)
+    for epoch in range(3):
+        callback.on_epoch_begin(epoch)
+        callback.on_epoch_end(epoch, {})  # Keras left the epoch early: mid syncs first
+    assert [whole for _, whole in recorder.pushes] == [False] * 6 + [True] * 3
+    assert recorder.pushes[6] == (95, True)  # the first whole push carries the samples
+    # A worker with no rows, outside model.fit (no Keras params), pads and closes too.
+    empty, recorder = _callback(rows=0, last_epoch=2)
+    for epoch in range(2):
+        empty.on_epoch_begin(epoch)
+        empty.on_epoch_end(epoch, {})
+    assert [whole for _, whole in recorder.pushes] == [False] * 3 + [True, False, False]
