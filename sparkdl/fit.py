@@ -127,7 +127,7 @@ class Fit:
         spark = self.prepared.frame.sparkSession
         sc = spark.sparkContext
         plan = self._plan(sc)
-        plan.lr_recipe.check_model(keras_io.learning_rate(self.model))
+        plan.lr_recipe.check_model(scheduled=keras_io.scheduled_rate(self.model))
         prepared = self.prepared
         model_bytes = keras_io.model_to_bytes(self.model)
         metrics = MetricStates(

@@ -150,6 +150,26 @@ def _width_error(expected: str, label: str, shape: tuple[Any, ...], width: int) 
     )
 
 
+def scheduled_rate(model: Any) -> bool:
+    """Whether the model's optimizer takes its learning rate from a schedule (its
+    ``learning_rate`` then reads the schedule's current value, and cannot be set).
+
+    Example:
+        >>> import keras
+        >>> net = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+        >>> decay = keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.9)
+        >>> net.compile(optimizer=keras.optimizers.SGD(decay), loss="mse")
+        >>> scheduled_rate(net)
+        True
+    """
+    import keras
+
+    optimizer = getattr(model, "optimizer", None)
+    inner = getattr(optimizer, "inner_optimizer", optimizer)  # LossScaleOptimizer
+    rate = getattr(inner, "_learning_rate", None)
+    return isinstance(rate, keras.optimizers.schedules.LearningRateSchedule)
+
+
 def learning_rate(model: Any) -> float | None:
     """The current learning rate of the model's optimizer, or ``None`` if it has none.
 
@@ -254,15 +274,11 @@ def set_optimizer_steps(model: Any, steps: int, *, only_scheduled: bool = False)
     model's optimizer holds no moments, so a count would turn Adam's bias correction off
     for nothing).
     """
-    import keras
 
     optimizer = getattr(model, "optimizer", None)
     if optimizer is None or getattr(optimizer, "gradient_accumulation_steps", None):
         return
-    scheduled = isinstance(
-        getattr(optimizer, "_learning_rate", None), keras.optimizers.schedules.LearningRateSchedule
-    )
-    if only_scheduled and not scheduled:
+    if only_scheduled and not scheduled_rate(model):
         return
     count: Any = getattr(optimizer, "iterations", None)
     if hasattr(count, "assign"):

@@ -82,16 +82,17 @@ class LearningRateRecipe:
             return base * (1.0 + (self.factor - 1.0) * step / warm)
         return base * self.factor
 
-    def check_model(self, rate: float | None) -> None:
-        """Refuses a model whose optimizer's rate is not a number it can scale.
+    def check_model(self, *, scheduled: bool) -> None:
+        """Refuses a model whose optimizer takes its rate from a schedule (``scheduled``):
+        there is no number to scale.
 
         Raises:
-            ConfigError: The rate is a schedule (or the model has no optimizer).
+            ConfigError: Naming the factor to apply to the schedule by hand.
         """
-        if self.active and rate is None:
+        if self.active and scheduled:
             raise ConfigError(
                 "lr_scaling scales the optimizer's learning rate, but this model's is a "
-                "LearningRateSchedule (or it has none). Scale the schedule's rates by the "
+                "LearningRateSchedule. Scale the schedule's rates by the "
                 f"factor yourself ({self.factor:g} here) and drop lr_scaling and "
                 "warmup_epochs, or compile with a float learning rate."
             )

@@ -22,7 +22,7 @@ CODECS = ["fp16", "bf16", "topk", "sign"]
 SLACK = 0.05
 
 
-def _fit(train_df: Any, mode: str, merge: str, compression: str | None, epochs: int = 10) -> Any:
+def _fit(train_df: Any, mode: str, merge: str, compression: str | None, epochs: int = 8) -> Any:
     return KerasEstimator(
         model=digits_model(),
         mode=mode,
@@ -89,8 +89,8 @@ def test_the_other_merges_train_compressed(
     """Each codec meets each merge (its pushes as differences to the worker's copy for
     average; elastic moving by what the center received)."""
     train_df, _, (_, x_test, _, y_test) = digits
-    want = accuracy(_fit(train_df, mode, merge, None, epochs=8).get_model(), x_test, y_test)
+    want = accuracy(_fit(train_df, mode, merge, None, epochs=6).get_model(), x_test, y_test)
     for codec in codecs:
-        fitted = _fit(train_df, mode, merge, codec, epochs=8)
+        fitted = _fit(train_df, mode, merge, codec, epochs=6)
         got = accuracy(fitted.get_model(), x_test, y_test)
         assert got >= want - SLACK, (mode, merge, codec, got, want)

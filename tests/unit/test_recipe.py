@@ -67,8 +67,9 @@ def test_bad_recipe_settings_are_refused(settings, message: str) -> None:
 def test_a_schedule_cannot_be_scaled_and_says_what_to_do() -> None:
     recipe = LearningRateRecipe.resolve("linear", 0, averaged_workers=4)
     with pytest.raises(ConfigError, match="LearningRateSchedule"):
-        recipe.check_model(None)
-    LearningRateRecipe().check_model(None)  # no recipe: nothing to scale
+        recipe.check_model(scheduled=True)
+    recipe.check_model(scheduled=False)
+    LearningRateRecipe().check_model(scheduled=True)  # no recipe: nothing to scale
 
 
 def test_the_workers_callback_sets_the_scaled_rate_each_batch_and_rebases() -> None:
