@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from benchmarks.scale import teacher_rows, teacher_weights
+from benchmarks.scale import build_model, teacher_rows, teacher_weights
 from sparkdl import KerasEstimator
 from tests.integration.conftest import spark_builder
 
@@ -29,15 +29,8 @@ ROWS, WORKERS, BATCH, EPOCHS, RATE = 48_000, 8, 128, 4, 0.01
 
 
 def model() -> keras.Model:
-    keras.utils.set_random_seed(0)
-    net = keras.Sequential(
-        [
-            keras.Input((100,)),
-            keras.layers.Dense(512, activation="relu"),
-            keras.layers.Dense(512, activation="relu"),
-            keras.layers.Dense(10, activation="softmax"),
-        ]
-    )
+    """The benchmark's MLP 100-512-512-10, compiled with plain SGD."""
+    net = build_model([512, 512], seed=0)
     net.compile(optimizer=keras.optimizers.SGD(RATE), loss="sparse_categorical_crossentropy")
     return net
 
