@@ -274,7 +274,6 @@ def set_optimizer_steps(model: Any, steps: int, *, only_scheduled: bool = False)
     model's optimizer holds no moments, so a count would turn Adam's bias correction off
     for nothing).
     """
-
     optimizer = getattr(model, "optimizer", None)
     if optimizer is None or getattr(optimizer, "gradient_accumulation_steps", None):
         return

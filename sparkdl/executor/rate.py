@@ -38,7 +38,7 @@ class ScaledRate(keras.callbacks.Callback):
         #: The user's rate (what the recipe scales).
         self.base: float | None = None
         self._set: float | None = None
-        self._warm = recipe.warmup_epochs * max(steps_per_epoch, 1)  # warm-up steps
+        self._warm = recipe.warmup_steps(steps_per_epoch)
         self._ramped = False  # past the warm-up: the rate stays until a rebase
 
     def rebase(self, rate: float) -> None:

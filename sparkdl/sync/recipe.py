@@ -19,10 +19,9 @@ rate and the center follows them).
 
 The driver resolves the factor once (:meth:`LearningRateRecipe.resolve`); each worker
 sets its optimizer's rate before every batch from its step count
-so a retried task, whose step count goes on from
-where its epoch stood, resumes the ramp where it was
-(:class:`sparkdl.executor.rate.ScaledRate`). A rate the driver's callbacks
-change (``ReduceLROnPlateau``) is the user's rate: workers scale it too.
+(:class:`sparkdl.executor.rate.ScaledRate`), so a retried task, whose step count goes
+on from where its epoch stood, resumes the ramp where it was. A rate the driver's
+callbacks change (``ReduceLROnPlateau``) is the user's rate: workers scale it too.
 
 Example:
     >>> recipe = LearningRateRecipe.resolve("linear", 2.0, averaged_workers=8)
@@ -75,9 +74,13 @@ class LearningRateRecipe:
         """Whether it changes the user's rate at all."""
         return self.factor != 1.0
 
+    def warmup_steps(self, steps_per_epoch: int) -> float:
+        """Optimizer steps the ramp takes at ``steps_per_epoch`` batches an epoch."""
+        return self.warmup_epochs * max(steps_per_epoch, 1)
+
     def rate(self, base: float, step: int, steps_per_epoch: int) -> float:
         """The rate for optimizer step ``step`` (0-based) given the user's ``base``."""
-        warm = self.warmup_epochs * max(steps_per_epoch, 1)
+        warm = self.warmup_steps(steps_per_epoch)
         if step < warm:
             return base * (1.0 + (self.factor - 1.0) * step / warm)
         return base * self.factor
