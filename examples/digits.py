@@ -40,8 +40,9 @@ def digits_frames(spark: Any, seed: int = 0, partitions: int = 2) -> tuple[Any, 
     return frame(x_train, y_train), frame(x_test, y_test)
 
 
-def digits_model(seed: int = 0, learning_rate: float = 0.003) -> Any:
-    """A small compiled MLP for digits (64 -> 64 -> 10)."""
+def digits_model(seed: int = 0, learning_rate: float = 0.003, optimizer: str = "adam") -> Any:
+    """A small compiled MLP for digits (64 -> 64 -> 10), with Adam or plain SGD
+    (``optimizer="sgd"``; ``"momentum"`` is SGD with momentum 0.9)."""
     import keras
 
     keras.utils.set_random_seed(seed)
@@ -52,8 +53,13 @@ def digits_model(seed: int = 0, learning_rate: float = 0.003) -> Any:
             keras.layers.Dense(10, activation="softmax"),
         ]
     )
+    optimizers = {
+        "adam": lambda: keras.optimizers.Adam(learning_rate),
+        "sgd": lambda: keras.optimizers.SGD(learning_rate),
+        "momentum": lambda: keras.optimizers.SGD(learning_rate, momentum=0.9),
+    }
     model.compile(
-        optimizer=keras.optimizers.Adam(learning_rate),
+        optimizer=optimizers[optimizer](),
         loss="sparse_categorical_crossentropy",
         metrics=["accuracy"],
     )

@@ -62,7 +62,7 @@ class SyncConfig:
     backup_workers: int = 0
     compression: str | None = None
     compression_ratio: float = 0.01
-    lr_scaling: str | None = None
+    lr_scaling: str | None = "auto"
     warmup_epochs: float = 0.0
 
     def __post_init__(self) -> None:
@@ -357,13 +357,15 @@ class TrainConfig:
             (:mod:`sparkdl.sync.codecs`). ``None``: full float updates.
         compression_ratio: The fraction of each array's values a ``"topk"`` update
             keeps, in (0, 0.25].
-        lr_scaling: The large-batch recipe (Goyal et al. 2017): workers train at the
-            model's learning rate times the number of workers one step of the center
-            averages (``"linear"``, for SGD) or its square root (``"sqrt"``, for
-            adaptive optimizers such as Adam): ``num_workers`` for averaging and
-            synchronous deltas, ``1 / delta_scale`` for asynchronous deltas
-            (``num_workers`` when a push spans an epoch, else 1), 1 for elastic
-            averaging (:mod:`sparkdl.sync.recipe`). ``None``: the model's rate as it is.
+        lr_scaling: Scale the model's learning rate so the fit moves as far per epoch as
+            one process would (:mod:`sparkdl.sync.recipe`): by the merge's factor
+            (``"linear"``, Goyal et al. 2017) or its square root (``"sqrt"``). The
+            factor is ``num_workers`` for averaging and synchronous deltas,
+            ``1 / delta_scale`` for asynchronous deltas (``num_workers`` when a push
+            spans an epoch, else 1) and ``num_workers + 1`` for elastic averaging.
+            ``"auto"`` (the default): ``"linear"`` for ``keras.optimizers.SGD``,
+            ``"sqrt"`` for adaptive optimizers (Adam, RMSprop, LARS...), none for a
+            ``LearningRateSchedule``. ``None``: the model's rate as it is.
         warmup_epochs: With ``lr_scaling``, ramp the rate linearly from the model's to
             the scaled one over this many epochs (gradual warm-up).
 

@@ -234,6 +234,7 @@ class Fit:
             cache_budget=cluster.cache_budget(sc),
             tf_log_level=resolve_tf_log_level(gpus=gpus_requested(sc.getConf())),
             local_master=cluster.parse_local_master(str(sc.master)),
+            optimizer=keras_io.optimizer_kind(self.model),
         )
 
     def _checks_seconds(self) -> float:

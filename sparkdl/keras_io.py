@@ -170,6 +170,28 @@ def scheduled_rate(model: Any) -> bool:
     return isinstance(rate, keras.optimizers.schedules.LearningRateSchedule)
 
 
+def optimizer_kind(model: Any) -> str:
+    """What kind of steps the model's optimizer takes, for ``lr_scaling="auto"``:
+    ``"scheduled"`` (its rate comes from a schedule), ``"sgd"`` (plain gradient steps,
+    ``keras.optimizers.SGD`` with or without momentum) or ``"adaptive"`` (any other:
+    steps normalised by the gradients' size, as Adam, RMSprop or LARS take).
+
+    Example:
+        >>> import keras
+        >>> net = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+        >>> net.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss="mse")
+        >>> optimizer_kind(net)
+        'sgd'
+    """
+    import keras
+
+    if scheduled_rate(model):
+        return "scheduled"
+    optimizer = getattr(model, "optimizer", None)
+    inner = getattr(optimizer, "inner_optimizer", optimizer)  # LossScaleOptimizer
+    return "sgd" if isinstance(inner, keras.optimizers.SGD) else "adaptive"
+
+
 def learning_rate(model: Any) -> float | None:
     """The current learning rate of the model's optimizer, or ``None`` if it has none.
 

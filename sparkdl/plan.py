@@ -106,6 +106,7 @@ class FitPlan:
         cache_budget: int = 1 << 30,
         tf_log_level: str | None = None,
         local_master: bool = True,
+        optimizer: str = "sgd",
     ) -> FitPlan:
         """Resolves ``config`` for a fit over ``rows`` rows on ``num_workers`` workers.
 
@@ -122,6 +123,8 @@ class FitPlan:
                 (:func:`sparkdl.cluster.cache_budget`).
             tf_log_level: ``TF_CPP_MIN_LOG_LEVEL`` for the workers.
             local_master: The master is local (``service_tls=None`` then means off).
+            optimizer: The model's optimizer kind, for ``lr_scaling="auto"``
+                (:func:`sparkdl.keras_io.optimizer_kind`).
 
         Raises:
             ConfigError: ``backup_workers`` leaves no worker for a round.
@@ -150,7 +153,8 @@ class FitPlan:
             lr_recipe=LearningRateRecipe.resolve(
                 sync.lr_scaling,
                 sync.warmup_epochs,
-                averaged_workers=merge.averaged_workers(num_workers, mode.barrier),
+                lr_factor=merge.lr_factor(num_workers, mode.barrier),
+                optimizer=optimizer,
             ),
             num_workers=num_workers,
             epochs=run.epochs,

@@ -185,13 +185,9 @@ class Pusher:
     def _encode(
         self, update: list[np.ndarray], codec: Codec
     ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """``codec``'s arrays for ``update`` (a merge's weights as their difference to
-        the copy of the center) and what they decode to; what they leave out is kept
+        """``codec``'s arrays for ``update`` (a difference: compression takes no merge
+        that pushes weights) and what they decode to; what they leave out is kept
         (:attr:`_unsent`) to go back into the local weights with the answer."""
-        if self.merge.pushes_weights:
-            update = [
-                u - c if is_float(u) else u for u, c in zip(update, self._center, strict=True)
-            ]
         parts = codec.encode(update)
         decoded = codec.decode(parts, self._specs)
         if self.merge.error_feedback:

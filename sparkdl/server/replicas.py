@@ -18,8 +18,8 @@ number:
 * An answer encodes ``center - base``; the worker adds the decoded change to its copy,
   the service adds the same decoded change to ``base`` as a new pending copy, so the
   two stay equal bit for bit, and what an answer left out the next one carries.
-* A merge that pushes weights (``average``) pushes ``weights - copy`` instead, and
-  averages those differences onto the center (:attr:`Average.relative
+* A merge that pushes weights (synchronous ``average``) pushes ``weights - copy``
+  instead, and averages those differences onto the center (:attr:`Average.relative
   <sparkdl.sync.merges.Average.relative>`): averaging ``copy + difference`` would drop,
   every round, the part of the center a lossy answer has not delivered yet.
 
@@ -93,7 +93,7 @@ class Replicas:
     ) -> None:
         self.codec = compression.push
         self.answers = compression.answer
-        if merge.pushes_weights and not merge.additive:
+        if merge.pushes_weights:
             raise ValueError(f"{merge!r} must take differences under compression (relative=True)")
         self.merge = merge
         self.specs = [(w.dtype, tuple(w.shape)) for w in weights]

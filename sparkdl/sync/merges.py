@@ -137,21 +137,30 @@ class Merge(abc.ABC):
 
     #: The name users pass as ``merge=``.
     name: ClassVar[str] = ""
-    #: Whether a worker pushes its weights (not a difference): a compressed push then
-    #: carries the difference to the center the worker holds
-    #: (:mod:`sparkdl.sync.codecs`), which the merge averages onto the center
-    #: (:attr:`Average.relative`).
-    pushes_weights: ClassVar[bool] = False
     #: Whether what a compressed push's encoding left out goes back into the worker's
     #: weights with the answer (error feedback). Elastic averaging needs none: a worker
     #: moves by what the center received, and the rest stays in its next difference.
     error_feedback: ClassVar[bool] = True
 
-    def averaged_workers(self, num_workers: int, synchronous: bool) -> float:
-        """How many workers' steps one step of the center averages: what the large-batch
-        recipe scales the learning rate by (:mod:`sparkdl.sync.recipe`). Elastic
-        averaging (this default): 1, each worker trains at its own rate."""
-        return 1.0
+    @property
+    def pushes_weights(self) -> bool:
+        """Whether a worker pushes its weights, not a difference to the center it holds.
+        Compression takes differences only (:mod:`sparkdl.server.replicas`): a merge
+        pushing weights has a relative form for it (:attr:`Average.relative`)."""
+        return False
+
+    def lr_factor(self, num_workers: int, synchronous: bool) -> float:
+        """How many times farther one process would move the weights than this merge's
+        center moves, over the same samples at the same learning rate: the factor
+        ``lr_scaling="linear"`` multiplies the rate by (:mod:`sparkdl.sync.recipe`).
+
+        Merges that average n workers' steps into one step of the center say n; deltas
+        added in full say 1; elastic averaging (this default) says ``n + 1``: in steady
+        state the center and the workers advance ``n / (n + 1)`` of one worker's step
+        per round (``alpha`` cancels out), while one process takes the n workers' steps
+        in turn.
+        """
+        return float(max(num_workers, 1) + 1)
 
     @property
     def additive(self) -> bool:
@@ -260,37 +269,51 @@ class Average(Merge):
     Synchronously, the mean of the pushed weights weighted by samples seen; workers that
     trained on no samples in the round (a short partition that finished its epoch) weigh
     nothing, and if no worker trained the plain mean is taken. Asynchronously, each push
-    moves the center ``share`` (``1 / num_workers``) of the way to the pushed weights:
-    each worker owns its share of a running average.
+    moves the center by ``share`` (``1 / num_workers``) of what the worker learned since
+    the center it last received: each worker owns its share of a running average.
+
+    Asynchronous pushes are differences (``relative``): moving the center ``share`` of
+    the way to the pushed weights, as a running average of weights would, also moves it
+    ``share`` of the way back to the older center those weights were trained from, and
+    the staler the push the more the center loses (on digits with hogwild, 0.8 points
+    of accuracy against one process).
 
     Attributes:
         share: An asynchronous push's share of the center (``1 / num_workers``).
-        relative: Under compression: pushes are differences to the copy of the center
-            each worker holds; synchronously the center moves by their sample-weighted
-            mean (a difference with no samples, held-back residue, at ``1 / workers``),
+        relative: Pushes are differences to the copy of the center each worker holds
+            (asynchronous modes, and under compression, where averaging the workers'
+            copies back in would drop, every round, what lossy answers have not
+            delivered yet). Synchronously the center moves by their sample-weighted mean
+            (a difference with no samples, held-back residue, at ``1 / workers``),
             asynchronously by ``share`` times each.
     """
 
     name: ClassVar[str] = "average"
-    pushes_weights: ClassVar[bool] = True
     share: float = 1.0
-    # Averaging the workers' copies back in would drop, every round, what lossy answers
-    # have not delivered yet: the differences go onto the center instead.
     relative: bool = False
 
     @classmethod
     def resolve(
         cls, *, num_workers: int, synchronous: bool, whole_epoch: bool, settings: Any
     ) -> Average:
-        relative = getattr(settings, "compression", None) is not None
+        relative = not synchronous or getattr(settings, "compression", None) is not None
         return cls(share=1.0 / max(num_workers, 1), relative=relative)
+
+    @property
+    def pushes_weights(self) -> bool:
+        return not self.relative
 
     @property
     def additive(self) -> bool:
         return self.relative
 
-    def averaged_workers(self, num_workers: int, synchronous: bool) -> float:
+    def lr_factor(self, num_workers: int, synchronous: bool) -> float:
         return 1.0 / self.share
+
+    def outgoing(self, local: Arrays, center: Arrays) -> list[np.ndarray]:
+        if not self.relative:
+            return list(local)
+        return [w - c if is_float(w) else w for w, c in zip(local, center, strict=True)]
 
     def combine(self, center: Arrays, updates: Sequence[Update]) -> list[np.ndarray]:
         if not updates:
@@ -387,7 +410,7 @@ class Delta(Merge):
             scale = 1.0 / max(num_workers, 1) if whole_epoch else 1.0
         return cls(staleness=settings.staleness, scale=scale)
 
-    def averaged_workers(self, num_workers: int, synchronous: bool) -> float:
+    def lr_factor(self, num_workers: int, synchronous: bool) -> float:
         # A round's deltas are averaged; asynchronous ones are added scaled.
         return float(max(num_workers, 1)) if synchronous else 1.0 / self.scale
 

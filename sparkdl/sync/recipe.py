@@ -1,48 +1,66 @@
-"""The large-batch recipe: scale the user's learning rate to the workers, and warm it up.
+"""The learning-rate recipe: scale the user's rate to the workers, and warm it up.
 
-Synchronous training over n workers averages n workers' steps into one step of the
-center, so the global batch is n times ``batch_size``; a learning rate tuned for one
-process then takes steps n times too small (Goyal et al. 2017, "Accurate, Large
-Minibatch SGD"). ``lr_scaling="linear"`` multiplies the rate by the number of workers
-one step of the center averages, ``"sqrt"`` by its square root (the milder rule for
-adaptive optimizers such as Adam; Krizhevsky 2014, Hoffer et al. 2017), and
+A model compiled for one process takes, in one pass over the data, one step per batch.
+Spread over n workers the same pass moves sparkdl's center less far: averaging n
+workers' steps into one step of the center takes 1/n as many steps (synchronous
+training multiplies the global batch by n), and elastic averaging moves the center
+``n / (n + 1)`` of one worker's step per round. A rate tuned for one process then
+leaves the fit behind plain Keras after the same epochs: on digits with 2 workers and
+SGD, 1-3 points (``benchmarks/digits.py``); with 8 workers on the teacher workload, 36
+points (``benchmarks/large_batch.py``).
+
+``lr_scaling="linear"`` multiplies the rate by the merge's factor
+(:meth:`~sparkdl.sync.merges.Merge.lr_factor`: ``num_workers`` for model averaging and
+synchronous deltas, ``1 / scale`` for asynchronous deltas, ``num_workers + 1`` for
+elastic averaging), the linear scaling rule of Goyal et al. 2017 ("Accurate, Large
+Minibatch SGD"); ``"sqrt"`` by its square root, the rule for adaptive optimizers
+(Adam's steps are normalised by the gradients' size; Hoffer et al. 2017, Malladi et
+al. 2022). ``"auto"``, the default, takes ``"linear"`` for ``keras.optimizers.SGD``
+(with or without momentum), ``"sqrt"`` for every other optimizer and leaves a
+``LearningRateSchedule`` as it is (with a warning that names the factor).
 ``warmup_epochs`` ramps the rate linearly from the user's rate to the scaled one over
 that many epochs (Goyal's gradual warm-up), so the first steps, where the weights move
 fastest, are not taken at the full rate.
-
-How many workers one step averages is the merge's to say
-(:meth:`~sparkdl.sync.merges.Merge.averaged_workers`): ``num_workers`` for model
-averaging and for synchronous deltas (their mean is applied), ``1 / scale`` for
-asynchronous deltas (whole-epoch deltas are divided by the number of workers; deltas
-added in full average nothing), 1 for elastic averaging (each worker trains at its own
-rate and the center follows them).
 
 The driver resolves the factor once (:meth:`LearningRateRecipe.resolve`); each worker
 sets its optimizer's rate before every batch from its step count
 (:class:`sparkdl.executor.rate.ScaledRate`), so a retried task, whose step count goes
 on from where its epoch stood, resumes the ramp where it was. A rate the driver's
-callbacks change (``ReduceLROnPlateau``) is the user's rate: workers scale it too.
+callbacks change (``ReduceLROnPlateau``) is the user's rate: workers scale it too. The
+fitted model keeps the user's rate.
 
 Example:
-    >>> recipe = LearningRateRecipe.resolve("linear", 2.0, averaged_workers=8)
+    >>> recipe = LearningRateRecipe.resolve("linear", 2.0, lr_factor=8)
     >>> recipe.factor, recipe.rate(0.1, step=0, steps_per_epoch=10)
     (8.0, 0.1)
     >>> round(recipe.rate(0.1, step=10, steps_per_epoch=10), 4), recipe.rate(0.1, 20, 10)
     (0.45, 0.8)
+    >>> LearningRateRecipe.resolve("auto", 0, lr_factor=4, optimizer="adaptive").factor
+    2.0
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any
 
 from sparkdl.errors import ConfigError
 
-__all__ = ["LR_SCALINGS", "LearningRateRecipe", "check"]
+__all__ = ["AUTO", "LR_SCALINGS", "OPTIMIZER_KINDS", "LearningRateRecipe", "check"]
 
 #: The values of ``lr_scaling`` besides ``None``.
-LR_SCALINGS: tuple[str, ...] = ("linear", "sqrt")
+LR_SCALINGS: tuple[str, ...] = ("auto", "linear", "sqrt")
+#: What :func:`sparkdl.keras_io.optimizer_kind` tells apart: plain gradient steps
+#: (``SGD``, with or without momentum), steps normalised by the gradients' size (Adam,
+#: RMSprop, LARS...), and rates read from a ``LearningRateSchedule``.
+OPTIMIZER_KINDS: tuple[str, ...] = ("sgd", "adaptive", "scheduled")
+#: What ``lr_scaling="auto"`` (the default) is for each kind of optimizer; a schedule
+#: is left as it is (there is no number to scale).
+AUTO: dict[str, str | None] = {"sgd": "linear", "adaptive": "sqrt", "scheduled": None}
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -59,14 +77,38 @@ class LearningRateRecipe:
 
     @classmethod
     def resolve(
-        cls, scaling: str | None, warmup_epochs: float, *, averaged_workers: float
+        cls,
+        scaling: str | None,
+        warmup_epochs: float,
+        *,
+        lr_factor: float,
+        optimizer: str = "sgd",
     ) -> LearningRateRecipe:
-        """The recipe of ``lr_scaling`` and ``warmup_epochs`` for a fit whose center
-        averages ``averaged_workers`` workers' steps (on the driver)."""
+        """The recipe of ``lr_scaling`` and ``warmup_epochs`` (on the driver).
+
+        Args:
+            scaling: The user's ``lr_scaling``.
+            warmup_epochs: The user's ``warmup_epochs``.
+            lr_factor: How many times farther one process moves than the fit's center
+                at the same rate (:meth:`~sparkdl.sync.merges.Merge.lr_factor`).
+            optimizer: The model's optimizer kind (one of :data:`OPTIMIZER_KINDS`).
+        """
         check(scaling, warmup_epochs)
+        if scaling == "auto":
+            scaling = AUTO[optimizer]
+            if scaling is None and lr_factor != 1.0:
+                _log.warning(
+                    "The model's learning rate comes from a LearningRateSchedule, which "
+                    "lr_scaling='auto' leaves unscaled: with this mode and merge the "
+                    "center moves about 1/%g as far per sample as one process does. For "
+                    "the accuracy one process reaches, multiply the schedule's rates by "
+                    "%g.",
+                    lr_factor,
+                    lr_factor,
+                )
         if scaling is None:
             return cls()
-        factor = float(averaged_workers) if scaling == "linear" else math.sqrt(averaged_workers)
+        factor = float(lr_factor) if scaling == "linear" else math.sqrt(lr_factor)
         return cls(factor=factor, warmup_epochs=float(warmup_epochs))
 
     @property
@@ -132,5 +174,5 @@ def check(scaling: Any, warmup_epochs: Any) -> None:
     if warmup_epochs and scaling is None:
         raise ConfigError(
             f"warmup_epochs={warmup_epochs} ramps the learning rate up to the scaled one: "
-            "set lr_scaling='linear' (SGD) or 'sqrt' (adaptive optimizers) too."
+            "set lr_scaling='auto', 'linear' (SGD) or 'sqrt' (adaptive optimizers) too."
         )

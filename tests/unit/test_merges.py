@@ -111,6 +111,25 @@ def test_async_average_moves_the_center_by_one_share() -> None:
     assert unchanged[0].tolist() == [8.0]  # a push with no samples only reports
 
 
+def test_async_average_adds_its_share_of_what_the_worker_learned_since_its_copy() -> None:
+    """Resolved for an asynchronous fit, averaging pushes differences: a stale push moves
+    the center by its share of the worker's progress, and does not pull the center back
+    toward the older copy the worker trained from (a running average of weights would:
+    0.5 * 4 + 0.5 * 3 = 3.5 here)."""
+    rule = resolve("average", num_workers=2)
+    assert rule.relative and not rule.pushes_weights
+    seen, local = [np.array([1.0], np.float32)], [np.array([3.0], np.float32)]
+    pushed = rule.outgoing(local, seen)
+    assert pushed[0].tolist() == [2.0]
+    out = rule.apply([np.array([4.0], np.float32)], _up(0, pushed[0].tolist()), version=3)
+    assert out[0].tolist() == [5.0]
+    # Synchronous rounds start from one center: workers push their weights.
+    config = TrainConfig(merge="average")
+    sync = Average.resolve(num_workers=2, synchronous=True, whole_epoch=False, settings=config.sync)
+    assert not sync.relative and sync.pushes_weights
+    assert sync.outgoing(local, seen)[0].tolist() == [3.0]
+
+
 def test_in_place_forms_match_the_copying_forms() -> None:
     rules = [Average(share=1 / 3), Delta(), Delta(staleness="inverse"), Elastic()]
     for rule in rules:

@@ -1,13 +1,16 @@
-"""The large-batch recipe: which factor each mode x merge takes, the warm-up ramp, the
-settings' checks, and the worker's callback on a real Keras model."""
+"""The learning-rate recipe: which factor each mode x merge takes, what ``"auto"`` picks
+for each optimizer, the warm-up ramp, the settings' checks, and the worker's callback on
+a real Keras model."""
 
 from __future__ import annotations
+
+import logging
 
 import keras
 import numpy as np
 import pytest
 
-from sparkdl import ConfigError, TrainConfig
+from sparkdl import ConfigError, TrainConfig, keras_io
 from sparkdl.executor.rate import ScaledRate
 from sparkdl.plan import FitPlan
 from sparkdl.sync.recipe import LearningRateRecipe
@@ -28,20 +31,46 @@ def _plan(**settings) -> FitPlan:
         ("asynchronous", "delta", "epoch", 8.0),  # whole-epoch deltas are divided by 8
         ("asynchronous", "delta", 4, 1.0),  # deltas added in full average nothing
         ("hogwild", "delta", "batch", 1.0),
-        ("synchronous", "elastic", "epoch", 1.0),  # workers keep their own rate
+        ("synchronous", "elastic", "epoch", 9.0),  # the center moves n/(n+1) of a step
+        ("hogwild", "elastic", 4, 9.0),
     ],
 )
-def test_the_factor_is_the_workers_one_step_of_the_center_averages(
+def test_the_factor_is_how_much_farther_one_process_moves(
     mode: str, merge: str, frequency, linear: float
 ) -> None:
     settings = {"mode": mode, "merge": merge, "frequency": frequency}
     assert _plan(**settings, lr_scaling="linear").lr_recipe.factor == linear
     assert _plan(**settings, lr_scaling="sqrt").lr_recipe.factor == pytest.approx(linear**0.5)
-    assert _plan(**settings).lr_recipe == LearningRateRecipe()
+    assert _plan(**settings, lr_scaling=None).lr_recipe == LearningRateRecipe()
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "expected"),
+    [
+        (keras.optimizers.SGD(0.1), 8.0),  # linear
+        (keras.optimizers.SGD(0.1, momentum=0.9, nesterov=True), 8.0),
+        (keras.optimizers.Adam(1e-3), 8.0**0.5),  # sqrt
+        (keras.optimizers.RMSprop(1e-3), 8.0**0.5),
+        (keras.optimizers.SGD(keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.9)), 1.0),
+    ],
+    ids=["sgd", "nesterov", "adam", "rmsprop", "schedule"],
+)
+def test_auto_is_the_default_and_picks_by_the_models_optimizer(optimizer, expected, caplog) -> None:
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer=optimizer, loss="mse")
+    kind = keras_io.optimizer_kind(model)
+    with caplog.at_level(logging.WARNING, logger="sparkdl.sync.recipe"):
+        plan = FitPlan.resolve(
+            TrainConfig(), num_workers=8, rows=8000, threads=1, service_host="h", optimizer=kind
+        )
+    assert plan.lr_recipe.factor == pytest.approx(expected)
+    # A schedule is left as it is, and the warning names the factor to apply by hand.
+    assert ("multiply the schedule's rates by 8" in caplog.text) == (kind == "scheduled")
+    plan.lr_recipe.check_model(scheduled=kind == "scheduled")
 
 
 def test_the_warm_up_ramps_from_the_models_rate_to_the_scaled_one() -> None:
-    recipe = LearningRateRecipe.resolve("linear", 1.5, averaged_workers=4)
+    recipe = LearningRateRecipe.resolve("linear", 1.5, lr_factor=4)
     rates = [recipe.rate(0.1, step, steps_per_epoch=10) for step in range(0, 20)]
     assert rates[0] == pytest.approx(0.1)
     assert rates[5] == pytest.approx(0.1 * (1 + 3 * 5 / 15))
@@ -56,7 +85,7 @@ def test_the_warm_up_ramps_from_the_models_rate_to_the_scaled_one() -> None:
         ({"lr_scaling": "linear", "warmup_epochs": -1}, "warmup_epochs"),
         ({"lr_scaling": "linear", "warmup_epochs": float("nan")}, "warmup_epochs"),
         ({"lr_scaling": "linear", "warmup_epochs": True}, "warmup_epochs"),
-        ({"warmup_epochs": 2}, "set lr_scaling"),
+        ({"lr_scaling": None, "warmup_epochs": 2}, "set lr_scaling"),
     ],
 )
 def test_bad_recipe_settings_are_refused(settings, message: str) -> None:
@@ -65,7 +94,7 @@ def test_bad_recipe_settings_are_refused(settings, message: str) -> None:
 
 
 def test_a_schedule_cannot_be_scaled_and_says_what_to_do() -> None:
-    recipe = LearningRateRecipe.resolve("linear", 0, averaged_workers=4)
+    recipe = LearningRateRecipe.resolve("linear", 0, lr_factor=4)
     with pytest.raises(ConfigError, match="LearningRateSchedule"):
         recipe.check_model(scheduled=True)
     recipe.check_model(scheduled=False)
