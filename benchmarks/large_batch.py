@@ -38,21 +38,21 @@ from benchmarks.scale import test_rows as held_out_rows
 #: settings, optimizer) for each distributed run.
 RECIPES: dict[str, dict[str, tuple[dict[str, Any], str]]] = {
     "sgd": {
-        "no recipe": ({}, "sgd"),
+        "no recipe": ({"lr_scaling": None}, "sgd"),
         "lr_scaling=linear": ({"lr_scaling": "linear"}, "sgd"),
         "lr_scaling=linear, warmup_epochs=0.25": (
             {"lr_scaling": "linear", "warmup_epochs": 0.25},
             "sgd",
         ),
-        "LARS(1.0, momentum=0.9)": ({}, "lars"),
+        "LARS(1.0, momentum=0.9)": ({"lr_scaling": None}, "lars"),
     },
     "adam": {
-        "no recipe": ({}, "adam"),
+        "no recipe": ({"lr_scaling": None}, "adam"),
         "lr_scaling=sqrt, warmup_epochs=0.25": (
             {"lr_scaling": "sqrt", "warmup_epochs": 0.25},
             "adam",
         ),
-        "LAMB(1e-3)": ({}, "lamb"),
+        "LAMB(1e-3)": ({"lr_scaling": None}, "lamb"),
         "LAMB(1e-3), lr_scaling=sqrt, warmup_epochs=0.25": (
             {"lr_scaling": "sqrt", "warmup_epochs": 0.25},
             "lamb",

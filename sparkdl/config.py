@@ -279,12 +279,13 @@ class TrainConfig:
             a center k versions old is scaled by 1/k.
         elastic_alpha: The EASGD moving rate; ``None`` uses 0.9 / num_workers.
         delta_scale: Asynchronous ``merge="delta"``: each worker multiplies its delta
-            by this before pushing it. ``None``: 1/num_workers when a push spans a whole
-            epoch (``frequency="epoch"``, or N at least an epoch's batches), where every
-            worker's delta is a full epoch's travel from nearly the same center and
-            adding them all overshoots by num_workers - 1 times; else 1 (Downpour: the
-            service adds the delta as it is). Synchronous mode averages the round's
-            deltas and ignores it.
+            by this before pushing it. ``None``: 1/num_workers, which ``lr_scaling``
+            makes up for with a higher rate on the workers; with ``lr_scaling=None``,
+            1/num_workers only when a push spans a whole epoch (``frequency="epoch"``,
+            or N at least an epoch's batches), where every worker's delta is a full
+            epoch's travel from nearly the same center and adding them all overshoots
+            by num_workers - 1 times, else 1 (textbook Downpour). Synchronous mode
+            averages the round's deltas and ignores it.
         frequency: When workers sync: ``"epoch"``, ``"batch"`` or an int N (every N
             batches). Every epoch also ends with a sync.
         num_workers: Number of Spark tasks that train; ``None`` uses every task slot.
@@ -361,8 +362,8 @@ class TrainConfig:
             one process would (:mod:`sparkdl.sync.recipe`): by the merge's factor
             (``"linear"``, Goyal et al. 2017) or its square root (``"sqrt"``). The
             factor is ``num_workers`` for averaging and synchronous deltas,
-            ``1 / delta_scale`` for asynchronous deltas (``num_workers`` when a push
-            spans an epoch, else 1) and ``num_workers + 1`` for elastic averaging.
+            ``1 / delta_scale`` for asynchronous deltas (``num_workers`` by default)
+            and ``num_workers + 1`` for elastic averaging.
             ``"auto"`` (the default): ``"linear"`` for ``keras.optimizers.SGD``,
             ``"sqrt"`` for adaptive optimizers (Adam, RMSprop, LARS...), none for a
             ``LearningRateSchedule``. ``None``: the model's rate as it is.

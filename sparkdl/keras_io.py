@@ -151,8 +151,8 @@ def _width_error(expected: str, label: str, shape: tuple[Any, ...], width: int) 
 
 
 def scheduled_rate(model: Any) -> bool:
-    """Whether the model's optimizer takes its learning rate from a schedule (its
-    ``learning_rate`` then reads the schedule's current value, and cannot be set).
+    """Whether the model's optimizer takes its learning rate from a schedule or a
+    callable (its ``learning_rate`` then reads the current value, and cannot be set).
 
     Example:
         >>> import keras
@@ -167,12 +167,12 @@ def scheduled_rate(model: Any) -> bool:
     optimizer = getattr(model, "optimizer", None)
     inner = getattr(optimizer, "inner_optimizer", optimizer)  # LossScaleOptimizer
     rate = getattr(inner, "_learning_rate", None)
-    return isinstance(rate, keras.optimizers.schedules.LearningRateSchedule)
+    return isinstance(rate, keras.optimizers.schedules.LearningRateSchedule) or callable(rate)
 
 
 def optimizer_kind(model: Any) -> str:
     """What kind of steps the model's optimizer takes, for ``lr_scaling="auto"``:
-    ``"scheduled"`` (its rate comes from a schedule), ``"sgd"`` (plain gradient steps,
+    ``"scheduled"`` (its rate comes from a schedule or a callable), ``"sgd"`` (plain gradient steps,
     ``keras.optimizers.SGD`` with or without momentum) or ``"adaptive"`` (any other:
     steps normalised by the gradients' size, as Adam, RMSprop or LARS take).
 

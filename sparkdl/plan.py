@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -23,7 +24,7 @@ from sparkdl.errors import ConfigError
 from sparkdl.sync.codecs import Compression, resolve_compression
 from sparkdl.sync.merges import Merge, merge_class
 from sparkdl.sync.modes import Mode, mode_class
-from sparkdl.sync.recipe import LearningRateRecipe
+from sparkdl.sync.recipe import LearningRateRecipe, resolve_scaling
 from sparkdl.sync.schedule import steps_for, train_rows
 
 __all__ = ["FitPlan"]
@@ -140,11 +141,16 @@ class FitPlan:
         split = 0.0 if validation_data else float(run.validation_split)
         per_worker = train_rows(math.ceil(rows / max(num_workers, 1)), split)
         whole_epoch = frequency is None or frequency >= steps_for(per_worker, run.batch_size)
+        # A merge that divides its pushes when the recipe makes up for it (asynchronous
+        # delta) sees the scaling "auto" resolves to for this model's optimizer.
+        scaling = resolve_scaling(sync.lr_scaling, optimizer)
         merge = merge_class(str(sync.merge)).resolve(
             num_workers=num_workers,
             synchronous=mode.barrier,
             whole_epoch=whole_epoch,
-            settings=sync,
+            settings=sync
+            if scaling == sync.lr_scaling
+            else dataclasses.replace(sync, lr_scaling=scaling, warmup_epochs=0.0),
         )
         return cls(
             mode=mode,

@@ -36,7 +36,7 @@ class SyncCallback(keras.callbacks.Callback):
         pusher: Sends pushes and folds answers in.
         schedule: The worker's sync points.
         val_rows: Validation rows behind the epoch's ``val_*`` logs.
-        rate: The large-batch recipe's callback (``lr_scaling``), or ``None``.
+        rate: The learning-rate recipe's callback (``lr_scaling``), or ``None``.
         last_epoch: The epoch the fit ends at (``FitPlan.epochs``).
     """
 
@@ -135,9 +135,17 @@ class SyncCallback(keras.callbacks.Callback):
         loss = logs.get("loss")
         loss = float(loss) if loss is not None else None
         if loss is not None and not math.isfinite(loss):
+            scaled = ""
+            if self.rate is not None:
+                scaled = (
+                    f" The workers trained at {self.rate.recipe.factor:g} times the model's "
+                    "learning rate (lr_scaling, 'auto' by default): ramp up to it with "
+                    "warmup_epochs=..., or set lr_scaling=None."
+                )
             raise TrainingError(
                 f"The loss became {loss} in epoch {self._epoch + 1}: training diverged. "
-                "Lower the learning rate, clip gradients (clipnorm=...), or scale the features."
+                "Lower the learning rate, clip gradients (clipnorm=...), or scale the "
+                f"features.{scaled}"
             )
         # "step": batches of this epoch done, where a retried task resumes from.
         meta: dict[str, Any] = {

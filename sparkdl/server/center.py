@@ -82,7 +82,8 @@ class Center:
                 raise StoreError(
                     400,
                     f"Weight {i} holds NaN or infinite values; the update was refused. "
-                    "Training diverged: lower the learning rate or clip gradients.",
+                    "Training diverged: lower the learning rate or clip gradients (the "
+                    "workers' rate is the model's scaled by lr_scaling, 'auto' by default).",
                 )
             magnitudes.append(largest)
         return magnitudes

@@ -48,7 +48,14 @@ from typing import Any
 
 from sparkdl.errors import ConfigError
 
-__all__ = ["AUTO", "LR_SCALINGS", "OPTIMIZER_KINDS", "LearningRateRecipe", "check"]
+__all__ = [
+    "AUTO",
+    "LR_SCALINGS",
+    "OPTIMIZER_KINDS",
+    "LearningRateRecipe",
+    "check",
+    "resolve_scaling",
+]
 
 #: The values of ``lr_scaling`` besides ``None``.
 LR_SCALINGS: tuple[str, ...] = ("auto", "linear", "sqrt")
@@ -95,7 +102,10 @@ class LearningRateRecipe:
         """
         check(scaling, warmup_epochs)
         if scaling == "auto":
-            scaling = AUTO[optimizer]
+            scaling = resolve_scaling(scaling, optimizer)
+            if scaling is None and warmup_epochs:
+                # Kept so check_model refuses it: there is no rate to ramp.
+                return cls(warmup_epochs=float(warmup_epochs))
             if scaling is None and lr_factor != 1.0:
                 _log.warning(
                     "The model's learning rate comes from a LearningRateSchedule, which "
@@ -129,11 +139,18 @@ class LearningRateRecipe:
 
     def check_model(self, *, scheduled: bool) -> None:
         """Refuses a model whose optimizer takes its rate from a schedule (``scheduled``):
-        there is no number to scale.
+        there is no number to scale or ramp.
 
         Raises:
             ConfigError: Naming the factor to apply to the schedule by hand.
         """
+        if scheduled and not self.active and self.warmup_epochs:
+            raise ConfigError(
+                f"warmup_epochs={self.warmup_epochs:g} ramps the learning rate, but this "
+                "model's comes from a LearningRateSchedule (or a callable): put the "
+                "warm-up in the schedule and drop warmup_epochs, or compile with a float "
+                "learning rate."
+            )
         if self.active and scheduled:
             raise ConfigError(
                 "lr_scaling scales the optimizer's learning rate, but this model's is a "
@@ -141,6 +158,23 @@ class LearningRateRecipe:
                 f"factor yourself ({self.factor:g} here) and drop lr_scaling and "
                 "warmup_epochs, or compile with a float learning rate."
             )
+
+
+def resolve_scaling(scaling: str | None, optimizer: str) -> str | None:
+    """``lr_scaling`` with ``"auto"`` resolved for the model's optimizer kind.
+
+    Raises:
+        ConfigError: ``optimizer`` is not one of :data:`OPTIMIZER_KINDS`.
+
+    Example:
+        >>> resolve_scaling("auto", "adaptive"), resolve_scaling("linear", "adaptive")
+        ('sqrt', 'linear')
+    """
+    if optimizer not in OPTIMIZER_KINDS:
+        raise ConfigError(
+            f"Expected the optimizer kind to be one of {OPTIMIZER_KINDS}. Received: {optimizer!r}"
+        )
+    return AUTO[optimizer] if scaling == "auto" else scaling
 
 
 def check(scaling: Any, warmup_epochs: Any) -> None:

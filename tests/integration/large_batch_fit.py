@@ -3,8 +3,9 @@ the large-batch recipe, on teacher data read from Parquet (``local[8]``).
 
 Run by tests/integration/test_large_batch.py in its own process (a process has one
 SparkContext; the suite's is local[2]). Prints "RESULT {json}": test accuracies of
-plain Keras, of the distributed fit without the recipe and with
-``lr_scaling="linear", warmup_epochs=0.25``, and the workers' learning rates.
+plain Keras, of the distributed fit without the recipe (``lr_scaling=None``) and with
+the default ``lr_scaling="auto"`` (linear for SGD) and ``warmup_epochs=0.25``, and the
+workers' learning rates.
 """
 
 from __future__ import annotations
@@ -56,8 +57,8 @@ def main() -> None:
         spark.sparkContext.setLogLevel("ERROR")
         frame = spark.read.parquet(tmp)
         for name, recipe in [
-            ("none", {}),
-            ("linear", {"lr_scaling": "linear", "warmup_epochs": 0.25}),
+            ("none", {"lr_scaling": None}),
+            ("linear", {"warmup_epochs": 0.25}),  # lr_scaling="auto": linear for SGD
         ]:
             fitted = KerasEstimator(
                 model=model(),

@@ -1,6 +1,7 @@
 """The large-batch recipe on teacher data: 8 synchronous workers x batch 128 (a global
 batch of 1024) fall far behind one process at batch 128 after the same epochs with the
-model's learning rate, and reach it within a point with ``lr_scaling="linear"``."""
+model's learning rate (``lr_scaling=None``), and reach it within a point with the default
+(``lr_scaling="auto"``: linear for SGD)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,6 @@ def test_eight_workers_reach_one_process_with_the_recipe() -> None:
     result = json.loads(match.group(1))
     # Without the recipe each epoch takes 1/8 of the steps: far behind.
     assert result["none"] < result["plain"] - 0.05, result
-    # With it the workers train at 8 times the model's rate and catch up.
+    # By default the workers train at 8 times the model's rate and catch up.
     assert result["linear"] >= result["plain"] - 0.01, result
     assert result["none_rates"] == [0.01] and result["linear_rates"] == [0.08], result

@@ -80,23 +80,15 @@ def test_every_mode_and_merge_matches_plain_keras(digits, plain_keras, mode, mer
         accuracies[seed] = accuracy(fitted.get_model(), x_test, y_test)
         _check_history_and_report(fitted, mode, merge, frequency)
         # Workers trained at the scaled rate; the fitted model keeps the user's.
-        scaled = RATE * _linear_factor(mode, merge, frequency)
+        # lr_scaling="auto" on SGD with 2 workers: n + 1 for elastic, n for the others
+        # (asynchronous deltas are divided by n).
+        scaled = RATE * (3.0 if merge == "elastic" else 2.0)
         assert [w["learning_rate"] for w in fitted.fit_report["workers"]] == [
             pytest.approx(scaled)
         ] * 2
         assert float(fitted.get_model().optimizer.learning_rate) == pytest.approx(RATE)
     ours, theirs = statistics.mean(accuracies.values()), statistics.mean(plain_keras.values())
     assert ours >= theirs - TOLERANCE, (mode, merge, accuracies, plain_keras)
-
-
-def _linear_factor(mode: str, merge: str, frequency: str | int) -> float:
-    """lr_scaling="auto" on SGD with 2 workers: elastic n + 1, deltas added in full 1,
-    every average (whole-epoch asynchronous deltas are divided by n) n."""
-    if merge == "elastic":
-        return 3.0
-    if merge == "delta" and mode != "synchronous" and frequency != "epoch":
-        return 1.0
-    return 2.0
 
 
 def _check_history_and_report(fitted, mode: str, merge: str, frequency: str | int) -> None:
@@ -118,10 +110,8 @@ def _check_history_and_report(fitted, mode: str, merge: str, frequency: str | in
         assert report["service"]["version"] == pushes  # one version per update
     assert report["service"]["samples_seen"] == EPOCHS * 1437
     if mode != "synchronous" and merge == "delta":
-        # A whole-epoch delta is divided by num_workers (delta_scale=None): adding both
-        # in full would overshoot by the other worker's step and oscillate.
-        expected = 0.5 if frequency == "epoch" else 1.0
-        assert all(w["delta_scale"] == expected for w in report["workers"])
+        # Deltas are divided by num_workers (delta_scale=None), and the rate doubled.
+        assert all(w["delta_scale"] == 0.5 for w in report["workers"])
     for worker in report["workers"]:
         assert worker["fast_weights"]  # one TensorFlow op per variable
         # Asynchronous workers push in the background by default; rounds always wait.

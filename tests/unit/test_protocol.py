@@ -101,7 +101,12 @@ def test_plan_resolves_each_default_once() -> None:
     # 100 rows a worker, 10 steps an epoch: every 16 batches still spans an epoch.
     assert plan(mode="asynchronous", merge="delta", batch_size=10, frequency=16).whole_epoch
     partial = plan(mode="asynchronous", merge="delta", batch_size=10, frequency=4)
-    assert not partial.whole_epoch and partial.merge.scale == 1.0  # type: ignore[attr-defined]
+    # The learning-rate recipe makes up for dividing the deltas; without it, a delta
+    # that spans less than an epoch is added in full (textbook Downpour).
+    assert not partial.whole_epoch and partial.merge.scale == 0.5  # type: ignore[attr-defined]
+    assert partial.lr_recipe.factor == 2.0
+    textbook = plan(mode="asynchronous", merge="delta", batch_size=10, frequency=4, lr_scaling=None)
+    assert textbook.merge.scale == 1.0  # type: ignore[attr-defined]
     assert plan(mode="synchronous", merge="delta").merge.scale == 1.0  # type: ignore[attr-defined]
     assert plan(merge="elastic").merge.alpha == pytest.approx(0.45)  # type: ignore[attr-defined]
     assert plan().threads == 3 and plan(threads_per_worker=1).threads == 1

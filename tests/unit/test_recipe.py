@@ -28,9 +28,8 @@ def _plan(**settings) -> FitPlan:
         ("synchronous", "average", "epoch", 8.0),
         ("synchronous", "delta", 4, 8.0),  # the round's deltas are averaged
         ("asynchronous", "average", "batch", 8.0),  # each push moves the center 1/8
-        ("asynchronous", "delta", "epoch", 8.0),  # whole-epoch deltas are divided by 8
-        ("asynchronous", "delta", 4, 1.0),  # deltas added in full average nothing
-        ("hogwild", "delta", "batch", 1.0),
+        ("asynchronous", "delta", "epoch", 8.0),  # deltas are divided by 8
+        ("hogwild", "delta", "batch", 8.0),
         ("synchronous", "elastic", "epoch", 9.0),  # the center moves n/(n+1) of a step
         ("hogwild", "elastic", 4, 9.0),
     ],
@@ -42,6 +41,11 @@ def test_the_factor_is_how_much_farther_one_process_moves(
     assert _plan(**settings, lr_scaling="linear").lr_recipe.factor == linear
     assert _plan(**settings, lr_scaling="sqrt").lr_recipe.factor == pytest.approx(linear**0.5)
     assert _plan(**settings, lr_scaling=None).lr_recipe == LearningRateRecipe()
+
+
+def test_deltas_added_in_full_need_no_scaling() -> None:
+    downpour = {"mode": "asynchronous", "merge": "delta", "frequency": 4, "delta_scale": 1.0}
+    assert _plan(**downpour, lr_scaling="linear").lr_recipe.factor == 1.0
 
 
 @pytest.mark.parametrize(
@@ -116,3 +120,44 @@ def test_the_workers_callback_sets_the_scaled_rate_each_batch_and_rebases() -> N
     np.testing.assert_allclose(seen, [0.01, 0.0175, 0.025, 0.0325, 0.04, 0.04], rtol=1e-6)
     rate.rebase(0.001)  # ReduceLROnPlateau on the driver lowered the model's rate
     assert float(model.optimizer.learning_rate) == pytest.approx(0.004)
+
+
+def test_a_schedule_under_auto_keeps_textbook_deltas_and_refuses_a_warm_up() -> None:
+    """Nothing makes up for divided deltas when "auto" leaves a schedule alone, so they
+    are added in full; a warm-up has no rate to ramp."""
+    downpour = {"mode": "asynchronous", "merge": "delta", "frequency": 4}
+    plan = FitPlan.resolve(
+        TrainConfig(**downpour),
+        num_workers=4,
+        rows=8000,
+        threads=1,
+        service_host="h",
+        optimizer="scheduled",
+    )
+    assert plan.merge.scale == 1.0 and not plan.lr_recipe.active  # type: ignore[attr-defined]
+    warm = FitPlan.resolve(
+        TrainConfig(**downpour, warmup_epochs=1),
+        num_workers=4,
+        rows=8000,
+        threads=1,
+        service_host="h",
+        optimizer="scheduled",
+    )
+    with pytest.raises(ConfigError, match="warmup_epochs=1 ramps"):
+        warm.lr_recipe.check_model(scheduled=True)
+    with pytest.raises(ConfigError, match="optimizer kind"):
+        FitPlan.resolve(
+            TrainConfig(), num_workers=2, rows=80, threads=1, service_host="h", optimizer="lbfgs"
+        )
+
+
+def test_a_callable_rate_is_left_alone_like_a_schedule() -> None:
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(lambda: 0.1), loss="mse")
+    assert keras_io.optimizer_kind(model) == "scheduled"
+
+
+def test_a_merge_that_does_not_say_is_not_scaled() -> None:
+    from sparkdl.sync.merges import Merge
+
+    assert Merge.lr_factor(object(), 8, False) == 1.0  # type: ignore[arg-type]
