@@ -163,7 +163,8 @@ def main() -> None:
     print(
         f"\ndigits: {len(x_train)} train / {len(x_test)} test rows, {args.epochs} epochs, "
         f"batch {args.batch_size}, {args.optimizer} {args.learning_rate}, 2 workers, local[2], "
-        f"median of {args.repeats} runs (seeds 0-{args.repeats - 1}); settings {settings}\n"
+        f"{args.repeats} runs, seeds 0-{args.repeats - 1} (fit s: median; accuracy: mean); "
+        f"settings {settings}\n"
     )
     keras_seconds = statistics.median(r[0] for r in runs["plain Keras (1 process)"])
     keras_acc = statistics.mean(r[1] for r in runs["plain Keras (1 process)"])
@@ -193,7 +194,8 @@ def _setting(item: str) -> tuple[str, Any]:
             return key, kind(value)
         except ValueError:
             pass
-    return key, {"None": None, "true": True, "false": False}.get(value, value)
+    words = {"None": None, "true": True, "True": True, "false": False, "False": False}
+    return key, words.get(value, value)
 
 
 def _share(figures: list[tuple[Any, ...]], index: int) -> str:
