@@ -326,6 +326,9 @@ def _plot(args: argparse.Namespace, plain: list[Curve], runs: dict[str, list[Cur
         epochs = list(range(1, len(curve.accuracy) + 1))
         by_time.plot(curve.seconds, curve.accuracy, style, color=color, marker=".", label=label)
         by_epoch.plot(epochs, curve.accuracy, style, color=color, marker=".", label=label)
+    from matplotlib.ticker import MaxNLocator
+
+    by_epoch.xaxis.set_major_locator(MaxNLocator(integer=True))
     by_time.set_xlabel("wall seconds since fit() began")
     by_epoch.set_xlabel("epoch")
     by_time.set_ylabel("test accuracy")
