@@ -19,6 +19,7 @@ import statistics
 
 import pytest
 
+from benchmarks.digits import COMBINATIONS  # every mode x merge, staleness="inverse" too
 from examples.digits import accuracy, digits_model
 from sparkdl import KerasEstimator
 
@@ -30,19 +31,6 @@ RATE = 0.05
 FREQUENCIES: dict[int, str | int] = {0: "epoch", 1: 16, 2: "batch"}
 #: Accuracy points below plain Keras's mean that still count as parity.
 TOLERANCE = 0.005
-
-COMBINATIONS = [
-    ("synchronous", "average", {}),
-    ("synchronous", "delta", {}),
-    ("synchronous", "elastic", {}),
-    ("asynchronous", "average", {}),
-    ("asynchronous", "delta", {}),
-    ("asynchronous", "delta", {"staleness": "inverse"}),
-    ("asynchronous", "elastic", {}),
-    ("hogwild", "average", {}),
-    ("hogwild", "delta", {}),
-    ("hogwild", "elastic", {}),
-]
 
 
 @pytest.fixture(scope="module")
