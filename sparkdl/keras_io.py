@@ -164,9 +164,7 @@ def scheduled_rate(model: Any) -> bool:
     """
     import keras
 
-    optimizer = getattr(model, "optimizer", None)
-    inner = getattr(optimizer, "inner_optimizer", optimizer)  # LossScaleOptimizer
-    rate = getattr(inner, "_learning_rate", None)
+    rate = getattr(_inner_optimizer(model), "_learning_rate", None)
     return isinstance(rate, keras.optimizers.schedules.LearningRateSchedule) or callable(rate)
 
 
@@ -187,9 +185,7 @@ def optimizer_kind(model: Any) -> str:
 
     if scheduled_rate(model):
         return "scheduled"
-    optimizer = getattr(model, "optimizer", None)
-    inner = getattr(optimizer, "inner_optimizer", optimizer)  # LossScaleOptimizer
-    return "sgd" if isinstance(inner, keras.optimizers.SGD) else "adaptive"
+    return "sgd" if isinstance(_inner_optimizer(model), keras.optimizers.SGD) else "adaptive"
 
 
 def learning_rate(model: Any) -> float | None:
@@ -546,3 +542,9 @@ def _output_refs(value: Any) -> list[Any]:
     if isinstance(value, dict):
         return [v for v in value.values() if isinstance(v, list)]
     return [v for v in value if isinstance(v, list)]
+
+
+def _inner_optimizer(model: Any) -> Any:
+    """The model's optimizer, unwrapped from a ``LossScaleOptimizer`` (mixed precision)."""
+    optimizer = getattr(model, "optimizer", None)
+    return getattr(optimizer, "inner_optimizer", optimizer)

@@ -18,10 +18,11 @@ number:
 * An answer encodes ``center - base``; the worker adds the decoded change to its copy,
   the service adds the same decoded change to ``base`` as a new pending copy, so the
   two stay equal bit for bit, and what an answer left out the next one carries.
-* A merge that pushes weights (synchronous ``average``) pushes ``weights - copy``
-  instead, and averages those differences onto the center (:attr:`Average.relative
-  <sparkdl.sync.merges.Average.relative>`): averaging ``copy + difference`` would drop,
-  every round, the part of the center a lossy answer has not delivered yet.
+* Pushes are differences: a merge that pushes weights (synchronous ``average``) is
+  refused, and takes its relative form under compression (:attr:`Average.relative
+  <sparkdl.sync.merges.Average.relative>`: workers push ``weights - copy``, averaged
+  onto the center): averaging ``copy + difference`` would drop, every round, the part
+  of the center a lossy answer has not delivered yet.
 
 A worker's numbers belong to its newest task attempt, the one the store's ledger knows
 from its join: an older attempt's requests are refused (409), a newer one must join
