@@ -6,9 +6,9 @@ Example:
     ['ClusterError', 'ConfigError']
 """
 
+import importlib
 from typing import TYPE_CHECKING
 
-from sparkdl.config import TrainConfig
 from sparkdl.errors import (
     ClusterError,
     ConfigError,
@@ -19,13 +19,14 @@ from sparkdl.errors import (
     TrainingError,
     WorkerError,
 )
-from sparkdl.estimator import KerasEstimator
-from sparkdl.model import KerasModel
-from sparkdl.persistence import loading_options
-from sparkdl.warmup import warm_up
 
 if TYPE_CHECKING:
+    from sparkdl.config import TrainConfig
+    from sparkdl.estimator import KerasEstimator
+    from sparkdl.model import KerasModel
     from sparkdl.optimizers import LARS
+    from sparkdl.persistence import loading_options
+    from sparkdl.warmup import warm_up
 
 __all__ = [
     "LARS",
@@ -46,10 +47,27 @@ __all__ = [
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str) -> object:
-    # LARS imports Keras: only when asked for, so ``import sparkdl`` stays light.
-    if name == "LARS":
-        from sparkdl.optimizers import LARS
+#: Where each public name lives: imported at first use, so that ``import sparkdl`` (and
+#: every Spark worker that unpickles one of its functions) stays light. The estimator
+#: loads ``pyspark.ml`` (0.6 s), ``LARS`` Keras; a worker needs neither.
+_LAZY = {
+    "KerasEstimator": "sparkdl.estimator",
+    "KerasModel": "sparkdl.model",
+    "LARS": "sparkdl.optimizers",
+    "TrainConfig": "sparkdl.config",
+    "loading_options": "sparkdl.persistence",
+    "warm_up": "sparkdl.warmup",
+}
 
-        return LARS
-    raise AttributeError(f"module 'sparkdl' has no attribute {name!r}")
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sparkdl' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
