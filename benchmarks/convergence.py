@@ -27,6 +27,8 @@ Two parts:
 Run:
     .venv/bin/python benchmarks/convergence.py
     .venv/bin/python benchmarks/convergence.py --part curves --frequency epoch --seeds 3
+    .venv/bin/python benchmarks/convergence.py --part curves --frequency batch --seeds 3 \
+        --only asynchronous/elastic
     .venv/bin/python benchmarks/convergence.py --part sc17 --rows 100000 --epochs 5
 """
 
@@ -99,6 +101,9 @@ def main() -> None:
     parser.add_argument(
         "--target", type=float, default=0.98, help="share of plain Keras's final accuracy"
     )
+    parser.add_argument(
+        "--only", nargs="*", default=None, help="mode/merge rows of the curves (no PNG then)"
+    )
     parser.add_argument("--png", default=os.path.join("benchmarks", "convergence.png"))
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "sparkdl-scale"))
     args = parser.parse_args()
@@ -117,17 +122,21 @@ def main() -> None:
                 plain.setdefault(f"sgd{momentum}", []).append(curve)
     del x, y
     distributed: dict[str, list[Curve]] = {}
+    names = [f"{mode}/{merge}" for mode in MODES for merge in MERGES]
+    if args.only:
+        unknown = sorted(set(args.only) - set(names))
+        if unknown:
+            parser.error(f"--only takes mode/merge names among {names}; received {unknown}")
+        names = [n for n in names if n in args.only]
     session = argparse.Namespace(master=f"local[{args.workers}]", driver_memory="2g")
     with spark_session(session) as spark:
         frame = spark.read.parquet(path)
         frame.count()
         for seed in range(args.seeds):
             if curves_part:
-                for mode in MODES:
-                    for merge in MERGES:
-                        name = f"{mode}/{merge}"
-                        run = _sparkdl(frame, args, test, seed, name, "adam", args.frequency)
-                        distributed.setdefault(name, []).append(run)
+                for name in names:
+                    run = _sparkdl(frame, args, test, seed, name, "adam", args.frequency)
+                    distributed.setdefault(name, []).append(run)
             if sc17_part:
                 for name, (mode, merge, momentum) in SC17.items():
                     run = _sparkdl(
@@ -141,9 +150,9 @@ def main() -> None:
                     )
                     distributed.setdefault(name, []).append(run)
     if curves_part:
-        names = [f"{mode}/{merge}" for mode in MODES for merge in MERGES]
         _print_curves(args, plain["adam"], {n: distributed[n] for n in names})
-        _plot(args, plain["adam"], {n: distributed[n] for n in names})
+        if not args.only:
+            _plot(args, plain["adam"], {n: distributed[n] for n in names})
     if sc17_part:
         _print_sc17(args, plain, {n: distributed[n] for n in SC17})
 
