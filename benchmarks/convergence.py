@@ -47,6 +47,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from benchmarks.digits import parse_setting
 from benchmarks.scale import accuracy, build_model, spark_session, table_arrays, teacher_table
 from benchmarks.scale import test_rows as held_out_rows
 
@@ -102,11 +103,19 @@ def main() -> None:
         "--target", type=float, default=0.98, help="share of plain Keras's final accuracy"
     )
     parser.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="estimator settings for every sparkdl run (e.g. lr_scaling=linear)",
+    )
+    parser.add_argument(
         "--only", nargs="*", default=None, help="mode/merge rows of the curves (no PNG then)"
     )
     parser.add_argument("--png", default=os.path.join("benchmarks", "convergence.png"))
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "sparkdl-scale"))
     args = parser.parse_args()
+    args.settings = dict(parse_setting(item) for item in args.set)
     path = teacher_table(args.workdir, args.rows, 0, 262_144)
     test = held_out_rows(0, 10_000)
     x, y = table_arrays(path, args.rows)
@@ -237,6 +246,7 @@ def _sparkdl(
         batch_size=args.batch_size,
         seed=seed,
         callbacks=[_recorder(curve, test, started)],
+        **args.settings,
     ).fit(frame)
     curve.communication_share = fitted.fit_report["communication_share"]
     _log(f"{name} {optimizer} seed {seed}: {curve.final:.4f} in {curve.seconds[-1]:.1f} s")
@@ -287,7 +297,8 @@ def _print_curves(
     print(
         f"\n## Curves: teacher {args.rows:,} rows, MLP 100-512-512-10, Adam 1e-3, "
         f"{args.epochs} epochs, batch {args.batch_size}, {args.workers} workers, "
-        f"frequency={args.frequency}, mean of {args.seeds} seed(s)\n"
+        f"frequency={args.frequency}, mean of {args.seeds} seed(s), "
+        f"settings {args.settings}\n"
     )
     _header(args.target, target)
     print(_row("plain Keras (1 process)", plain, base, target))

@@ -76,7 +76,7 @@ def main() -> None:
     )
     parser.add_argument("--no-cold", action="store_true", help="skip the cold row")
     args = parser.parse_args()
-    settings = dict(_setting(item) for item in args.set)
+    settings = dict(parse_setting(item) for item in args.set)
 
     def model(seed: int) -> Any:
         return digits_model(seed=seed, learning_rate=args.learning_rate, optimizer=args.optimizer)
@@ -187,7 +187,7 @@ def main() -> None:
         )
 
 
-def _setting(item: str) -> tuple[str, Any]:
+def parse_setting(item: str) -> tuple[str, Any]:
     key, _, value = item.partition("=")
     for kind in (int, float):
         try:

@@ -17,6 +17,7 @@ turns, which changes speed, not accuracy) in synchronous averaging at
 Run:
     .venv/bin/python benchmarks/large_batch.py
     .venv/bin/python benchmarks/large_batch.py --optimizer adam --seeds 1
+    .venv/bin/python benchmarks/large_batch.py --optimizer adam --only "LAMB(1e-3)"
 """
 
 from __future__ import annotations
@@ -70,8 +71,15 @@ def main() -> None:
     parser.add_argument("--frequency", default="batch")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--optimizer", choices=list(RECIPES), default="sgd")
+    parser.add_argument("--only", nargs="*", default=None, help="names of the runs to do")
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "sparkdl-scale"))
     args = parser.parse_args()
+    recipes = RECIPES[args.optimizer]
+    if args.only:
+        unknown = sorted(set(args.only) - set(recipes))
+        if unknown:
+            parser.error(f"--only takes run names among {list(recipes)}; received {unknown}")
+        recipes = {name: recipes[name] for name in args.only}
     frequency = int(args.frequency) if args.frequency.isdigit() else args.frequency
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     path = teacher_table(args.workdir, args.rows, 0, 262_144)
@@ -92,7 +100,7 @@ def main() -> None:
         from sparkdl import KerasEstimator
 
         frame = spark.read.parquet(path)
-        for name, (settings, optimizer) in RECIPES[args.optimizer].items():
+        for name, (settings, optimizer) in recipes.items():
             results[name], seconds[name] = [], []
             for seed in range(args.seeds):
                 started = time.perf_counter()
