@@ -47,7 +47,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from benchmarks.digits import parse_setting
+from benchmarks.digits import parse_settings
 from benchmarks.scale import accuracy, build_model, spark_session, table_arrays, teacher_table
 from benchmarks.scale import test_rows as held_out_rows
 
@@ -115,7 +115,14 @@ def main() -> None:
     parser.add_argument("--png", default=os.path.join("benchmarks", "convergence.png"))
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "sparkdl-scale"))
     args = parser.parse_args()
-    args.settings = dict(parse_setting(item) for item in args.set)
+    fixed = {"mode", "merge", "frequency", "num_workers", "epochs", "batch_size", "seed"}
+    args.settings = parse_settings(parser, args.set, fixed | {"callbacks"})
+    names = [f"{mode}/{merge}" for mode in MODES for merge in MERGES]
+    if args.only:
+        unknown = sorted(set(args.only) - set(names))
+        if unknown:
+            parser.error(f"--only takes mode/merge names among {names}; received {unknown}")
+        names = [n for n in names if n in args.only]
     path = teacher_table(args.workdir, args.rows, 0, 262_144)
     test = held_out_rows(0, 10_000)
     x, y = table_arrays(path, args.rows)
@@ -131,12 +138,6 @@ def main() -> None:
                 plain.setdefault(f"sgd{momentum}", []).append(curve)
     del x, y
     distributed: dict[str, list[Curve]] = {}
-    names = [f"{mode}/{merge}" for mode in MODES for merge in MERGES]
-    if args.only:
-        unknown = sorted(set(args.only) - set(names))
-        if unknown:
-            parser.error(f"--only takes mode/merge names among {names}; received {unknown}")
-        names = [n for n in names if n in args.only]
     session = argparse.Namespace(master=f"local[{args.workers}]", driver_memory="2g")
     with spark_session(session) as spark:
         frame = spark.read.parquet(path)

@@ -76,7 +76,8 @@ def main() -> None:
     )
     parser.add_argument("--no-cold", action="store_true", help="skip the cold row")
     args = parser.parse_args()
-    settings = dict(parse_setting(item) for item in args.set)
+    fixed = {"mode", "merge", "frequency", "num_workers", "epochs", "batch_size", "seed"}
+    settings = parse_settings(parser, args.set, fixed)
 
     def model(seed: int) -> Any:
         return digits_model(seed=seed, learning_rate=args.learning_rate, optimizer=args.optimizer)
@@ -187,15 +188,32 @@ def main() -> None:
         )
 
 
-def parse_setting(item: str) -> tuple[str, Any]:
-    key, _, value = item.partition("=")
+def parse_settings(
+    parser: argparse.ArgumentParser, items: list[str], fixed: set[str]
+) -> dict[str, Any]:
+    """``--set KEY=VALUE`` items as estimator settings, checked before any training:
+    each must have ``=``, name a setting of ``KerasEstimator`` and not one the
+    benchmark sets itself (``fixed``)."""
+    from sparkdl.config import setting_fields
+
+    known = {f.name for f in setting_fields()} - fixed
+    settings = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or key not in known:
+            parser.error(f"--set takes KEY=VALUE with KEY among {sorted(known)}; received {item!r}")
+        settings[key] = _value(value)
+    return settings
+
+
+def _value(text: str) -> Any:
     for kind in (int, float):
         try:
-            return key, kind(value)
+            return kind(text)
         except ValueError:
             pass
     words = {"None": None, "true": True, "True": True, "false": False, "False": False}
-    return key, words.get(value, value)
+    return words.get(text, text)
 
 
 def _share(figures: list[tuple[Any, ...]], index: int) -> str:

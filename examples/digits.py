@@ -33,8 +33,8 @@ def digits_frames(spark: Any, seed: int = 0, partitions: int = 2) -> tuple[Any, 
     Each frame is made from an Arrow table (``spark.createDataFrame`` takes one since
     Spark 4.0): a local relation in the JVM, read by no Python process. A frame made
     from Python rows (``createDataFrame(rows, schema)``) is an RDD of pickled rows that
-    every query over it reads back through Python workers; the demo's first fit spent
-    about a second more that way. Both give the same rows in the same partitions.
+    every query over it reads back through Python workers, which made the demo's data
+    checks slower (README, "Start warm"). Both give the same rows in the same partitions.
     """
     x_train, x_test, y_train, y_test = digits_arrays(seed)
     return arrow_frame(spark, x_train, y_train, partitions), arrow_frame(
@@ -43,14 +43,18 @@ def digits_frames(spark: Any, seed: int = 0, partitions: int = 2) -> tuple[Any, 
 
 
 def arrow_frame(spark: Any, x: np.ndarray, y: np.ndarray, partitions: int = 2) -> Any:
-    """A DataFrame of ``features`` (array<float>, a row of ``x`` each) and ``label``
-    (long), from one Arrow table, in ``partitions`` partitions."""
+    """A DataFrame of ``features`` (array<float>: each row of ``x``, flattened) and
+    ``label`` (long, one per row), from one Arrow table, in ``partitions`` partitions."""
     import pyarrow as pa
 
-    width = x.shape[1]
-    offsets = np.arange(0, len(x) * width + 1, width, dtype=np.int32)
-    features = pa.ListArray.from_arrays(offsets, pa.array(x.astype(np.float32).ravel()))
-    table = pa.table({"features": features, "label": pa.array(y.astype(np.int64))})
+    rows = len(x)
+    x = np.asarray(x, dtype=np.float32).reshape(rows, -1)
+    y = np.asarray(y).reshape(rows).astype(np.int64)
+    if x.size >= 2**31:
+        raise ValueError(f"{x.size} feature values are too many for one Arrow list column")
+    offsets = (np.arange(rows + 1, dtype=np.int64) * x.shape[1]).astype(np.int32)
+    features = pa.ListArray.from_arrays(offsets, pa.array(x.ravel()))
+    table = pa.table({"features": features, "label": pa.array(y)})
     return spark.createDataFrame(table).repartition(partitions)
 
 

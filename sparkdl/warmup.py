@@ -398,7 +398,7 @@ def _warm_partition(
         quiet_tensorflow(level)
         if block:
             _start_import(module).join()
-            yield _answer(_imported.get(module, False))
+            yield _answer(_import_ok(module))
             return
         # Everything this task still does imports its modules before the lock is
         # taken (pyarrow loads some lazily), so that it ends at once.
@@ -416,6 +416,13 @@ def _answer(ok: bool) -> pa.RecordBatch:
 # Worker side: this process's background import, and how each import ended.
 _importer: threading.Thread | None = None
 _imported: dict[str, bool] = {}
+
+
+def _import_ok(module: str) -> bool:
+    """Whether this worker imported ``module``. A module-level function, so the task
+    function cloudpickle ships by value reads this worker's record through it, not the
+    copy of the driver's (empty) one a direct reference would carry."""
+    return _imported.get(module, False)
 
 
 def _start_import(module: str) -> threading.Thread:

@@ -149,6 +149,10 @@ def test_warm_up_imports_the_executor_in_the_workers_mapInArrow_uses(
     try:
         again = warm_up(spark, wait=True)
         assert again is not handle and again.done
+        # Every task reported its import done (read from the worker's own record), so
+        # the next call, the fit's own included, reuses it instead of a new job.
+        assert again._ok
+        assert warm_up(spark) is again and warm_up(spark, wait=True) is again
         # With wait, the data checks' aggregate ran too (the engine's warm-up): its
         # failure would be swallowed, so the jobs are counted.
         assert len(sc.statusTracker().getJobIdsForGroup("waiting-group")) >= 2
