@@ -85,9 +85,12 @@ def main() -> None:
         for name in names:
             result = run_child(name, args.elephas_path)
             runs[name].append(result)
+            parts = "".join(
+                f", {part} {result[part]:.2f}" for part in BREAKDOWN_PARTS if part in result
+            )
             print(
                 f"[{repeat + 1}/{args.repeats}] {name}: fit {result['fit']:.2f} s, from start "
-                f"{result['total']:.2f} s, accuracy {result['accuracy']:.3f}",
+                f"{result['total']:.2f} s, accuracy {result['accuracy']:.3f}{parts}",
                 file=sys.stderr,
                 flush=True,
             )
@@ -211,6 +214,7 @@ def elephas_fit(spark: Any, mode: str, x: Any, y: Any) -> tuple[float, Any]:
 
 #: Where a sparkdl fit's seconds went (from its fit report).
 BREAKDOWN: dict[str, float] = {}
+BREAKDOWN_PARTS = ("prepare", "task_start", "imported", "train", "after")
 
 
 def figures(fit: float, acc: float) -> dict[str, float]:
@@ -245,8 +249,8 @@ def report(runs: dict[str, list[dict[str, float]]]) -> None:
     )
     for name, results in runs.items():
         if results and "prepare" in results[0]:
-            parts = ["prepare", "task_start", "imported", "train", "after"]
-            print(f"{LABELS[name]:<46} " + ", ".join(f"{p} {median(name, p):.2f}" for p in parts))
+            medians = (f"{p} {median(name, p):.2f}" for p in BREAKDOWN_PARTS)
+            print(f"{LABELS[name]:<46} " + ", ".join(medians))
 
 
 if __name__ == "__main__":
