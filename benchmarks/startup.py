@@ -214,6 +214,7 @@ def elephas_fit(spark: Any, mode: str, x: Any, y: Any) -> tuple[float, Any]:
 
 #: Where a sparkdl fit's seconds went (from its fit report).
 BREAKDOWN: dict[str, float] = {}
+#: Its parts, in the order printed.
 BREAKDOWN_PARTS = ("prepare", "task_start", "imported", "train", "after")
 
 
@@ -243,7 +244,7 @@ def report(runs: dict[str, list[dict[str, float]]]) -> None:
         )
     print(
         "\nsparkdl's fit seconds (medians): prepare = the driver's checks and plan; "
-        "task start = the fit's start to its first training task's; import = a task's "
+        "task_start = the fit's start to its first training task's; imported = a task's "
         "start to TensorFlow imported and joined (slowest worker); train = the training "
         "loop (slowest); after = the last task's end to the fit's return"
     )

@@ -117,11 +117,9 @@ def _evaluate_partition(
     first = next((b for b in batches if b.num_rows), None)
     if first is None:
         return 0, {}, {}
-    import tensorflow as tf
-
     from sparkdl import keras_io
     from sparkdl.executor.cache import Column, convert, slice_block
-    from sparkdl.executor.feed import Feed, untuned
+    from sparkdl.executor.feed import Feed
 
     model = load()
     flags = list(sparse) or [False] * len(input_shapes)
@@ -162,7 +160,7 @@ def _evaluate_partition(
             for lo in range(0, batch.num_rows, batch_size):
                 yield feed.structure(slice_block(block, lo, lo + batch_size))
 
-    data = untuned(tf.data.Dataset.from_generator(blocks, output_signature=feed.signature()))
+    data = feed.stream(blocks)
     with warnings.catch_warnings():  # a stream's length is unknown until it ends
         warnings.filterwarnings("ignore", message="Your input ran out of data")
         result = model.evaluate(data, verbose=0, return_dict=True)

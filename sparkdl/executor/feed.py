@@ -16,6 +16,7 @@ batch at a time.
 
 Either way one endless pipeline serves every epoch of a ``model.fit`` call (Keras would
 build a new iterator per epoch, which costs more than a small partition's steps).
+Every pipeline runs with ``tf.data``'s autotuner off (:func:`untuned`).
 
 Example:
     >>> from sparkdl.executor.cache import Column
@@ -25,7 +26,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,6 +103,20 @@ class Feed:
         batches = -(-(stop - start) // self.batch_size)
         counted = self._generated(once).apply(tf.data.experimental.assert_cardinality(batches))
         return untuned(counted.prefetch(2))
+
+    def stream(self, make: Callable[[], Iterator[Any]]) -> tf.data.Dataset:
+        """The batches ``make()`` yields, each already in :meth:`structure`'s form,
+        as they come (a stream of unknown length: scoring a DataFrame).
+
+        Example:
+            >>> from sparkdl.executor.cache import Column
+            >>> x, y = Column("x", "dense", 2), Column("y", "int", 1)
+            >>> feed = Feed(None, [x], [(2,)], [False], [y], batch_size=4)
+            >>> batch = (np.ones((3, 2), np.float32), np.zeros(3, np.int32))
+            >>> [x.shape.as_list() for x, _ in feed.stream(lambda: iter([batch]))]
+            [[3, 2]]
+        """
+        return untuned(tf.data.Dataset.from_generator(make, output_signature=self.signature()))
 
     # ------------------------------------------------------------------ helpers
     def _inputs(self) -> list[tuple[Column, tuple[int, ...], bool]]:
@@ -187,11 +202,12 @@ class Feed:
 def untuned(dataset: tf.data.Dataset) -> tf.data.Dataset:
     """``dataset`` without ``tf.data``'s autotuning.
 
-    Nothing in these pipelines has a size to tune (a fixed prefetch over a Python
-    generator), and the autotuner's thread made deleting an iterator stall: in about
-    one ``model.fit`` in four, the call returned 0.4 s after its last epoch in one
-    process and 1.1-1.3 s on a worker of a ``local[2]`` fit, a third of a first
-    digits fit's training time (none in 16 fits with it off).
+    Nothing in this module's pipelines has a size to tune (Python generators, a fixed
+    prefetch), and we attribute a stall at the end of ``model.fit`` to the autotuner's
+    thread, as deleting the fit's iterator waited for it: in one process, 4 of 16
+    digits fits returned 0.4 s after their last epoch with it on, none of 16 with it
+    off; on a ``local[2]`` worker the stall was 1.1-1.3 s, a third of a first digits
+    fit's training loop.
 
     Example:
         >>> untuned(tf.data.Dataset.range(3)).options().autotune.enabled

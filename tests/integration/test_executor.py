@@ -163,14 +163,17 @@ def test_a_resumed_epoch_trains_the_rows_that_were_left(mode: str, tmp_path) -> 
 
 
 def test_feeds_run_without_tf_data_autotuning(tmp_path) -> None:
-    """Training and evaluation pipelines turn tf.data's autotuner off: nothing in them
-    has a size to tune, and its thread stalled the deletion of a ``model.fit``'s
-    iterator by up to a second (:func:`sparkdl.executor.feed.untuned`)."""
+    """Training, evaluation and scoring pipelines turn tf.data's autotuner off: nothing
+    in them has a size to tune, and we attribute stalls of up to 1.3 s at the end of a
+    ``model.fit`` (its iterator deleted) to its thread
+    (:func:`sparkdl.executor.feed.untuned`)."""
     columns = [Column("x", "dense", 1), Column("y", "int", 1)]
     with PartitionCache(columns, mode="memory", directory=str(tmp_path)) as cache:
         ids = np.arange(20)
         cache.append(pa.record_batch({"x": [[float(i)] for i in ids], "y": ids}))
         feed = Feed(cache, columns[:1], [(1,)], [False], columns[1:], 8)
-        for dataset in (feed.train(0, 20, shuffle=True, seed=0), feed.evaluate()):
+        streamed = feed.stream(lambda: iter([]))
+        for dataset in (feed.train(0, 20, shuffle=True, seed=0), feed.evaluate(), streamed):
             assert dataset.options().autotune.enabled is False
+        assert int(feed.evaluate().cardinality()) == 3  # 20 rows in batches of 8
         assert [int(v) for _, y in feed.evaluate() for v in y.numpy()] == list(range(20))
