@@ -13,9 +13,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Spark's Python workers must run this interpreter (the one with sparkdl installed).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+import sparkdl
+
+with sparkdl.quiet_tensorflow():  # TensorFlow's start-up log lines stay off the terminal
+    import keras  # noqa: F401  (loaded here, quietly; the examples use it)
+
 from pyspark.sql import SparkSession
 
-import sparkdl
 from examples.digits import accuracy, digits_arrays, digits_frames, digits_model
 from sparkdl import KerasEstimator
 

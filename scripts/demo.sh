@@ -3,5 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh dev
-export TF_CPP_MIN_LOG_LEVEL=2
 .venv/bin/python examples/digits_demo.py

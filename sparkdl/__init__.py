@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from sparkdl.model import KerasModel
     from sparkdl.optimizers import LARS
     from sparkdl.persistence import loading_options
+    from sparkdl.tf_logs import quiet_tensorflow
     from sparkdl.warmup import warm_up
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "TrainingError",
     "WorkerError",
     "loading_options",
+    "quiet_tensorflow",
     "warm_up",
 ]
 __version__ = "0.1.0"
@@ -56,6 +58,7 @@ _LAZY = {
     "LARS": "sparkdl.optimizers",
     "TrainConfig": "sparkdl.config",
     "loading_options": "sparkdl.persistence",
+    "quiet_tensorflow": "sparkdl.tf_logs",
     "warm_up": "sparkdl.warmup",
 }
 

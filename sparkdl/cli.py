@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from sparkdl.config import TrainConfig, setting_fields
+from sparkdl.config import TrainConfig, setting_docs, setting_fields
 from sparkdl.errors import ConfigError
 
 __all__ = ["main", "parse_args"]
@@ -100,12 +100,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     io.add_argument("--master", help="Spark master (spark-submit passes its own)")
     io.add_argument("--app-name", default="sparkdl-train", help="Spark application name")
     training = parser.add_argument_group("training settings (sparkdl.TrainConfig)")
+    docs = setting_docs()
     for field in setting_fields():
         training.add_argument(
             "--" + field.name.replace("_", "-"),
             dest=f"setting_{field.name}",
             type=_converter(field.name),
-            help=f"default: {field.default!r}",
+            help=f"{_first_sentence(docs[field.name])} (default: {field.default!r})",
         )
     args = parser.parse_args(argv)
     config: dict[str, Any] = {}
@@ -180,3 +181,9 @@ def _load_builder(spec: str) -> Any:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _first_sentence(text: str) -> str:
+    """The first sentence of a setting's description for ``--help``: plain text, ``%`` escaped."""
+    head = text.split(". ", 1)[0].rstrip(".")
+    return head.replace("``", "").replace("%", "%%")

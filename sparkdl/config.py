@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,7 @@ __all__ = [
     "ServiceConfig",
     "SyncConfig",
     "TrainConfig",
+    "setting_docs",
     "setting_fields",
 ]
 
@@ -277,7 +279,8 @@ class TrainConfig:
             ``None``: ``"average"`` for synchronous mode, ``"delta"`` otherwise.
         staleness: ``"none"`` or ``"inverse"``: an asynchronous delta computed against
             a center k versions old is scaled by 1/k.
-        elastic_alpha: The EASGD moving rate; ``None`` uses 0.9 / num_workers.
+        elastic_alpha: The EASGD moving rate, in (0, 1]; ``None`` uses
+            ``0.9 / num_workers`` (the fit's resolved value is in ``fit_report``).
         delta_scale: Asynchronous ``merge="delta"``: each worker multiplies its delta
             by this before pushing it. ``None``: 1/num_workers, which ``lr_scaling``
             makes up for with a higher rate on the workers; with ``lr_scaling=None``,
@@ -292,7 +295,10 @@ class TrainConfig:
         epochs: Passes over the data.
         batch_size: Samples per gradient step on each worker.
         seed: Seed for weight shuffling and each worker's sample order.
-        verbose: 0 prints nothing; 1 shows progress on the driver.
+        verbose: 0 prints nothing (the resolved settings go to the ``sparkdl`` logger
+            at INFO); 1 prints the resolved settings, then a progress bar on the driver
+            (lines, as 2 does, without tqdm); 2 prints the resolved settings, then one
+            line per finished epoch with its merged logs.
         shuffle: Shuffle each worker's samples every epoch.
         service_host: Address the parameter service binds to and workers call.
             ``None``: 127.0.0.1 for local masters, else ``spark.driver.host``.
@@ -450,6 +456,38 @@ def setting_fields() -> list[dataclasses.Field[Any]]:
         ['mode', 'merge', 'staleness']
     """
     return [f for f in dataclasses.fields(TrainConfig) if f.init]
+
+
+def setting_docs() -> dict[str, str]:
+    """Each setting's description, from the ``Args:`` section of :class:`TrainConfig`.
+
+    The one place a setting is described: the settings reference of the docs, the
+    Params' docs (``explainParams()``) and ``python -m sparkdl --help`` read it here.
+
+    Returns:
+        Setting name -> its description as one paragraph (reST inline markup kept).
+
+    Raises:
+        AssertionError: A setting has no description (caught by the unit tests).
+
+    Example:
+        >>> setting_docs()["epochs"]
+        'Passes over the data.'
+    """
+    doc = TrainConfig.__doc__ or ""
+    args = doc.split("Args:", 1)[1].split("Raises:", 1)[0]
+    docs: dict[str, str] = {}
+    name = None
+    for line in args.splitlines():
+        match = re.match(r"^ {8}(\w+): ?(.*)$", line)
+        if match:
+            name = match.group(1)
+            docs[name] = match.group(2).strip()
+        elif name and line.strip():
+            docs[name] += " " + line.strip()
+    missing = [f.name for f in setting_fields() if f.name not in docs]
+    assert not missing, f"TrainConfig's docstring describes no {missing}"
+    return docs
 
 
 def _modes() -> list[tuple[str, Any]]:

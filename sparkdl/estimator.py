@@ -63,21 +63,23 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
             a null, NaN or negative one is refused before training.
         learning_rate: If set, overrides the learning rate of the model's optimizer.
         validation_data: A DataFrame with the same columns; ``val_loss`` and ``val_*``
-            metrics are computed on it on the executors every epoch (it is collected to
-            the driver once and broadcast, so keep it to what fits in memory). For a
-            held-out fraction of the training rows instead, set ``validation_split``.
+            metrics are computed on it on the executors every epoch. Its rows travel
+            with the training rows in the one training job (marked, then shuffled to
+            the workers): each worker caches its share apart and scores it, and nothing
+            is collected to the driver, so it may be as large as the training data.
+            For a held-out fraction of the training rows instead, set
+            ``validation_split``.
         callbacks: Keras callbacks, run on the driver against a master model that holds
             the service's weights after each epoch (EarlyStopping, ModelCheckpoint,
             TensorBoard, CSVLogger, ReduceLROnPlateau, LambdaCallback...; see
             :mod:`sparkdl.callbacks`). Not saved with the estimator.
         custom_objects: Custom layers, losses and metrics by name (cloudpickled to the
             executors).
-        **settings: Training settings of :class:`sparkdl.config.TrainConfig` (snake_case
-            or their camelCase Param names): ``mode``, ``merge``, ``staleness``,
-            ``elastic_alpha``, ``frequency``, ``num_workers``, ``epochs``,
-            ``batch_size``, ``seed``, ``verbose``, ``shuffle``, ``service_host``,
-            ``port``, ``request_timeout``, ``round_timeout``, ``request_retries``,
-            ``threads_per_worker``, ``slot_wait_timeout``, ``validate``.
+        **settings: The training settings, snake_case or as their camelCase Param
+            names: every keyword of :class:`sparkdl.config.TrainConfig` (``mode``,
+            ``merge``, ``frequency``, ``num_workers``, ``epochs``, ``batch_size``,
+            ``lr_scaling``...). Each is described once, in TrainConfig's docstring and
+            the settings reference of the docs (``docs/reference/settings.md``).
 
     Raises:
         ConfigError: An unknown or invalid setting.

@@ -30,6 +30,7 @@ from pyspark.sql import DataFrame
 from sparkdl.data import WEIGHT, feature_name, label_name
 from sparkdl.metric_states import MetricStates
 from sparkdl.predict import load_model
+from sparkdl.tf_logs import TensorFlowLogs
 
 __all__ = ["combine", "evaluate_frame"]
 
@@ -51,6 +52,7 @@ def evaluate_frame(
     safe_mode: bool = False,
     weighted: bool = False,
     model: Any = None,
+    tf_logs: TensorFlowLogs | None = None,
 ) -> dict[str, float]:
     """Evaluates the broadcast model on a prepared frame (features and label columns).
 
@@ -58,14 +60,20 @@ def evaluate_frame(
     time (it never holds the partition); ``sparse`` says which feature columns are ML
     vectors kept sparse; ``weighted``: the frame's :data:`~sparkdl.data.WEIGHT` column
     is Keras's ``sample_weight``; ``model``: the driver's copy, whose metrics merge the
-    partitions' states (``None``: logs averaged by rows).
+    partitions' states (``None``: logs averaged by rows); ``tf_logs``: how the
+    executors load TensorFlow (:mod:`sparkdl.tf_logs`).
     """
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
         rows, logs, states = _evaluate_partition(
             iter(batches),
             load=lambda: load_model(
-                broadcast, digest, custom_objects, compile=True, safe_mode=safe_mode
+                broadcast,
+                digest,
+                custom_objects,
+                compile=True,
+                safe_mode=safe_mode,
+                tf_logs=tf_logs,
             ),
             input_shapes=input_shapes,
             label_kinds=label_kinds,
@@ -117,11 +125,11 @@ def _evaluate_partition(
     first = next((b for b in batches if b.num_rows), None)
     if first is None:
         return 0, {}, {}
+    model = load()  # first: a worker's first load imports Keras as the driver said
     from sparkdl import keras_io
     from sparkdl.executor.cache import Column, convert, slice_block
     from sparkdl.executor.feed import Feed
 
-    model = load()
     flags = list(sparse) or [False] * len(input_shapes)
     inputs = [
         Column(feature_name(i), "sparse" if s else "dense", int(np.prod(shape)))

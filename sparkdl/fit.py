@@ -35,7 +35,7 @@ from sparkdl.config import TrainConfig
 from sparkdl.errors import SparkDLError, WorkerError
 from sparkdl.interrupt import interrupt_raises, run_job
 from sparkdl.metric_states import MetricStates
-from sparkdl.plan import FitPlan
+from sparkdl.plan import FitPlan, format_resolved
 from sparkdl.progress import Progress
 from sparkdl.reports import SERVICE_KEYS, FitReport, WorkerReport
 from sparkdl.server.attempts import SparkAttempts
@@ -45,7 +45,7 @@ from sparkdl.server.store import WeightStore
 from sparkdl.server.tls import Certificate
 from sparkdl.spark_ui import EpochMarks
 from sparkdl.sync.schedule import train_rows
-from sparkdl.warmup import gpus_requested, resolve_tf_log_level
+from sparkdl.warmup import tensorflow_logs
 from sparkdl.worker import RESULT_SCHEMA, WorkerPayload, make_train_function
 
 if TYPE_CHECKING:
@@ -127,7 +127,13 @@ class Fit:
         spark = self.prepared.frame.sparkSession
         sc = spark.sparkContext
         plan = self._plan(sc)
-        plan.lr_recipe.check_model(scheduled=keras_io.scheduled_rate(self.model))
+        scheduled = keras_io.scheduled_rate(self.model)
+        plan.lr_recipe.check_model(scheduled=scheduled)
+        resolved = plan.describe(None if scheduled else keras_io.learning_rate(self.model))
+        if self.config.verbose:
+            print(format_resolved(resolved), flush=True)
+        else:
+            _log.info("%s", format_resolved(resolved))
         prepared = self.prepared
         model_bytes = keras_io.model_to_bytes(self.model)
         metrics = MetricStates(
@@ -216,6 +222,7 @@ class Fit:
                 workers=reports,
                 service={key: status.get(key) for key in SERVICE_KEYS},
                 prepare_seconds=prepare_seconds,
+                resolved=resolved,
             ),
             input_shapes=self.prepared.input_shapes,
         )
@@ -232,7 +239,7 @@ class Fit:
             initial_epoch=self.initial_epoch,
             validation_data=self.validation is not None,
             cache_budget=cluster.cache_budget(sc),
-            tf_log_level=resolve_tf_log_level(gpus=gpus_requested(sc.getConf())),
+            tf_logs=tensorflow_logs(sc),
             local_master=cluster.parse_local_master(str(sc.master)),
             optimizer=keras_io.optimizer_kind(self.model),
         )

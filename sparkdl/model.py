@@ -28,6 +28,7 @@ from sparkdl import data, persistence, predict
 from sparkdl.errors import ModelError
 from sparkdl.keras_io import model_from_bytes
 from sparkdl.params import ColumnParams, split_settings
+from sparkdl.warmup import tensorflow_logs
 
 if TYPE_CHECKING:
     import keras
@@ -271,6 +272,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
             safe_mode=self.safe_mode,
             weighted=weight is not None,
             model=model,  # its metrics merge the partitions' states (reset by Keras anyway)
+            tf_logs=tensorflow_logs(dataset.sparkSession.sparkContext),
         )
 
     def copy(self, extra: dict[Any, Any] | None = None) -> KerasModel:
@@ -301,6 +303,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
             custom_objects=self.custom_objects,
             sparse=sparse,
             safe_mode=self.safe_mode,
+            tf_logs=tensorflow_logs(dataset.sparkSession.sparkContext),
         )
         scored = dataset.withColumn(self.prediction_col, udf(*features))
         class_col = str(self.getOrDefault("classCol"))

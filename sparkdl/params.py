@@ -16,7 +16,7 @@ from typing import Any
 
 from pyspark.ml.param import Param, Params, TypeConverters
 
-from sparkdl.config import TrainConfig, setting_fields
+from sparkdl.config import TrainConfig, setting_docs, setting_fields
 from sparkdl.errors import ConfigError
 
 __all__ = [
@@ -125,6 +125,7 @@ class TrainingParams(ColumnParams):
         return TrainConfig(**values)
 
 
+_DOCS = setting_docs()
 for _field in setting_fields():
     setattr(
         TrainingParams,
@@ -132,7 +133,7 @@ for _field in setting_fields():
         Param(
             Params._dummy(),
             SETTING_PARAMS[_field.name],
-            f"training setting {_field.name!r} (see sparkdl.TrainConfig)",
+            f"{_field.name}: {_DOCS[_field.name]}",
             typeConverter=TypeConverters.identity,
         ),
     )

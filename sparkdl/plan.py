@@ -26,8 +26,9 @@ from sparkdl.sync.merges import Merge, merge_class
 from sparkdl.sync.modes import Mode, mode_class
 from sparkdl.sync.recipe import LearningRateRecipe, resolve_scaling
 from sparkdl.sync.schedule import steps_for, train_rows
+from sparkdl.tf_logs import TensorFlowLogs
 
-__all__ = ["FitPlan"]
+__all__ = ["FitPlan", "format_resolved"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,7 +64,8 @@ class FitPlan:
         service_tls: The service speaks HTTPS (``TrainConfig.service_tls`` resolved).
         data_cache: ``"auto"``, ``"memory"`` or ``"disk"`` (``TrainConfig.data_cache``).
         cache_budget: Bytes of its partition an ``"auto"`` worker keeps in memory.
-        tf_log_level: ``TF_CPP_MIN_LOG_LEVEL`` for workers whose environment has none.
+        tf_logs: How workers load TensorFlow: its C++ log level, and whether its
+            load-time lines are filtered (:mod:`sparkdl.tf_logs`).
     """
 
     mode: Mode
@@ -91,7 +93,7 @@ class FitPlan:
     service_tls: bool = False
     data_cache: str = "auto"
     cache_budget: int = 1 << 30
-    tf_log_level: str | None = None
+    tf_logs: TensorFlowLogs = field(default_factory=TensorFlowLogs)
 
     @classmethod
     def resolve(
@@ -105,7 +107,7 @@ class FitPlan:
         initial_epoch: int = 0,
         validation_data: bool = False,
         cache_budget: int = 1 << 30,
-        tf_log_level: str | None = None,
+        tf_logs: TensorFlowLogs | None = None,
         local_master: bool = True,
         optimizer: str = "sgd",
     ) -> FitPlan:
@@ -122,7 +124,7 @@ class FitPlan:
             validation_data: Validation rows are given apart from the training rows.
             cache_budget: Bytes of its partition a worker may keep in memory
                 (:func:`sparkdl.cluster.cache_budget`).
-            tf_log_level: ``TF_CPP_MIN_LOG_LEVEL`` for the workers.
+            tf_logs: How workers load TensorFlow (:class:`~sparkdl.tf_logs.TensorFlowLogs`).
             local_master: The master is local (``service_tls=None`` then means off).
             optimizer: The model's optimizer kind, for ``lr_scaling="auto"``
                 (:func:`sparkdl.keras_io.optimizer_kind`).
@@ -187,5 +189,82 @@ class FitPlan:
             ),
             data_cache=config.scaling.data_cache,
             cache_budget=cache_budget,
-            tf_log_level=tf_log_level,
+            tf_logs=tf_logs or TensorFlowLogs(),
         )
+
+    def describe(self, learning_rate: float | None) -> dict[str, str]:
+        """What the fit resolved from the user's settings, in words, one entry a line.
+
+        The fit prints it at its start with ``verbose >= 1``, logs it at INFO, and keeps
+        it in ``fit_report["resolved"]``: the settings that change what the user
+        compiled (the workers' learning rate, a delta's scale) are never applied
+        silently.
+
+        Args:
+            learning_rate: The compiled (or ``learning_rate``-overridden) rate, or
+                ``None`` when a schedule gives it.
+
+        Example:
+            >>> from sparkdl.config import TrainConfig
+            >>> plan = FitPlan.resolve(TrainConfig(), num_workers=2, rows=100, threads=1,
+            ...                        service_host="127.0.0.1")
+            >>> plan.describe(0.01)["learning rate"].split(" (")[0]
+            'workers train at 0.02 = the compiled 0.01 x 2'
+        """
+        mode, merge = self.mode, self.merge
+        sync = (
+            "every epoch"
+            if self.frequency is None
+            else "every batch"
+            if self.frequency == 1
+            else f"every {self.frequency} batches"
+        )
+        if self.overlap:
+            sync += ", pushes overlap training"
+        if self.backup_workers:
+            sync += f", a round closes without the last {self.backup_workers} worker(s)"
+        lines = {
+            "workers": f"{self.num_workers}, {mode.name} / {merge.name}, sync {sync}",
+            "learning rate": self.lr_recipe.explain(learning_rate),
+        }
+        merged = merge.describe(mode.barrier)
+        if merged:
+            lines["merge"] = f"{merge.name}: {merged}"
+        lines["compression"] = _compression(self.compression)
+        lines["data cache"] = (
+            f"auto: each worker's partition in memory up to {_gib(self.cache_budget)}, then on disk"
+            if self.data_cache == "auto"
+            else self.data_cache
+        )
+        scheme = "HTTPS (per-fit certificate)" if self.service_tls else "HTTP"
+        lines["service"] = f"{self.service_host}, {scheme}"
+        return lines
+
+
+def format_resolved(lines: dict[str, str]) -> str:
+    """:meth:`FitPlan.describe`'s lines as the block a fit prints at its start.
+
+    Example:
+        >>> print(format_resolved({"workers": "2", "compression": "none"}))
+        sparkdl fit, resolved:
+          workers        2
+          compression    none
+    """
+    width = max(len(key) for key in lines) + 2
+    body = "\n".join(f"  {key:<{width}}{text}" for key, text in lines.items())
+    return "sparkdl fit, resolved:\n" + body
+
+
+def _compression(compression: Compression | None) -> str:
+    if compression is None:
+        return "none: updates travel as full floats"
+    push, answer = compression.push, compression.answer
+    kept = ""
+    ratio, answer_ratio = getattr(push, "ratio", None), getattr(answer, "ratio", None)
+    if ratio is not None:
+        kept = f" (pushes keep {ratio:.3g} of each array, answers {answer_ratio:.3g})"
+    return f"{push.name}{kept}, with error feedback"
+
+
+def _gib(size: int) -> str:
+    return f"{size / (1 << 30):.3g} GiB" if size >= 1 << 30 else f"{size / (1 << 20):.0f} MiB"

@@ -11,6 +11,7 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import importlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -28,6 +29,8 @@ from pyspark.sql.types import (
     StructField,
     StructType,
 )
+
+from sparkdl.tf_logs import TensorFlowLogs
 
 __all__ = ["arg_max", "load_model", "model_digest", "predict_udf"]
 
@@ -51,6 +54,7 @@ def predict_udf(
     custom_objects: bytes | None = None,
     sparse: Sequence[bool] = (),
     safe_mode: bool = False,
+    tf_logs: TensorFlowLogs | None = None,
 ) -> Callable[..., Column]:
     """Returns a pandas UDF that maps ``array<float>`` feature columns to predictions.
 
@@ -68,6 +72,7 @@ def predict_udf(
             ``tf.SparseTensor``, or dense rows one chunk at a time).
         safe_mode: Keras's safe mode for the executors' load (a stage loaded from a
             directory).
+        tf_logs: How the executors load TensorFlow (:mod:`sparkdl.tf_logs`).
 
     Rows with a null feature get a null prediction.
     """
@@ -84,9 +89,9 @@ def predict_udf(
     vectors = list(sparse) or [False] * len(shapes)
 
     def predict(batches: Iterator[Any]) -> Iterator[Any]:
+        model = load_model(broadcast, digest, custom_objects, safe_mode=safe_mode, tf_logs=tf_logs)
         from sparkdl.keras_io import check_row_widths, input_label, sparse_inputs
 
-        model = load_model(broadcast, digest, custom_objects, safe_mode=safe_mode)
         takes_sparse = sparse_inputs(model) or [False] * len(shapes)
         labels = [input_label(model, i) for i in range(len(shapes))]
         for batch in batches:
@@ -237,8 +242,10 @@ def load_model(
     *,
     compile: bool = False,
     safe_mode: bool = False,
+    tf_logs: TensorFlowLogs | None = None,
 ) -> Any:
-    """The model of ``broadcast``, loaded once per Python worker and kept (LRU of 4)."""
+    """The model of ``broadcast``, loaded once per Python worker and kept (LRU of 4);
+    the worker's first load imports Keras as ``tf_logs`` says."""
     key = f"{digest}:{'compiled' if compile else 'plain'}:{'safe' if safe_mode else 'any'}"
     with _cache_lock:
         if key in _cache:
@@ -246,7 +253,10 @@ def load_model(
             return _cache[key]
     import cloudpickle
 
-    from sparkdl.keras_io import model_from_bytes
+    keras_io = (tf_logs or TensorFlowLogs()).load(
+        lambda: importlib.import_module("sparkdl.keras_io")
+    )
+    model_from_bytes = keras_io.model_from_bytes
 
     custom = cloudpickle.loads(custom_objects) if custom_objects else None
     model = model_from_bytes(broadcast.value, custom, compile=compile, safe_mode=safe_mode)

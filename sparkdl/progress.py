@@ -45,7 +45,10 @@ class Progress:
             except ImportError:
                 tqdm = None
             if tqdm is not None:
-                self._bar = tqdm(total=epochs * rows, unit="samples", dynamic_ncols=True)
+                # tqdm's own rate is the one rate shown ("12.3k samples/s").
+                self._bar = tqdm(
+                    total=epochs * rows, unit=" samples", unit_scale=True, dynamic_ncols=True
+                )
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="sparkdl-progress", daemon=True)
         self._printed = 0
@@ -71,9 +74,8 @@ class Progress:
         status = self._events.status()
         elapsed = time.perf_counter() - self._started
         seen = int(status["samples_seen"])
-        rate = seen / elapsed if elapsed > 0 else math.nan
         if self._bar is not None:
-            self._update_bar(status, seen, rate)
+            self._update_bar(status, seen)
             return
         history: dict[str, list[float]] = status["history"]
         while self._printed < status["epochs_done"]:
@@ -81,19 +83,17 @@ class Progress:
             metrics = " - ".join(f"{k}: {v[i]:.4f}" for k, v in history.items() if i < len(v))
             print(
                 f"Epoch {i + 1}/{self._epochs} - {self._rows} samples - {metrics} - "
-                f"{rate:,.0f} samples/s",
+                f"{seen / elapsed if elapsed > 0 else math.nan:,.0f} samples/s",
                 flush=True,
             )
             self._printed += 1
 
-    def _update_bar(self, status: dict[str, Any], seen: int, rate: float) -> None:
+    def _update_bar(self, status: dict[str, Any], seen: int) -> None:
         bar = self._bar
         done = min(seen, bar.total)
         epoch = min(done // max(self._rows, 1) + 1, self._epochs)
         losses = [w["last_loss"] for w in status["workers"].values() if w["last_loss"] is not None]
         bar.set_description(f"Epoch {epoch}/{self._epochs}", refresh=False)
-        postfix = {"samples/s": f"{rate:,.0f}"}
         if losses:
-            postfix["loss"] = f"{sum(losses) / len(losses):.4f}"
-        bar.set_postfix(postfix, refresh=False)
+            bar.set_postfix({"loss": f"{sum(losses) / len(losses):.4f}"}, refresh=False)
         bar.update(done - bar.n)

@@ -143,6 +143,10 @@ class FitReport:
         workers: Each worker's :class:`WorkerReport`, in worker order.
         service: The service's final status (:data:`SERVICE_KEYS`).
         service_url: The address workers called (``https://`` when it spoke TLS).
+        resolved: What the fit resolved from the settings, in words
+            (:meth:`sparkdl.plan.FitPlan.describe`: workers, mode and merge, the
+            workers' learning rate against the compiled one and why, the merge's
+            scale or alpha, compression, the data cache, the service).
     """
 
     seconds: float
@@ -152,6 +156,7 @@ class FitReport:
     service: dict[str, Any]
     prepare_seconds: float = 0.0
     service_url: str = ""
+    resolved: dict[str, str] = field(default_factory=dict)
 
     @property
     def data_seconds(self) -> float:

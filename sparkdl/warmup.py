@@ -33,16 +33,13 @@ The import leaves out what Keras would load for features a worker never runs
 may also run one small aggregate on the driver, so that the fit's data checks find
 Spark's query engine compiled (the ``engine`` argument).
 
-:func:`quiet_tensorflow` sets TensorFlow's C++ log level in the worker before the
-import (the level the driver had, from :func:`resolve_tf_log_level`), so that a
-worker's log shows no TensorFlow INFO, WARNING or CUDA error lines, beyond the few that
-TensorFlow's libraries print as they load.
+A worker loads TensorFlow as :func:`tensorflow_logs` decided on the driver
+(:mod:`sparkdl.tf_logs`): on a ``local[...]`` master, where its stderr is the driver's,
+with TensorFlow's log lines kept off it.
 
 Example:
-    >>> resolve_tf_log_level({})
-    '3'
-    >>> resolve_tf_log_level({"TF_CPP_MIN_LOG_LEVEL": "1"})
-    '1'
+    >>> gpus_requested({"spark.task.resource.gpu.amount": "1"})
+    True
 """
 
 from __future__ import annotations
@@ -51,36 +48,30 @@ import _imp
 import importlib
 import logging
 import os
+import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+
+from sparkdl.tf_logs import TensorFlowLogs
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
-    "DEFAULT_TF_LOG_LEVEL",
-    "GPU_TF_LOG_LEVEL",
     "JOB_DESCRIPTION",
     "REWARM_AFTER",
     "UNUSED_ON_WORKERS",
     "WarmUp",
     "gpus_requested",
     "import_executor",
-    "quiet_tensorflow",
-    "resolve_tf_log_level",
+    "tensorflow_logs",
     "warm_up",
 ]
-
-#: TensorFlow's C++ log level in the workers when the driver sets none: errors hidden too
-#: (on a machine without a GPU the only one is CUDA's "failed call to cuInit").
-DEFAULT_TF_LOG_LEVEL = "3"
-#: The level when the executors have GPUs: warnings hidden, CUDA's errors shown.
-GPU_TF_LOG_LEVEL = "2"
 
 #: Seconds after which a finished warm-up is run again: Spark stops Python workers
 #: that stayed idle for 60 s (``PythonWorkerFactory``'s idle timeout).
@@ -95,7 +86,6 @@ JOB_DESCRIPTION = "sparkdl warm-up"
 #: the 7 seconds a worker took to import TensorFlow and Keras on a 2-core machine).
 UNUSED_ON_WORKERS = ("sklearn", "matplotlib")
 
-_TF_LOG_LEVEL = "TF_CPP_MIN_LOG_LEVEL"
 _EXECUTOR_MODULE = "sparkdl.executor.training"
 
 _log = logging.getLogger(__name__)
@@ -214,42 +204,6 @@ def warm_up(
     return handle
 
 
-def quiet_tensorflow(level: str | None) -> None:
-    """Sets TensorFlow's C++ log level for this process unless it is set already.
-
-    Call it before TensorFlow is imported: TensorFlow reads the variable once, when it
-    loads. It sets one variable, ``TF_CPP_MIN_LOG_LEVEL``, and only when the
-    environment has none (a user's value, or ``spark.executorEnv.TF_CPP_MIN_LOG_LEVEL``,
-    wins):
-
-    * ``TF_CPP_MIN_LOG_LEVEL``: the lowest severity TensorFlow's C++ code logs. ``"0"``
-      logs everything; ``"1"`` hides INFO lines (``cpu_feature_guard``: "This
-      TensorFlow binary is optimized to use available CPU instructions..."); ``"2"``
-      hides WARNING lines too; ``"3"`` also hides ERROR lines, among them the "failed
-      call to cuInit: ... (303)" that every process without a GPU logs at its first
-      TensorFlow operation.
-
-    No other variable helps. A few lines come from the static initializers of
-    TensorFlow's shared libraries (``libtensorflow_framework.so.2`` and the profiler's
-    ``_pywrap_profiler_plugin.so``, each with its own copy of absl), before TensorFlow
-    reads its level, and show at every level: absl's "WARNING: All log messages before
-    absl::InitializeLog() is called are written to STDERR", ``cudart_stub``'s "Could
-    not find cuda drivers on your machine, GPU will not be used." (machines without
-    the CUDA driver) and ``port.cc``'s "oneDNN custom operations are on..." (where
-    oneDNN is on). ``TF_ENABLE_ONEDNN_OPTS=0`` would hide the last, but it changes the
-    numerics, so it is left as it is. ``CUDA_VISIBLE_DEVICES`` is
-    :func:`sparkdl.gpu.assign_gpus`'s to set.
-
-    Args:
-        level: ``"0"`` to ``"3"``, or ``None`` to leave the environment as it is.
-
-    Example:
-        >>> quiet_tensorflow(None)
-    """
-    if level is not None and _TF_LOG_LEVEL not in os.environ:
-        os.environ[_TF_LOG_LEVEL] = level
-
-
 def import_executor(module: str = _EXECUTOR_MODULE) -> None:
     """Imports the executor's training module (TensorFlow and Keras) in this worker,
     without the packages of :data:`UNUSED_ON_WORKERS`.
@@ -281,24 +235,11 @@ def import_executor(module: str = _EXECUTOR_MODULE) -> None:
                 del sys.modules[name]
 
 
-def resolve_tf_log_level(environ: Mapping[str, str] | None = None, *, gpus: bool = False) -> str:
-    """The TensorFlow C++ log level for the workers, decided on the driver.
-
-    Args:
-        environ: The driver's environment; ``None`` reads ``os.environ``.
-        gpus: Whether the executors have GPUs (:func:`gpus_requested`): there, ERROR
-            lines are CUDA's real errors and stay visible.
-
-    Returns:
-        The driver's ``TF_CPP_MIN_LOG_LEVEL`` if the user set one, else
-        :data:`GPU_TF_LOG_LEVEL` with GPUs or :data:`DEFAULT_TF_LOG_LEVEL` without.
-
-    Example:
-        >>> resolve_tf_log_level({}, gpus=True)
-        '2'
-    """
-    env = os.environ if environ is None else environ
-    return env.get(_TF_LOG_LEVEL) or (GPU_TF_LOG_LEVEL if gpus else DEFAULT_TF_LOG_LEVEL)
+def tensorflow_logs(sc: Any) -> TensorFlowLogs:
+    """How this SparkContext's workers load TensorFlow (:mod:`sparkdl.tf_logs`), decided
+    on the driver from its environment, the master and whether tasks get GPUs."""
+    local = re.fullmatch(r"local(\[.*\])?", str(sc.master)) is not None
+    return TensorFlowLogs.resolve(local=local, gpus=gpus_requested(sc.getConf()))
 
 
 def gpus_requested(conf: Any) -> bool:
@@ -346,7 +287,7 @@ def _start(spark: SparkSession, tasks: int, *, wait: bool, engine: bool) -> Warm
     handle = WarmUp()
     handle._blocking = block = wait
     handle._tasks = tasks
-    level = resolve_tf_log_level(gpus=gpus_requested(sc.getConf()))
+    logs = tensorflow_logs(sc)
 
     def run() -> None:
         ok = False
@@ -355,7 +296,7 @@ def _start(spark: SparkSession, tasks: int, *, wait: bool, engine: bool) -> Warm
             # thread's jobs only, under the job group inherited from the caller.
             spark.sparkContext.setLocalProperty("spark.job.description", JOB_DESCRIPTION)
             frame = spark.range(tasks, numPartitions=tasks)
-            warm = _warm_partition(level, _EXECUTOR_MODULE, block=block)
+            warm = _warm_partition(logs, _EXECUTOR_MODULE, block=block)
             rows = frame.mapInArrow(warm, "pid long, ok boolean").collect()
             ok = all(row.ok for row in rows)
             _log.debug("sparkdl warm-up of workers %s: ok=%s", [row.pid for row in rows], ok)
@@ -387,7 +328,7 @@ def _warm_engine(spark: SparkSession, partitions: int) -> None:
 
 
 def _warm_partition(
-    level: str, module: str, *, block: bool
+    logs: TensorFlowLogs, module: str, *, block: bool
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The function each warm-up task runs in its Python worker: starts importing
     ``module`` (and waits for it when ``block``)."""
@@ -395,16 +336,15 @@ def _warm_partition(
     def warm(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for _ in batches:
             pass
-        quiet_tensorflow(level)
         if block:
-            _start_import(module).join()
+            _start_import(module, logs).join()
             yield _answer(_import_ok(module))
             return
         # Everything this task still does imports its modules before the lock is
         # taken (pyarrow loads some lazily), so that it ends at once.
         answer = _answer(True)
         yield answer
-        _start_import(module)
+        _start_import(module, logs)
 
     return warm
 
@@ -425,7 +365,7 @@ def _import_ok(module: str) -> bool:
     return _imported.get(module, False)
 
 
-def _start_import(module: str) -> threading.Thread:
+def _start_import(module: str, logs: TensorFlowLogs) -> threading.Thread:
     """Starts importing ``module`` in a background thread of this worker (once).
 
     Returns once the thread holds the import lock. The caller is in no import then, so
@@ -437,7 +377,7 @@ def _start_import(module: str) -> threading.Thread:
         locked = threading.Event()
         _importer = threading.Thread(
             target=_import_holding_lock,
-            args=(module, locked),
+            args=(module, locked, logs),
             name="sparkdl-warm-import",
             daemon=True,
         )
@@ -446,13 +386,13 @@ def _start_import(module: str) -> threading.Thread:
     return _importer
 
 
-def _import_holding_lock(module: str, locked: threading.Event) -> None:
+def _import_holding_lock(module: str, locked: threading.Event, logs: TensorFlowLogs) -> None:
     """Imports ``module`` holding the global import lock: no other thread of this
     process imports anything new until it is done (see the module docstring)."""
     _imp.acquire_lock()
     locked.set()
     try:
-        import_executor(module)
+        logs.load(lambda: import_executor(module))
         _imported[module] = True
     except Exception:  # the fit's own import raises it again, in its task
         _imported[module] = False

@@ -34,7 +34,7 @@ from sparkdl.executor.cache import Budget, Column, PartitionCache
 from sparkdl.plan import FitPlan
 from sparkdl.reports import WorkerReport
 from sparkdl.server.client import ServiceClient
-from sparkdl.warmup import import_executor, quiet_tensorflow
+from sparkdl.warmup import import_executor
 
 __all__ = ["RESULT_SCHEMA", "WorkerPayload", "make_train_function"]
 
@@ -146,10 +146,11 @@ def _run_task(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> Work
     worker = ctx.partitionId()
     gpu_ids = gpu.assign_gpus(ctx) or []  # before TensorFlow starts
     plan = payload.plan
-    quiet_tensorflow(plan.tf_log_level)
     # Import TensorFlow and Keras (the executor modules) while the partition is read:
     # the import dominates a cold worker.
-    importer = threading.Thread(target=import_executor, name="sparkdl-import", daemon=True)
+    importer = threading.Thread(
+        target=plan.tf_logs.load, args=(import_executor,), name="sparkdl-import", daemon=True
+    )
     importer.start()
     client = ServiceClient(
         payload.url,

@@ -160,6 +160,16 @@ class Merge(abc.ABC):
         """
         return 1.0
 
+    def describe(self, synchronous: bool) -> str:
+        """What this merge resolved to, in words, for the fit's start (its factors and
+        scales and where they come from); ``""`` when it has nothing to say.
+
+        Example:
+            >>> Elastic(alpha=0.45).describe(synchronous=True)
+            'alpha 0.45 (elastic_alpha; None: 0.9/num_workers)'
+        """
+        return ""
+
     @property
     def additive(self) -> bool:
         """Whether the service adds what is pushed (deltas, elastic differences), so the
@@ -308,6 +318,12 @@ class Average(Merge):
     def lr_factor(self, num_workers: int, synchronous: bool) -> float:
         return 1.0 / self.share
 
+    def describe(self, synchronous: bool) -> str:
+        if synchronous:
+            how = "the round's weights averaged, weighted by samples"
+            return how + (" (as differences: compression)" if self.relative else "")
+        return f"each push moves the center {self.share:.3g} of the way (1/num_workers)"
+
     def outgoing(self, local: Arrays, center: Arrays) -> list[np.ndarray]:
         if not self.relative:
             return list(local)
@@ -422,6 +438,17 @@ class Delta(Merge):
         # A round's deltas are averaged; asynchronous ones are added scaled.
         return float(max(num_workers, 1)) if synchronous else 1.0 / self.scale
 
+    def describe(self, synchronous: bool) -> str:
+        if synchronous:
+            return "the round's deltas averaged (delta_scale does not apply)"
+        stale = ", a delta k versions old divided by k" if self.staleness == "inverse" else ""
+        if self.scale == 1.0:
+            return f"each delta added in full (delta scale 1){stale}"
+        return (
+            f"each delta is multiplied by {self.scale:.3g} before it is pushed (delta_scale; "
+            f"None: 1/num_workers while lr_scaling makes up for it){stale}"
+        )
+
     def outgoing(self, local: Arrays, center: Arrays) -> list[np.ndarray]:
         out = []
         for w, c in zip(local, center, strict=True):
@@ -477,7 +504,9 @@ class Elastic(Merge):
     worker received with its previous answer (DeepSpark's asynchronous EASGD). A worker
     keeps its own weights after an answer and only remembers the center.
 
-    ``alpha`` defaults to ``0.9 / num_workers``.
+    A fit resolves ``alpha`` from the ``elastic_alpha`` setting, or ``0.9 / num_workers``
+    when it is ``None`` (:meth:`resolve`); the field's own default, 0.9, is that rule for
+    one worker (SC'17's beta), used only when the class is built by hand.
 
     Example:
         >>> import numpy as np
@@ -503,6 +532,9 @@ class Elastic(Merge):
         # worker's step per round, whatever alpha (README "Modes and merges"), while
         # one process takes the n workers' steps in turn.
         return float(max(num_workers, 1) + 1)
+
+    def describe(self, synchronous: bool) -> str:
+        return f"alpha {self.alpha:.3g} (elastic_alpha; None: 0.9/num_workers)"
 
     def outgoing(self, local: Arrays, center: Arrays) -> list[np.ndarray]:
         return [

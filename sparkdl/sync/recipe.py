@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sparkdl.errors import ConfigError
@@ -67,6 +67,13 @@ OPTIMIZER_KINDS: tuple[str, ...] = ("sgd", "adaptive", "scheduled")
 #: is left as it is (there is no number to scale).
 AUTO: dict[str, str | None] = {"sgd": "linear", "adaptive": "sqrt", "scheduled": None}
 
+#: Why ``lr_scaling="auto"`` picked its rule, for each kind of optimizer.
+_AUTO_WHY = {
+    "sgd": "linear for SGD",
+    "adaptive": "sqrt for an adaptive optimizer",
+    "scheduled": "'auto' leaves a LearningRateSchedule unscaled",
+}
+
 _log = logging.getLogger(__name__)
 
 
@@ -77,10 +84,14 @@ class LearningRateRecipe:
     Attributes:
         factor: The scaled rate over the user's rate.
         warmup_epochs: Epochs over which the rate ramps from the user's to the scaled.
+        reason: Why the factor is what it is (:meth:`explain` prints it).
     """
 
     factor: float = 1.0
     warmup_epochs: float = 0.0
+    #: Why, in words: the setting, the rule it resolved to and the merge's factor (not
+    #: compared: two recipes that scale alike are equal).
+    reason: str = field(default="", compare=False)
 
     @classmethod
     def resolve(
@@ -101,6 +112,7 @@ class LearningRateRecipe:
             optimizer: The model's optimizer kind (one of :data:`OPTIMIZER_KINDS`).
         """
         check(scaling, warmup_epochs)
+        asked = scaling
         if scaling == "auto":
             scaling = resolve_scaling(scaling, optimizer)
             if scaling is None and warmup_epochs:
@@ -117,9 +129,42 @@ class LearningRateRecipe:
                     lr_factor,
                 )
         if scaling is None:
-            return cls()
+            why = "lr_scaling=None" if asked is None else _AUTO_WHY[optimizer]
+            return cls(reason=why)
         factor = float(lr_factor) if scaling == "linear" else math.sqrt(lr_factor)
-        return cls(factor=factor, warmup_epochs=float(warmup_epochs))
+        rule = f"lr_scaling={asked!r}" + (f": {_AUTO_WHY[optimizer]}" if asked == "auto" else "")
+        merge = ("the square root of " if scaling == "sqrt" else "") + (
+            f"the merge's factor {lr_factor:g}"
+        )
+        return cls(factor=factor, warmup_epochs=float(warmup_epochs), reason=f"{rule}; {merge}")
+
+    def explain(self, rate: float | None) -> str:
+        """The workers' learning rate against the compiled one, and why, in one line.
+
+        Args:
+            rate: The compiled (or ``learning_rate``-overridden) rate; ``None`` when it
+                comes from a schedule.
+
+        Example:
+            >>> recipe = LearningRateRecipe.resolve("auto", 0.0, lr_factor=2.0)
+            >>> recipe.explain(0.01).split(" (")[0]
+            'workers train at 0.02 = the compiled 0.01 x 2'
+            >>> recipe.reason
+            "lr_scaling='auto': linear for SGD; the merge's factor 2"
+        """
+        ramp = (
+            f", ramped up from the compiled rate over {self.warmup_epochs:g} epoch(s)"
+            if self.warmup_epochs and self.active
+            else ""
+        )
+        if rate is None:
+            return f"workers train at the model's learning-rate schedule, unscaled ({self.reason})"
+        if not self.active:
+            return f"workers train at the compiled {rate:.4g}, unscaled ({self.reason})"
+        return (
+            f"workers train at {rate * self.factor:.4g} = the compiled {rate:.4g} x "
+            f"{self.factor:.4g} ({self.reason}){ramp}"
+        )
 
     @property
     def active(self) -> bool:

@@ -19,6 +19,8 @@ NOTEBOOK = os.path.join(
 
 def test_quickstart_notebook_runs(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("MPLBACKEND", "Agg")
+    # As a user's kernel: no TensorFlow log level set, so sparkdl's own quieting is tested.
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
     monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     client = NotebookClient(
@@ -35,4 +37,10 @@ def test_quickstart_notebook_runs(tmp_path, monkeypatch) -> None:
         for out in cell.get("outputs", [])
     )
     assert "test accuracy: 0.9" in outputs
+    assert "evaluate: {'loss': " in outputs
     assert "same predictions after loading: True" in outputs
+    # The resolved settings are shown, and no TensorFlow C++ or absl line reaches a cell
+    # (ipykernel forwards file descriptor 2: the driver's and the local workers').
+    assert "sparkdl fit, resolved:" in outputs
+    for line in ("absl::InitializeLog", "port.cc", "cudart_stub.cc", "cuInit", "oneDNN"):
+        assert line not in outputs, outputs

@@ -57,14 +57,27 @@ def test_verbose_2_prints_a_line_per_epoch_and_verbose_1_a_bar(digits, capsys) -
     KerasEstimator(model=digits_model(), num_workers=2, epochs=2, seed=0, verbose=2).fit(train_df)
     out = capsys.readouterr().out
     assert "Epoch 1/2" in out and "Epoch 2/2" in out and "samples/s" in out
-    KerasEstimator(model=digits_model(), num_workers=2, epochs=2, seed=0, verbose=1).fit(train_df)
+    # The fit says first what it resolved: the workers' rate against the compiled one.
+    assert out.index("sparkdl fit, resolved:") < out.index("Epoch 1/2")
+    assert (
+        "workers train at 0.004243 = the compiled 0.003 x 1.414 (lr_scaling='auto': sqrt for "
+        "an adaptive optimizer" in out
+    )
+    fitted = KerasEstimator(model=digits_model(), num_workers=2, epochs=2, seed=0, verbose=1).fit(
+        train_df
+    )
     captured = capsys.readouterr()
     bar = captured.err  # tqdm draws on stderr
-    assert "Epoch 2/2" in bar and "2874/2874" in bar and "samples/s" in bar and "loss" in bar
-    assert "Epoch 1/2 -" not in captured.out
+    assert "Epoch 2/2" in bar and "2.87k/2.87k" in bar and "loss" in bar
+    # One rate (tqdm's), not a second one in the postfix.
+    last = bar.replace("\r", "\n").strip().splitlines()[-1]
+    assert last.count("samples/s") == 1, last
+    assert "Epoch 1/2 -" not in captured.out and "sparkdl fit, resolved:" in captured.out
+    assert fitted.fit_report["resolved"]["learning rate"].startswith("workers train at 0.004243 ")
     KerasEstimator(model=digits_model(), num_workers=2, epochs=1, seed=0, verbose=0).fit(train_df)
     quiet = capsys.readouterr()
     assert "Epoch" not in quiet.out and "Epoch" not in quiet.err
+    assert "resolved" not in quiet.out
 
 
 @pytest.mark.parametrize("small", [5, 0])

@@ -15,34 +15,11 @@ import pyarrow as pa
 import pytest
 
 from sparkdl import warmup
-from sparkdl.warmup import WarmUp, quiet_tensorflow, resolve_tf_log_level, warm_up
+from sparkdl.tf_logs import TensorFlowLogs
+from sparkdl.warmup import WarmUp, warm_up
 
-LEVEL = "TF_CPP_MIN_LOG_LEVEL"
 #: A standard-library module with no side effects that no other code imports.
 SENTINEL = "pydoc_data.topics"
-
-
-def test_quiet_tensorflow_keeps_a_level_the_user_set(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(LEVEL, "1")
-    quiet_tensorflow("3")
-    assert warmup.os.environ[LEVEL] == "1"
-
-
-def test_quiet_tensorflow_sets_the_level_when_none_is_set(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.delenv(LEVEL, raising=False)
-    quiet_tensorflow(None)
-    assert LEVEL not in warmup.os.environ
-    quiet_tensorflow("3")
-    assert warmup.os.environ[LEVEL] == "3"
-
-
-def test_resolve_tf_log_level_prefers_the_drivers_level(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(LEVEL, "0")
-    assert resolve_tf_log_level() == "0"
-    monkeypatch.delenv(LEVEL)
-    assert resolve_tf_log_level() == warmup.DEFAULT_TF_LOG_LEVEL == "3"
 
 
 def test_the_executor_import_leaves_out_the_packages_workers_never_use(
@@ -92,7 +69,7 @@ def test_a_background_import_holds_back_other_threads_imports(
     (tmp_path / "other_sentinel.py").write_text("import time\nloaded = time.monotonic()\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(warmup, "_importer", None)
-    importer = warmup._start_import("slow_sentinel")
+    importer = warmup._start_import("slow_sentinel", TensorFlowLogs())
     time.sleep(0.1)  # the slow import is under way
     loaded: dict[str, float] = {}
     other = threading.Thread(target=lambda: loaded.update(t=_load("other_sentinel")))
@@ -102,7 +79,8 @@ def test_a_background_import_holds_back_other_threads_imports(
     slow = sys.modules["slow_sentinel"]
     assert warmup._imported["slow_sentinel"] is True
     assert loaded["t"] >= slow.ended > slow.started
-    assert warmup._start_import("slow_sentinel") is importer  # imported once per process
+    # imported once per process
+    assert warmup._start_import("slow_sentinel", TensorFlowLogs()) is importer
 
 
 def _load(name: str) -> float:

@@ -1,0 +1,207 @@
+"""TensorFlow's C++ log lines: decided once on the driver, kept off the user's terminal.
+
+TensorFlow's native code writes to the process's stderr (file descriptor 2), not
+through Python. Two kinds of line reach a terminal:
+
+* Lines filtered by ``TF_CPP_MIN_LOG_LEVEL``: "failed call to cuInit" (ERROR, at the
+  first operation of every process without a GPU), ``cpu_feature_guard``'s INFO line.
+  Setting the variable before TensorFlow loads hides them.
+* Lines its shared libraries print as they load: absl's "All log messages before
+  absl::InitializeLog() is called are written to STDERR", ``port.cc``'s "oneDNN custom
+  operations are on", ``cudart_stub``'s "Could not find cuda drivers". With TensorFlow
+  2.21 they show at every level when the variable is set from Python (they honour it
+  only when the process started with it), twice (two copies of absl).
+
+On a ``local[...]`` master Spark's Python workers run under the driver's JVM, and their
+stderr is the driver's: a terminal, or a notebook cell (ipykernel forwards file
+descriptor 2). There a worker sets the level (3, or 2 when tasks get GPUs, so that
+CUDA's real errors show), unless the user set one on the driver, and loads TensorFlow
+with its stderr sent to a temporary file: the load-time lines the level hides are
+dropped (absl's notice counts as a WARNING) and anything else is written back. A user
+who set level 0 sees every line. On a cluster the executors' stderr is their own log
+(YARN's container logs, the standalone worker's ``work/`` directory), which keeps every
+line: sparkdl only passes on a level the user set on the driver.
+
+:func:`quiet_tensorflow` does the same for the driver's own ``import keras``.
+
+Example:
+    >>> TensorFlowLogs.resolve(local=True, gpus=False, environ={})
+    TensorFlowLogs(level='3', filtered=True)
+    >>> TensorFlowLogs.resolve(local=False, gpus=False, environ={})
+    TensorFlowLogs(level=None, filtered=False)
+    >>> TensorFlowLogs.resolve(local=True, gpus=False, environ={"TF_CPP_MIN_LOG_LEVEL": "0"})
+    TensorFlowLogs(level='0', filtered=False)
+    >>> TensorFlowLogs.resolve(local=False, gpus=False, environ={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    TensorFlowLogs(level='2', filtered=False)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import IO, TypeVar
+
+__all__ = ["LEVEL_VARIABLE", "TensorFlowLogs", "is_tensorflow_line", "quiet_tensorflow"]
+
+#: The variable TensorFlow reads its C++ log level from.
+LEVEL_VARIABLE = "TF_CPP_MIN_LOG_LEVEL"
+
+#: A line of absl's log format (severity, date, time, thread, file:line]), its severity
+#: in the group; absl's notice before logging starts, a WARNING; the second line of
+#: ``cpu_feature_guard``'s INFO message, which has no prefix of its own.
+_LINE = re.compile(rb"^([IWEF])\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [\w.-]+:\d+\]")
+_NOTICE = b"WARNING: All log messages before absl::InitializeLog() is called are written to"
+_CONTINUED = re.compile(rb"^To enable the following instructions: .* rebuild TensorFlow")
+#: ``TF_CPP_MIN_LOG_LEVEL`` -> the severities it hides.
+_HIDDEN = {1: b"I", 2: b"IW", 3: b"IWE"}
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class TensorFlowLogs:
+    """How a Python worker loads TensorFlow, resolved on the driver.
+
+    Attributes:
+        level: ``TF_CPP_MIN_LOG_LEVEL`` to set where the worker's environment has none;
+            ``None`` leaves it alone.
+        filtered: Load TensorFlow with stderr captured and its load-time lines dropped
+            (workers whose stderr is the driver's).
+    """
+
+    level: str | None = None
+    filtered: bool = False
+
+    @classmethod
+    def resolve(
+        cls, *, local: bool, gpus: bool, environ: Mapping[str, str] | None = None
+    ) -> TensorFlowLogs:
+        """What the workers do, from the driver's environment and the master.
+
+        Args:
+            local: The master is ``local[...]``: the workers' stderr is the driver's.
+            gpus: Tasks get GPUs: CUDA's ERROR lines stay visible (level 2, not 3).
+            environ: The driver's environment; ``None`` reads ``os.environ``.
+
+        Returns:
+            The user's level when they set one (its load-time lines filtered on a
+            local master); else on a local master level 3 (2 with GPUs), filtered;
+            else nothing.
+        """
+        env = os.environ if environ is None else environ
+        if env.get(LEVEL_VARIABLE):
+            level = env[LEVEL_VARIABLE]
+            return cls(level=level, filtered=local and _level(level) > 0)
+        if local:
+            return cls(level="2" if gpus else "3", filtered=True)
+        return cls()
+
+    def load(self, importer: Callable[[], _T]) -> _T:
+        """Runs ``importer`` (an import of TensorFlow or Keras) as this says.
+
+        Sets the level (a value already in the environment wins), then, when
+        ``filtered``, runs ``importer`` with stderr captured (:func:`filtered_stderr`).
+        """
+        if self.level is not None and LEVEL_VARIABLE not in os.environ:
+            os.environ[LEVEL_VARIABLE] = self.level
+        if not self.filtered or "tensorflow" in sys.modules:
+            return importer()
+        with filtered_stderr(_level(os.environ.get(LEVEL_VARIABLE, self.level))):
+            return importer()
+
+
+@contextlib.contextmanager
+def quiet_tensorflow() -> Iterator[None]:
+    """Keeps TensorFlow's C++ log lines off this process's stderr while it loads.
+
+    Import Keras (or TensorFlow) inside the block: its load-time lines (absl's notice,
+    oneDNN, CUDA drivers) are dropped, and ``TF_CPP_MIN_LOG_LEVEL`` is set to 3 unless
+    it is set already, which hides TensorFlow's later INFO, WARNING and ERROR lines
+    (CUDA's "failed call to cuInit" on a machine without a GPU among them). Anything
+    else printed meanwhile is written to stderr after the block. The workers of a
+    ``local[...]`` master do this by themselves; this is for the driver.
+
+    Example:
+        >>> import sparkdl
+        >>> with sparkdl.quiet_tensorflow():
+        ...     import keras
+    """
+    os.environ.setdefault(LEVEL_VARIABLE, "3")
+    with filtered_stderr(_level(os.environ[LEVEL_VARIABLE])):
+        yield
+
+
+def is_tensorflow_line(line: bytes, level: int = 3) -> bool:
+    """Whether ``line`` is one TensorFlow's native code logs that ``level``
+    (``TF_CPP_MIN_LOG_LEVEL``) hides.
+
+    Example:
+        >>> is_tensorflow_line(b"I0000 00:00:1795.123   42 port.cc:153] oneDNN custom ops")
+        True
+        >>> is_tensorflow_line(b"E0000 00:00:1795.123   42 cuda_platform.cc:52] failed", 2)
+        False
+        >>> is_tensorflow_line(b"Traceback (most recent call last):")
+        False
+    """
+    hidden = _HIDDEN.get(min(level, 3), b"")
+    if line.startswith(_NOTICE):
+        return b"W" in hidden
+    if _CONTINUED.match(line):
+        return b"I" in hidden
+    match = _LINE.match(line)
+    return match is not None and match.group(1) in hidden
+
+
+# One capture per process at a time: a nested or concurrent block (the warm-up's import
+# thread and a task's) joins the one in place.
+_lock = threading.Lock()
+_depth = 0
+_saved: int | None = None
+_sink: IO[bytes] | None = None
+
+
+@contextlib.contextmanager
+def filtered_stderr(level: int = 3) -> Iterator[None]:
+    """Sends file descriptor 2 to a temporary file for the block, then writes back the
+    lines that :func:`is_tensorflow_line` does not match at ``level``."""
+    global _depth, _saved, _sink
+    with _lock:
+        if _depth == 0:
+            sys.stderr.flush()
+            sink = tempfile.TemporaryFile()  # noqa: SIM115 (closed when the last block ends)
+            _sink, _saved = sink, os.dup(2)
+            os.dup2(sink.fileno(), 2)
+        _depth += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _depth -= 1
+            if _depth == 0 and _saved is not None and _sink is not None:
+                sys.stderr.flush()
+                os.dup2(_saved, 2)
+                os.close(_saved)
+                _sink.seek(0)
+                kept = [
+                    line
+                    for line in _sink.read().splitlines(keepends=True)
+                    if not is_tensorflow_line(line, level)
+                ]
+                _sink.close()
+                _saved, _sink = None, None
+                if kept:
+                    os.write(2, b"".join(kept))
+
+
+def _level(value: str | None) -> int:
+    """``TF_CPP_MIN_LOG_LEVEL`` as an int (0 when unset or not a number, as TensorFlow)."""
+    try:
+        return int(value or 0)
+    except ValueError:
+        return 0

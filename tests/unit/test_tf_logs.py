@@ -1,0 +1,74 @@
+"""TensorFlow's C++ log lines (:mod:`sparkdl.tf_logs`): decided on the driver, filtered
+while TensorFlow loads, everything else written back."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from sparkdl.tf_logs import LEVEL_VARIABLE, TensorFlowLogs, filtered_stderr, is_tensorflow_line
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+#: Lines TensorFlow 2.21's import and first operation print on a machine without a GPU.
+LOAD_LINES = (b"absl::InitializeLog()", b"port.cc", b"cudart_stub.cc", b"cuInit")
+
+
+@pytest.mark.parametrize(
+    ("environ", "local", "gpus", "expected"),
+    [
+        ({}, True, False, TensorFlowLogs("3", filtered=True)),
+        ({}, True, True, TensorFlowLogs("2", filtered=True)),  # CUDA's errors stay visible
+        ({}, False, False, TensorFlowLogs()),  # executors' own logs keep every line
+        ({LEVEL_VARIABLE: "0"}, True, False, TensorFlowLogs("0")),  # the user wants them all
+        ({LEVEL_VARIABLE: "1"}, True, False, TensorFlowLogs("1", filtered=True)),
+        ({LEVEL_VARIABLE: "2"}, False, False, TensorFlowLogs("2")),
+    ],
+)
+def test_the_driver_resolves_how_workers_load_tensorflow(environ, local, gpus, expected) -> None:
+    assert TensorFlowLogs.resolve(local=local, gpus=gpus, environ=environ) == expected
+
+
+def test_a_level_hides_its_severities_and_nothing_else() -> None:
+    info = b"I0000 00:00:1795571540.870139    2173 port.cc:153] oneDNN custom operations"
+    error = b"E0000 00:00:1795571548.693702    2192 cuda_platform.cc:52] failed call to cuInit"
+    notice = b"WARNING: All log messages before absl::InitializeLog() is called are written to"
+    fatal = b"F0000 00:00:1795571548.693702    2192 status.cc:1] Check failed"
+    assert [is_tensorflow_line(x, 1) for x in (info, error, notice)] == [True, False, False]
+    assert [is_tensorflow_line(x, 3) for x in (info, error, notice)] == [True, True, True]
+    assert not is_tensorflow_line(fatal, 3) and not is_tensorflow_line(info, 0)
+    assert not is_tensorflow_line(b"WARNING:tensorflow:From keras: a Python warning", 3)
+
+
+def test_the_filter_writes_back_what_is_not_tensorflows(capfd: pytest.CaptureFixture) -> None:
+    with filtered_stderr(3), filtered_stderr(3):  # nested blocks share one capture
+        os.write(2, b"I0000 00:00:17.5    21 port.cc:153] oneDNN custom operations are on\n")
+        os.write(2, b"a user's line\n")
+        print("stdout untouched", flush=True)
+    captured = capfd.readouterr()
+    assert captured.err == "a user's line\n"
+    assert captured.out == "stdout untouched\n"
+
+
+@pytest.mark.parametrize("filtered", [True, False])
+def test_tensorflow_loads_quietly_in_a_fresh_process(filtered: bool) -> None:
+    """The real thing: TensorFlow's import and first operation, with and without the
+    filter (without it the lines appear, so this test can fail)."""
+    code = (
+        "from sparkdl.tf_logs import TensorFlowLogs\n"
+        f"keras = TensorFlowLogs('3', filtered={filtered}).load(lambda: __import__('keras'))\n"
+        "import sys; print('user stderr line', file=sys.stderr)\n"
+        "print(float(keras.ops.sum(keras.ops.ones(3))))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != LEVEL_VARIABLE}
+    env["KERAS_BACKEND"] = "tensorflow"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.strip().endswith(b"3.0")
+    assert b"user stderr line" in done.stderr
+    loud = [line for line in LOAD_LINES if line in done.stderr]
+    assert (loud == []) if filtered else (len(loud) >= 2), done.stderr.decode()
