@@ -1,8 +1,15 @@
 """Fit digits on local-cluster[2,1,1024], or the master given as the first argument.
 
-Separate executor JVMs and Python workers. With a second argument MARKER the fit is
-asynchronous and writes MARKER when epoch 3 closes, so that a test can kill an
-executor's machine (a standalone worker JVM) in the middle of the fit.
+Separate executor JVMs and Python workers. With ``FAKE_GPU_DISCOVERY`` (a discovery
+script) and ``FAKE_GPU_DIR`` set, each local-cluster worker claims one fake GPU and
+every task asks for one: the fit prints each worker's GPU report ("GPU_REPORT {json}"),
+so one cluster boot serves the custom-object scenario and the GPU assignment.
+
+With a second argument MARKER the fit is asynchronous and writes MARKER when epoch 3
+closes, so that a test can kill an executor's machine (a standalone worker JVM) in the
+middle of the fit; before it, a synchronous fit runs on the intact cluster
+("SYNC_ACCURACY <value>", "EXECUTOR_PIDS n"), so one driver serves both standalone
+scenarios.
 
 Without arguments (local-cluster) the model is full of custom objects, as users write
 them: a registered layer, an unregistered activation and initializer in a module that
@@ -79,6 +86,14 @@ def main() -> None:
     builder = spark_builder(master)
     if master.startswith("spark://"):  # standalone workers: one 1-core executor each
         builder = builder.config("spark.executor.cores", "1").config("spark.executor.memory", "1g")
+    discovery = os.environ.get("FAKE_GPU_DISCOVERY")
+    if discovery and master.startswith("local-cluster"):
+        builder = (
+            builder.config("spark.worker.resource.gpu.amount", "1")
+            .config("spark.worker.resource.gpu.discoveryScript", discovery)
+            .config("spark.executor.resource.gpu.amount", "1")
+            .config("spark.task.resource.gpu.amount", "1")
+        )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     train_df, _ = digits_frames(spark, partitions=2)
@@ -86,6 +101,11 @@ def main() -> None:
     marker = sys.argv[2] if len(sys.argv) > 2 else None
     settings: dict[str, object] = {}
     if marker:
+        synchronous = KerasEstimator(
+            model=digits_model(), num_workers=2, epochs=20, batch_size=32, seed=0
+        ).fit(train_df)
+        print(f"SYNC_ACCURACY {accuracy(synchronous.get_model(), x_test, y_test):.4f}")
+        print(f"EXECUTOR_PIDS {_executor_pids(spark)}", flush=True)
         import keras
 
         def mark(epoch: int, logs: dict[str, float]) -> None:
@@ -103,15 +123,23 @@ def main() -> None:
     fitted = KerasEstimator(
         model=model, num_workers=2, epochs=20, batch_size=32, seed=0, **settings
     ).fit(train_df)
-    pids = spark.sparkContext.parallelize(range(4), 2).map(lambda _: os.getpid()).distinct().count()
     print(f"ACCURACY {accuracy(fitted.get_model(), x_test, y_test):.4f}")
-    print(f"EXECUTOR_PIDS {pids}")
+    if not marker:
+        print(f"EXECUTOR_PIDS {_executor_pids(spark)}")
     service = fitted.fit_report["service"]
     print(f"RESTARTS {service['restarts']} EPOCHS {len(fitted.history['loss'])}")
     print(f"SAMPLES {service['samples_seen']}")
+    for w in fitted.fit_report["workers"]:
+        keys = ("worker", "gpu_ids", "cuda_visible_devices", "gpus")
+        print("GPU_REPORT " + json.dumps({k: w[k] for k in keys}))
     if custom:
         print("CUSTOM " + json.dumps(score_save_load(spark, fitted, x_test, y_test)))
     spark.stop()
+
+
+def _executor_pids(spark) -> int:  # type: ignore[no-untyped-def]
+    """How many Python worker processes two tasks ran in (2: separate executors)."""
+    return spark.sparkContext.parallelize(range(4), 2).map(lambda _: os.getpid()).distinct().count()
 
 
 def custom_model() -> keras.Model:

@@ -112,22 +112,13 @@ def cluster(tmp_path_factory):  # type: ignore[no-untyped-def]
 SCRIPT = os.path.join(os.path.dirname(__file__), "local_cluster_fit.py")
 
 
-def test_fit_on_a_standalone_cluster(cluster) -> None:
-    master_url, env, _ = cluster
-    fit = subprocess.run(
-        [sys.executable, SCRIPT, master_url], capture_output=True, text=True, timeout=900, env=env
-    )
-    assert fit.returncode == 0, fit.stdout[-3000:] + fit.stderr[-5000:]
-    match = re.search(r"ACCURACY ([0-9.]+)", fit.stdout)
-    assert match and float(match.group(1)) >= 0.95, fit.stdout
-    assert "EXECUTOR_PIDS 2" in fit.stdout
-
-
-def test_a_worker_machine_lost_mid_fit_is_rescheduled(cluster, tmp_path) -> None:
-    """SIGKILL one worker JVM after epoch 3: its executor goes with it, Spark reschedules
-    the lost task on the other worker, and that attempt rejoins where training stood."""
+@pytest.fixture(scope="module")
+def run(cluster, tmp_path_factory) -> str:  # type: ignore[no-untyped-def]
+    """One driver against the cluster: a synchronous fit on the intact cluster, then an
+    asynchronous one whose second worker JVM is SIGKILLed after epoch 3 (a machine lost:
+    its executor goes with it). Returns the driver's output."""
     master_url, env, procs = cluster
-    marker = tmp_path / "epoch3"
+    marker = tmp_path_factory.mktemp("lost") / "epoch3"
     fit = subprocess.Popen(
         [sys.executable, SCRIPT, master_url, str(marker)],
         stdout=subprocess.PIPE,
@@ -147,10 +138,22 @@ def test_a_worker_machine_lost_mid_fit_is_rescheduled(cluster, tmp_path) -> None
         if fit.poll() is None:
             fit.kill()
     assert fit.returncode == 0, out[-3000:] + err[-5000:]
-    match = re.search(r"ACCURACY ([0-9.]+)", out)
-    assert match and float(match.group(1)) >= 0.95, out
-    restarts = re.search(r"RESTARTS (\d+) EPOCHS (\d+)", out)
-    assert restarts, out
-    assert int(restarts.group(1)) >= 1 and int(restarts.group(2)) == 20, out
-    samples = re.search(r"SAMPLES (\d+)", out)
-    assert samples and int(samples.group(1)) == 20 * 1437, out  # redone once, from its place
+    return out
+
+
+def test_fit_on_a_standalone_cluster(run: str) -> None:
+    match = re.search(r"SYNC_ACCURACY ([0-9.]+)", run)
+    assert match and float(match.group(1)) >= 0.95, run
+    assert "EXECUTOR_PIDS 2" in run
+
+
+def test_a_worker_machine_lost_mid_fit_is_rescheduled(run: str) -> None:
+    """Spark reschedules the lost task on the other worker, and that attempt rejoins
+    where training stood."""
+    match = re.search(r"^ACCURACY ([0-9.]+)", run, re.MULTILINE)
+    assert match and float(match.group(1)) >= 0.95, run
+    restarts = re.search(r"RESTARTS (\d+) EPOCHS (\d+)", run)
+    assert restarts, run
+    assert int(restarts.group(1)) >= 1 and int(restarts.group(2)) == 20, run
+    samples = re.search(r"SAMPLES (\d+)", run)
+    assert samples and int(samples.group(1)) == 20 * 1437, run  # redone once, from its place
