@@ -1,10 +1,27 @@
 #!/usr/bin/env bash
-# Installs what the tests need, then lints, type-checks and runs the whole test suite.
+# Installs what the tests need, lints, type-checks, then runs a tier of the test suite:
+#   bash scripts/test.sh          the fast tier: unit tests, doctests and in-process Spark
+#                                 tests (pytest -m "not slow"; at most 6 minutes here)
+#   bash scripts/test.sh --all    every test: adds the tier that starts clusters,
+#                                 subprocesses and many-worker fits, then builds the docs
+#                                 strictly (bash scripts/docs.sh); what CI runs
+# Other arguments pass through to pytest, e.g. `bash scripts/test.sh tests/unit -q`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+all=0
+args=()
+for arg in "$@"; do
+    if [ "$arg" = "--all" ]; then all=1; else args+=("$arg"); fi
+done
 bash scripts/setup.sh dev
 export TF_CPP_MIN_LOG_LEVEL=2 SPARK_LOCAL_IP=127.0.0.1
-.venv/bin/ruff check sparkdl tests examples benchmarks
-.venv/bin/ruff format --check sparkdl tests examples benchmarks
+.venv/bin/ruff check sparkdl tests examples benchmarks docs
+.venv/bin/ruff format --check sparkdl tests examples benchmarks docs
 .venv/bin/mypy
-.venv/bin/python -m pytest --doctest-modules sparkdl tests -p no:cacheprovider "$@"
+if [ "$all" = 1 ]; then
+    .venv/bin/python -m pytest --doctest-modules sparkdl tests -p no:cacheprovider ${args[@]+"${args[@]}"}
+    bash scripts/docs.sh
+else
+    .venv/bin/python -m pytest --doctest-modules sparkdl tests -p no:cacheprovider \
+        -m "not slow" ${args[@]+"${args[@]}"}
+fi

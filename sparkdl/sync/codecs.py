@@ -14,18 +14,18 @@ encoding of the center's change since what that worker holds
   at most the service's ``k`` values, its indices in range and unique) before building
   the dense arrays; anything else raises :class:`CodecError`.
 
-=========  ======================================================  ==================
-codec      a float array of n values travels as                    bytes (float32: 4n)
-=========  ======================================================  ==================
-fp16       float16, scaled by a power of two per array so that its    2n + 4
+=========  ========================================================  ====================
+codec      a float array of n values travels as                      bytes (float32: 4n)
+=========  ========================================================  ====================
+fp16       float16, scaled by a power of two per array so that its   2n + 4
            largest magnitude is just under 65504
-bf16       bfloat16 (float32's range, 8 bits of mantissa)          2n
-topk       the ``k = ceil(ratio * n)`` largest magnitudes:         8k (ratio 1%: 0.08n)
+bf16       bfloat16 (float32's range, 8 bits of mantissa)            2n
+topk       the ``k = ceil(ratio * n)`` largest magnitudes:           8k (ratio 1%: 0.08n)
            uint32 indices and their values
-sign       one bit per value (its sign) and two float32 scales:    n/8 + 8
+sign       one bit per value (its sign) and two float32 scales:      n/8 + 8
            the mean magnitude of the positive and of the negative
            values (1-bit SGD, Seide et al. 2014)
-=========  ======================================================  ==================
+=========  ========================================================  ====================
 
 Whatever an encoding leaves out is not lost: the worker adds it to its next update
 (error feedback, :class:`sparkdl.executor.pusher.Pusher`), and the service's answers

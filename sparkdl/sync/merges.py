@@ -14,17 +14,18 @@ halves:
   changes and is sent without copying) and :meth:`~Merge.apply_in_place` (hogwild: into
   the live center with no lock held).
 
-=========  ==============================  ==========================================
-merge      worker pushes                   service
-=========  ==============================  ==========================================
-average    synchronous: its weights ``w``; synchronous: mean weighted by samples;
-           asynchronous: ``w - c_seen``    asynchronous: ``c += (w - c_seen) / n``
-delta      ``scale * (w - c_seen)``        synchronous: ``c += `` mean delta weighted
-                                           by samples; asynchronous: ``c += d`` (or
-                                           ``d / k`` for a delta k versions old)
-elastic    ``d = alpha * (w - c_seen)``    ``c += d``, summed over the round when
-           and moves ``w -= d``            synchronous (Sync EASGD)
-=========  ==============================  ==========================================
+=========  ================================  ==========================================
+merge      worker pushes                     service
+=========  ================================  ==========================================
+average    synchronous: its weights ``w``;   synchronous: mean weighted by samples;
+           asynchronous: ``w - c_seen``      asynchronous: ``c += (w - c_seen) / n``
+delta      ``scale * (w - c_seen)``          synchronous: ``c +=`` the mean delta
+                                             weighted by samples; asynchronous:
+                                             ``c += d`` (or ``d / k`` for a delta k
+                                             versions old)
+elastic    ``d = alpha * (w - c_seen)``      ``c += d``, summed over the round when
+           and moves ``w -= d``              synchronous (Sync EASGD)
+=========  ================================  ==========================================
 
 Integer weights (counters, seed states) are never averaged or added: a worker pushes
 them as they are, a synchronous round keeps the first worker's value and an
