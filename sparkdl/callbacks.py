@@ -2,7 +2,7 @@
 
 Workers train; the driver keeps a compiled copy of the model (the *master*). Each time
 every worker has reported an epoch, the master takes the service's current weights and
-the callbacks see ``on_epoch_begin`` / ``on_epoch_end`` with the epoch's logs averaged
+the callbacks see ``on_epoch_begin`` / ``on_epoch_end`` with the epoch's logs merged
 over workers (``loss``, metrics, ``val_*``), as in ``model.fit``. What they do travels
 back: ``model.stop_training = True`` (EarlyStopping) stops every worker at its next
 sync, and a changed optimizer learning rate (ReduceLROnPlateau) reaches the workers

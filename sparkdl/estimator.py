@@ -79,7 +79,7 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
             names: every keyword of :class:`sparkdl.config.TrainConfig` (``mode``,
             ``merge``, ``frequency``, ``num_workers``, ``epochs``, ``batch_size``,
             ``lr_scaling``...). Each is described once, in TrainConfig's docstring and
-            the settings reference of the docs (``docs/reference/settings.md``).
+            the settings reference of the docs (``docs/reference/settings.rst``).
 
     Raises:
         ConfigError: An unknown or invalid setting.

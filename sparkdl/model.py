@@ -238,9 +238,11 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
                 ``evaluate(sample_weight=...)``, for the loss and ``weighted_metrics``.
 
         Returns:
-            ``{"loss": ..., <metric>: ...}``: each partition's value weighted by its rows
-            (exact for the loss and mean metrics such as accuracy; see
-            :mod:`sparkdl.evaluation`).
+            ``{"loss": ..., <metric>: ...}``: the metrics' states (totals, counts,
+            AUC's confusion counts) summed over the partitions, so each equals one
+            ``model.evaluate`` over all rows; a model whose metrics cannot be built on
+            the driver falls back to each partition's values weighted by its rows
+            (:mod:`sparkdl.evaluation`).
 
         Raises:
             SchemaError: A column is missing or has a wrong type.

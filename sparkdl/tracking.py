@@ -2,7 +2,7 @@
 
 With ``mlflow_run=True`` (or a run name), or with MLflow's Keras autologging switched on
 (``mlflow.autolog()`` / ``mlflow.keras.autolog()``), a fit logs to MLflow: the training
-settings and the model's parameter count as params when it starts, each epoch's averaged
+settings and the model's parameter count as params when it starts, each epoch's merged
 logs as metrics as the epochs close (from the driver, with the epoch as the step), and
 the trained model (``mlflow.keras``) at the end. It logs into the active run if there is
 one, else into a new run that it ends (``FAILED`` when the fit fails).

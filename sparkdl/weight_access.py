@@ -4,7 +4,7 @@ A worker that syncs every batch reads and writes all weights hundreds of times a
 epoch. ``model.get_weights()`` / ``model.set_weights()`` go through Keras's variable
 wrappers (dtype and shape checks, a ``read_value`` after each assign); reading with
 ``ReadVariableOp`` and writing with ``AssignVariableOp`` on the TensorFlow variables
-underneath costs a fraction of that (figures in the README, "How a fit runs").
+underneath costs a fraction of that (figures in ``docs/architecture.md``).
 
 The fast path is taken only when every weight is a plain TensorFlow resource variable
 (the TensorFlow backend, no distribution strategy); otherwise the Keras methods are

@@ -1,7 +1,7 @@
 """The parameter service: the Flask app served by cheroot in a driver thread.
 
-cheroot was chosen by measurement (``benchmarks/service.py``; figures in the README,
-"Parameter service"): with the bulk I/O of :mod:`sparkdl.server.transport` it moves
+cheroot was chosen by measurement (``benchmarks/service.py``; figures in
+``docs/benchmarks/service.md``): with the bulk I/O of :mod:`sparkdl.server.transport` it moves
 large models several times faster than waitress tuned for large bodies or stock
 cheroot. It is pure Python, threaded (synchronous pushes wait in a thread), and
 needs no separate process, so the service lives beside the driver's training state.

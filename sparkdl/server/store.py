@@ -204,7 +204,7 @@ class WeightStore:
             return self.center.weights
 
     def history(self) -> dict[str, list[float]]:
-        """Per-epoch logs averaged over workers, weighted by samples."""
+        """Per-epoch logs over all workers (metrics merged from their states)."""
         with self.lock:
             return self._history.logs()
 

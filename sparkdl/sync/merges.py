@@ -530,7 +530,7 @@ class Elastic(Merge):
 
     def lr_factor(self, num_workers: int, synchronous: bool) -> float:
         # In steady state the center and the workers advance n / (n + 1) of one
-        # worker's step per round, whatever alpha (README "Modes and merges"), while
+        # worker's step per round, whatever alpha (``docs/guides/modes-and-merges.md``), while
         # one process takes the n workers' steps in turn.
         return float(max(num_workers, 1) + 1)
 
