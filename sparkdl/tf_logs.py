@@ -169,34 +169,58 @@ _sink: IO[bytes] | None = None
 @contextlib.contextmanager
 def filtered_stderr(level: int = 3) -> Iterator[None]:
     """Sends file descriptor 2 to a temporary file for the block, then writes back the
-    lines that :func:`is_tensorflow_line` does not match at ``level``."""
-    global _depth, _saved, _sink
-    with _lock:
-        if _depth == 0:
-            sys.stderr.flush()
-            sink = tempfile.TemporaryFile()  # noqa: SIM115 (closed when the last block ends)
-            _sink, _saved = sink, os.dup(2)
-            os.dup2(sink.fileno(), 2)
-        _depth += 1
+    lines that :func:`is_tensorflow_line` does not match at ``level``. Without a usable
+    stderr (closed) or temporary directory the block runs unfiltered."""
+    if not _begin():
+        yield
+        return
     try:
         yield
     finally:
-        with _lock:
-            _depth -= 1
-            if _depth == 0 and _saved is not None and _sink is not None:
+        _end(level)
+
+
+def _begin() -> bool:
+    """Starts (or joins) this process's capture; whether one is in place."""
+    global _depth, _saved, _sink
+    with _lock:
+        if _depth == 0:
+            try:
                 sys.stderr.flush()
-                os.dup2(_saved, 2)
-                os.close(_saved)
-                _sink.seek(0)
-                kept = [
-                    line
-                    for line in _sink.read().splitlines(keepends=True)
-                    if not is_tensorflow_line(line, level)
-                ]
-                _sink.close()
-                _saved, _sink = None, None
-                if kept:
-                    os.write(2, b"".join(kept))
+                saved = os.dup(2)
+            except (OSError, ValueError):
+                return False
+            try:
+                sink = tempfile.TemporaryFile()  # noqa: SIM115 (closed by _end)
+            except OSError:
+                os.close(saved)
+                return False
+            os.dup2(sink.fileno(), 2)
+            _sink, _saved = sink, saved
+        _depth += 1
+        return True
+
+
+def _end(level: int) -> None:
+    """Leaves the capture; the last one out restores stderr and writes back the rest."""
+    global _depth, _saved, _sink
+    with _lock:
+        _depth -= 1
+        if _depth or _saved is None or _sink is None:
+            return
+        sys.stderr.flush()
+        os.dup2(_saved, 2)
+        os.close(_saved)
+        _sink.seek(0)
+        kept = [
+            line
+            for line in _sink.read().splitlines(keepends=True)
+            if not is_tensorflow_line(line, level)
+        ]
+        _sink.close()
+        _saved, _sink = None, None
+    if kept:
+        os.write(2, b"".join(kept))
 
 
 def _level(value: str | None) -> int:

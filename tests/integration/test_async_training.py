@@ -10,7 +10,7 @@ from examples.digits import accuracy, digits_model
 from sparkdl import KerasEstimator
 from tests.integration.failure_fit import slow_loss
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark]
 
 #: Epochs of the accuracy tests below (Adam, a floor of 0.95). With the learning-rate
 #: recipe on by default, asynchronous digits fits at 20 epochs ended at 0.9639-0.9778

@@ -14,7 +14,7 @@ import pytest
 from examples.digits import digits_model
 from sparkdl import KerasEstimator
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark]
 
 
 def test_keras_callbacks_behave_as_in_model_fit(digits, tmp_path) -> None:

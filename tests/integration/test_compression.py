@@ -15,7 +15,7 @@ import pytest
 from examples.digits import accuracy, digits_model
 from sparkdl import KerasEstimator
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark]
 
 CODECS = ["fp16", "bf16", "topk", "sign"]
 #: Points a one-seed compressed fit may end below the uncompressed one.

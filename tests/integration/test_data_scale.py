@@ -9,7 +9,7 @@ import pytest
 from examples.digits import accuracy, digits_model
 from sparkdl import KerasEstimator
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark]
 
 MB = 1 << 20
 

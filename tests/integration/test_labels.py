@@ -18,7 +18,7 @@ from examples.digits import digits_arrays
 from sparkdl import KerasEstimator, SchemaError
 from sparkdl.data import ColumnTypeError
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark]
 
 RNG = np.random.default_rng(0)
 T, V = 5, 7

@@ -16,7 +16,7 @@ import pytest
 
 from sparkdl import KerasEstimator
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark]
 
 
 def _data(seed: int, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

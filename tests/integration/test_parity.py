@@ -23,7 +23,7 @@ from benchmarks.digits import COMBINATIONS  # every mode x merge, staleness="inv
 from examples.digits import accuracy, digits_model
 from sparkdl import KerasEstimator
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark]
 
 EPOCHS = 20
 RATE = 0.05

@@ -21,7 +21,7 @@ from examples.digits import digits_arrays, digits_model
 from sparkdl import KerasEstimator, KerasModel
 from sparkdl.errors import ModelError
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark]
 
 PIXELS = [f"p{i}" for i in range(64)]
 
@@ -39,6 +39,7 @@ def pixel_frames(spark):  # type: ignore[no-untyped-def]
     return frame(x_train, y_train, 0), frame(x_test, y_test, 100_000)
 
 
+@pytest.mark.slow  # a second driver process loads the pipeline
 def test_pipeline_fits_saves_and_loads_in_a_new_session(pixel_frames, tmp_path) -> None:
     train_df, test_df = pixel_frames
     pipeline = Pipeline(

@@ -10,7 +10,7 @@ import pytest
 from examples.digits import accuracy, digits_model
 from sparkdl import KerasEstimator, KerasModel
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark]
 
 
 @pytest.mark.parametrize("frequency", ["epoch", 4])

@@ -9,7 +9,7 @@ import pytest
 from examples.digits import digits_arrays
 from sparkdl import ConfigError, KerasEstimator
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark]
 
 
 def _model(optimizer: keras.optimizers.Optimizer, **compile_kwargs: object) -> keras.Model:

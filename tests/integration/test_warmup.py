@@ -90,7 +90,6 @@ def _load(name: str) -> float:
 
 
 @pytest.mark.spark
-@pytest.mark.slow  # standalone, the workers import TensorFlow (seconds)
 def test_warm_up_imports_the_executor_in_the_workers_mapInArrow_uses(
     spark: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

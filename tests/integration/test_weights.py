@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from examples.digits import digits_arrays
 from sparkdl import ConfigError, KerasEstimator, KerasModel, SchemaError
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark]
 
 EPOCHS = 8
 CLASS_WEIGHT = {0: 0.0, 3: 3.0}  # class 0 never pulls the loss; class 3 three times
