@@ -1,8 +1,8 @@
 """Real failures: a Python worker process exits mid-epoch, or one is slow on purpose.
 
-The fits run in subprocesses on ``local[2,4]`` and ``local[3,4]`` (4 attempts per
-task, as ``spark.task.maxFailures`` on a cluster), since a process has one
-SparkContext and the session's ``local[2]`` never retries a task.
+The fits run in one subprocess on ``local[3,4]`` (4 attempts per task, as
+``spark.task.maxFailures`` on a cluster), since a process has one SparkContext and the
+session's ``local[2]`` never retries a task.
 See tests/integration/failure_fit.py for the scenarios.
 """
 
@@ -45,14 +45,20 @@ def _run(master: str, scenarios: list[str]) -> dict[str, dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, dict[str, Any]]:
-    # local[2,4]: 2 task slots, 4 attempts per task (as spark.task.maxFailures on a
-    # cluster); the straggler fit has 3 workers, so it needs local[3,4].
-    found = _run(
-        "local[2,4]",
-        ["sync-kill", "async-kill", "async-always", "async-kill-topk", "sync-kill-sign"],
+    # One driver process for every scenario (one JVM, one pool of Python workers):
+    # local[3,4] has 3 task slots, for the straggler fit's 3 workers (the others use 2),
+    # and 4 attempts per task, as spark.task.maxFailures on a cluster.
+    return _run(
+        "local[3,4]",
+        [
+            "sync-kill",
+            "async-kill",
+            "async-always",
+            "async-kill-topk",
+            "sync-kill-sign",
+            "sync-backup",
+        ],
     )
-    found.update(_run("local[3,4]", ["sync-backup"]))
-    return found
 
 
 @pytest.mark.parametrize("scenario", ["sync-kill", "async-kill"])
@@ -99,7 +105,7 @@ def test_a_killed_worker_with_compression_starts_again_from_the_full_weights(
 
 def test_retries_running_out_raise_worker_error_and_stop_the_service(results) -> None:
     result = results["async-always"]
-    assert len(result["kills"]) == 4  # local[2,4]: four attempts, each killed
+    assert len(result["kills"]) == 4  # local[3,4]: four attempts, each killed
     assert "Worker 0 failed 4 times" in result["error"]
     assert "Python worker exited unexpectedly" in result["error"]
     assert "spark.task.maxFailures" in result["error"]
