@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 import sparkdl  # noqa: E402
 
 with sparkdl.quiet_tensorflow():  # autodoc imports Keras: keep TensorFlow's lines out
-    import keras  # noqa: E402, F401
+    import keras  # noqa: F401
 
 project = "sparkdl"
 author = "the sparkdl authors"
