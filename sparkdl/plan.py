@@ -247,8 +247,8 @@ def format_resolved(lines: dict[str, str]) -> str:
     Example:
         >>> print(format_resolved({"workers": "2", "compression": "none"}))
         sparkdl fit, resolved:
-          workers        2
-          compression    none
+          workers      2
+          compression  none
     """
     width = max(len(key) for key in lines) + 2
     body = "\n".join(f"  {key:<{width}}{text}" for key, text in lines.items())
