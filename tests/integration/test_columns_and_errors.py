@@ -254,7 +254,9 @@ def test_scoring_checks_row_widths_with_the_fits_messages(spark) -> None:
 
     model = classifier(width=13)
     scorer = KerasModel(model_bytes=model_to_bytes(model))
-    wide = frame(spark, [[float(v)] * 26 for v in X[:, 0]])
+    # One partition each: a failed scoring task takes its Python worker with it, and a
+    # new one imports TensorFlow again.
+    wide = frame(spark, [[float(v)] * 26 for v in X[:, 0]]).coalesce(1)
     with pytest.raises(SchemaError) as fitting:
         fit(wide, classifier(width=13))
     message = "Expected 13 feature values per row to fit the model's input shape (None, 13)"
@@ -264,11 +266,11 @@ def test_scoring_checks_row_widths_with_the_fits_messages(spark) -> None:
     assert message in str(scoring.value)
     with pytest.raises(Exception, match=r"Received rows of 26 values"):
         scorer.evaluate(wide)
-    ragged = frame(spark, [[1.0] * (13 if i % 2 else 12) for i in range(len(X))])
+    ragged = frame(spark, [[1.0] * (13 if i % 2 else 12) for i in range(len(X))]).coalesce(1)
     for call in (lambda: scorer.transform(ragged).collect(), lambda: scorer.evaluate(ragged)):
         with pytest.raises(Exception, match="Received rows with between 12 and 13 values"):
             call()
-    vectors = frame(spark, [Vectors.sparse(20, [0], [1.0]) for _ in range(len(X))])
+    vectors = frame(spark, [Vectors.sparse(20, [0], [1.0]) for _ in range(len(X))]).coalesce(1)
     with pytest.raises(Exception, match="Received rows of 20 values"):
         scorer.transform(vectors).collect()
     good = frame(spark, [[float(v)] * 13 for v in X[:, 0]])

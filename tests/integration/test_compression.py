@@ -15,7 +15,8 @@ import pytest
 from examples.digits import accuracy, digits_model
 from sparkdl import KerasEstimator
 
-pytestmark = [pytest.mark.spark]
+# Accuracy sweeps over every codec and merge (20 fits): the --all tier.
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 CODECS = ["fp16", "bf16", "topk", "sign"]
 #: Points a one-seed compressed fit may end below the uncompressed one.

@@ -77,6 +77,7 @@ def _wide(spark, rows: int, width: int):  # type: ignore[no-untyped-def]
     )
 
 
+@pytest.mark.slow  # 440 MB of rows through two workers
 def test_disk_mode_worker_memory_does_not_grow_with_the_partition(spark) -> None:
     """Per worker: a 40 MB partition, then a 400 MB one; in disk mode the worker's peak
     memory grows by far less than the 360 MB between them (bound: 300 MB)."""
@@ -154,6 +155,7 @@ def _documents(rows: int, seed: int) -> tuple[list[str], np.ndarray]:
     return docs, labels
 
 
+@pytest.mark.slow  # 2^18 features x 20k rows: trained, scored and evaluated
 def test_hashed_text_stays_sparse_and_matches_plain_keras(spark) -> None:
     """2^18 hashed features x 20k rows (20 GB dense) train, score and evaluate sparse."""
     import keras

@@ -23,7 +23,8 @@ from benchmarks.digits import COMBINATIONS  # every mode x merge, staleness="inv
 from examples.digits import accuracy, digits_model
 from sparkdl import KerasEstimator
 
-pytestmark = [pytest.mark.spark]
+# An accuracy sweep (30 fits): the --all tier.
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 EPOCHS = 20
 RATE = 0.05
