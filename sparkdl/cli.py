@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -179,11 +180,13 @@ def _load_builder(spec: str) -> Any:
     return builder
 
 
+def _first_sentence(text: str) -> str:
+    """The first sentence of a setting's description for ``--help``: plain text (reST
+    roles and literals unwrapped), ``%`` escaped; "et al." and "e.g." end no sentence."""
+    plain = re.sub(r":\w+:`~?([^`]+)`", r"\1", text).replace("``", "")
+    head = re.split(r"(?<!\bal)(?<!\be\.g)(?<!\bi\.e)\.\s+(?=[A-Z`(\"])", plain, maxsplit=1)[0]
+    return head.rstrip(".").replace("%", "%%")
+
+
 if __name__ == "__main__":
     sys.exit(main())
-
-
-def _first_sentence(text: str) -> str:
-    """The first sentence of a setting's description for ``--help``: plain text, ``%`` escaped."""
-    head = text.split(". ", 1)[0].rstrip(".")
-    return head.replace("``", "").replace("%", "%%")

@@ -40,6 +40,18 @@ def parse_local_master(master: str) -> bool:
     return master.startswith("local")
 
 
+def runs_in_driver_jvm(master: str) -> bool:
+    """Whether the executor is the driver's own JVM (``local`` and ``local[...]``, not
+    ``local-cluster``): its Python workers share the driver's terminal, and Spark starts
+    no executors to wait for.
+
+    Example:
+        >>> runs_in_driver_jvm("local[2,4]"), runs_in_driver_jvm("local-cluster[2,1,1024]")
+        (True, False)
+    """
+    return re.fullmatch(r"local(\[.*\])?", master) is not None
+
+
 def num_workers(sc: SparkContext, config: TrainConfig) -> int:
     """The fit's workers; checks the slots a barrier stage needs (waits for executors on
     real clusters).
@@ -54,9 +66,7 @@ def num_workers(sc: SparkContext, config: TrainConfig) -> int:
     if not barrier and config.num_workers:
         return config.num_workers
     master = str(sc.master)
-    wait_until = time.monotonic() + (
-        0 if re.fullmatch(r"local(\[.*\])?", master) else config.slot_wait_timeout
-    )
+    wait_until = time.monotonic() + (0 if runs_in_driver_jvm(master) else config.slot_wait_timeout)
     while True:
         slots = task_slots(sc)
         wanted = config.num_workers or slots

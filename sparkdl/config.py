@@ -295,8 +295,8 @@ class TrainConfig:
         epochs: Passes over the data.
         batch_size: Samples per gradient step on each worker.
         seed: Seed for weight shuffling and each worker's sample order.
-        verbose: 0 prints nothing (the resolved settings go to the ``sparkdl`` logger
-            at INFO); 1 prints the resolved settings, then a progress bar on the driver
+        verbose: 0 prints nothing (the resolved settings go to the ``sparkdl.fit``
+            logger at INFO, as always); 1 prints them, then a progress bar on the driver
             (lines, as 2 does, without tqdm); 2 prints the resolved settings, then one
             line per finished epoch with its merged logs.
         shuffle: Shuffle each worker's samples every epoch.

@@ -195,10 +195,10 @@ class FitPlan:
     def describe(self, learning_rate: float | None) -> dict[str, str]:
         """What the fit resolved from the user's settings, in words, one entry a line.
 
-        The fit prints it at its start with ``verbose >= 1``, logs it at INFO, and keeps
-        it in ``fit_report["resolved"]``: the settings that change what the user
-        compiled (the workers' learning rate, a delta's scale) are never applied
-        silently.
+        The fit logs it at INFO (logger ``sparkdl.fit``) at its start, prints it too
+        with ``verbose >= 1``, and keeps it in ``fit_report["resolved"]``: the settings
+        that change what the user compiled (the workers' learning rate, a delta's
+        scale) are never applied silently.
 
         Args:
             learning_rate: The compiled (or ``learning_rate``-overridden) rate, or

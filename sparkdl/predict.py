@@ -245,7 +245,7 @@ def load_model(
     tf_logs: TensorFlowLogs | None = None,
 ) -> Any:
     """The model of ``broadcast``, loaded once per Python worker and kept (LRU of 4);
-    the worker's first load imports Keras as ``tf_logs`` says."""
+    the worker's first load imports Keras (and TensorFlow) as ``tf_logs`` says."""
     key = f"{digest}:{'compiled' if compile else 'plain'}:{'safe' if safe_mode else 'any'}"
     with _cache_lock:
         if key in _cache:
@@ -253,10 +253,8 @@ def load_model(
             return _cache[key]
     import cloudpickle
 
-    keras_io = (tf_logs or TensorFlowLogs()).load(
-        lambda: importlib.import_module("sparkdl.keras_io")
-    )
-    model_from_bytes = keras_io.model_from_bytes
+    (tf_logs or TensorFlowLogs()).load(lambda: importlib.import_module("keras"))
+    from sparkdl.keras_io import model_from_bytes
 
     custom = cloudpickle.loads(custom_objects) if custom_objects else None
     model = model_from_bytes(broadcast.value, custom, compile=compile, safe_mode=safe_mode)

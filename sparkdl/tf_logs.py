@@ -16,8 +16,8 @@ On a ``local[...]`` master Spark's Python workers run under the driver's JVM, an
 stderr is the driver's: a terminal, or a notebook cell (ipykernel forwards file
 descriptor 2). There a worker sets the level (3, or 2 when tasks get GPUs, so that
 CUDA's real errors show), unless the user set one on the driver, and loads TensorFlow
-with its stderr sent to a temporary file: the load-time lines the level hides are
-dropped (absl's notice counts as a WARNING) and anything else is written back. A user
+with its stderr sent through a pipe: the load-time lines the level hides are dropped
+(absl's notice counts as a WARNING), anything else is passed on as it comes. A user
 who set level 0 sees every line. On a cluster the executors' stderr is their own log
 (YARN's container logs, the standalone worker's ``work/`` directory), which keeps every
 line: sparkdl only passes on a level the user set on the driver.
@@ -41,11 +41,10 @@ import contextlib
 import os
 import re
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import IO, TypeVar
+from typing import TypeVar
 
 __all__ = ["LEVEL_VARIABLE", "TensorFlowLogs", "is_tensorflow_line", "quiet_tensorflow"]
 
@@ -62,6 +61,9 @@ _CONTINUED = re.compile(rb"^To enable the following instructions: .* rebuild Ten
 _HIDDEN = {1: b"I", 2: b"IW", 3: b"IWE"}
 
 _T = TypeVar("_T")
+
+#: The level :func:`quiet_tensorflow` put in this process's environment, if it did.
+_set_here: str | None = None
 
 
 @dataclass(frozen=True)
@@ -95,8 +97,8 @@ class TensorFlowLogs:
             else nothing.
         """
         env = os.environ if environ is None else environ
-        if env.get(LEVEL_VARIABLE):
-            level = env[LEVEL_VARIABLE]
+        level = env.get(LEVEL_VARIABLE)
+        if level and not (environ is None and level == _set_here):  # the user's level
             return cls(level=level, filtered=local and _level(level) > 0)
         if local:
             return cls(level="2" if gpus else "3", filtered=True)
@@ -105,10 +107,13 @@ class TensorFlowLogs:
     def load(self, importer: Callable[[], _T]) -> _T:
         """Runs ``importer`` (an import of TensorFlow or Keras) as this says.
 
-        Sets the level (a value already in the environment wins), then, when
-        ``filtered``, runs ``importer`` with stderr captured (:func:`filtered_stderr`).
+        Sets the level, then, when ``filtered``, runs ``importer`` with stderr filtered
+        (:func:`filtered_stderr`). On a cluster (not ``filtered``) a value already in the
+        executor's environment (``spark.executorEnv.TF_CPP_MIN_LOG_LEVEL``) wins; a
+        local worker takes the driver's decision, whatever its environment inherited
+        from the driver's process.
         """
-        if self.level is not None and LEVEL_VARIABLE not in os.environ:
+        if self.level is not None and (self.filtered or LEVEL_VARIABLE not in os.environ):
             os.environ[LEVEL_VARIABLE] = self.level
         if not self.filtered or "tensorflow" in sys.modules:
             return importer()
@@ -124,15 +129,18 @@ def quiet_tensorflow() -> Iterator[None]:
     oneDNN, CUDA drivers) are dropped, and ``TF_CPP_MIN_LOG_LEVEL`` is set to 3 unless
     it is set already, which hides TensorFlow's later INFO, WARNING and ERROR lines
     (CUDA's "failed call to cuInit" on a machine without a GPU among them). Anything
-    else printed meanwhile is written to stderr after the block. The workers of a
-    ``local[...]`` master do this by themselves; this is for the driver.
+    else printed meanwhile reaches stderr as usual. The workers of a ``local[...]``
+    master do this by themselves; this is for the driver. The level it sets is not
+    taken for the user's: the executors still get the level sparkdl picks for them.
 
     Example:
         >>> import sparkdl
         >>> with sparkdl.quiet_tensorflow():
         ...     import keras
     """
-    os.environ.setdefault(LEVEL_VARIABLE, "3")
+    global _set_here
+    if not os.environ.get(LEVEL_VARIABLE):
+        os.environ[LEVEL_VARIABLE] = _set_here = "3"
     with filtered_stderr(_level(os.environ[LEVEL_VARIABLE])):
         yield
 
@@ -162,65 +170,99 @@ def is_tensorflow_line(line: bytes, level: int = 3) -> bool:
 # thread and a task's) joins the one in place.
 _lock = threading.Lock()
 _depth = 0
-_saved: int | None = None
-_sink: IO[bytes] | None = None
+_capture: _Capture | None = None
 
 
 @contextlib.contextmanager
 def filtered_stderr(level: int = 3) -> Iterator[None]:
-    """Sends file descriptor 2 to a temporary file for the block, then writes back the
-    lines that :func:`is_tensorflow_line` does not match at ``level``. Without a usable
-    stderr (closed) or temporary directory the block runs unfiltered."""
-    if not _begin():
+    """Points file descriptor 2 at a pipe for the block; a thread forwards to the real
+    stderr, as they come, the lines :func:`is_tensorflow_line` does not match at
+    ``level`` (so a process that dies in the block still shows what it printed).
+    Without a usable stderr the block runs unfiltered."""
+    if not _begin(level):
         yield
         return
     try:
         yield
     finally:
-        _end(level)
+        _end()
 
 
-def _begin() -> bool:
+class _Capture:
+    """File descriptor 2 redirected into a pipe, and the thread that filters it."""
+
+    def __init__(self, level: int) -> None:
+        self.level = level
+        self.saved = os.dup(2)
+        try:
+            self.read_end, write_end = os.pipe()
+        except OSError:
+            os.close(self.saved)
+            raise
+        os.dup2(write_end, 2)
+        os.close(write_end)  # fd 2 is now the pipe's only write end
+        self.thread = threading.Thread(target=self._forward, name="sparkdl-stderr", daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        """Points fd 2 back at stderr; the pipe then ends and the thread finishes."""
+        try:
+            os.dup2(self.saved, 2)
+        finally:
+            self.thread.join(timeout=10)
+            os.close(self.saved)
+
+    def _forward(self) -> None:
+        pending = b""
+        try:
+            while chunk := os.read(self.read_end, 65536):
+                lines = (pending + chunk).split(b"\n")
+                pending = lines.pop()
+                self._write(b"".join(line + b"\n" for line in lines if self._kept(line)))
+            if pending and self._kept(pending):
+                self._write(pending)
+        finally:
+            os.close(self.read_end)
+
+    def _kept(self, line: bytes) -> bool:
+        return not is_tensorflow_line(line, self.level)
+
+    def _write(self, data: bytes) -> None:
+        while data:
+            try:
+                data = data[os.write(self.saved, data) :]
+            except OSError:  # stderr is gone: nothing more can be shown
+                return
+
+
+def _begin(level: int) -> bool:
     """Starts (or joins) this process's capture; whether one is in place."""
-    global _depth, _saved, _sink
+    global _depth, _capture
     with _lock:
         if _depth == 0:
+            with contextlib.suppress(Exception):  # a closed or missing sys.stderr
+                if sys.stderr is not None:
+                    sys.stderr.flush()
             try:
-                sys.stderr.flush()
-                saved = os.dup(2)
-            except (OSError, ValueError):
+                _capture = _Capture(level)
+            except OSError:  # no fd 2, or no pipe: run unfiltered
                 return False
-            try:
-                sink = tempfile.TemporaryFile()  # noqa: SIM115 (closed by _end)
-            except OSError:
-                os.close(saved)
-                return False
-            os.dup2(sink.fileno(), 2)
-            _sink, _saved = sink, saved
         _depth += 1
         return True
 
 
-def _end(level: int) -> None:
-    """Leaves the capture; the last one out restores stderr and writes back the rest."""
-    global _depth, _saved, _sink
+def _end() -> None:
+    """Leaves the capture; the last one out points fd 2 back at stderr."""
+    global _depth, _capture
     with _lock:
         _depth -= 1
-        if _depth or _saved is None or _sink is None:
+        if _depth or _capture is None:
             return
-        sys.stderr.flush()
-        os.dup2(_saved, 2)
-        os.close(_saved)
-        _sink.seek(0)
-        kept = [
-            line
-            for line in _sink.read().splitlines(keepends=True)
-            if not is_tensorflow_line(line, level)
-        ]
-        _sink.close()
-        _saved, _sink = None, None
-    if kept:
-        os.write(2, b"".join(kept))
+        capture, _capture = _capture, None
+        with contextlib.suppress(Exception):
+            if sys.stderr is not None:
+                sys.stderr.flush()
+        capture.close()
 
 
 def _level(value: str | None) -> int:

@@ -48,7 +48,6 @@ import _imp
 import importlib
 import logging
 import os
-import re
 import sys
 import threading
 import time
@@ -238,7 +237,9 @@ def import_executor(module: str = _EXECUTOR_MODULE) -> None:
 def tensorflow_logs(sc: Any) -> TensorFlowLogs:
     """How this SparkContext's workers load TensorFlow (:mod:`sparkdl.tf_logs`), decided
     on the driver from its environment, the master and whether tasks get GPUs."""
-    local = re.fullmatch(r"local(\[.*\])?", str(sc.master)) is not None
+    from sparkdl.cluster import runs_in_driver_jvm  # driver side only
+
+    local = runs_in_driver_jvm(str(sc.master))
     return TensorFlowLogs.resolve(local=local, gpus=gpus_requested(sc.getConf()))
 
 

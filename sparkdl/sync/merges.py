@@ -167,7 +167,7 @@ class Merge(abc.ABC):
 
         Example:
             >>> Elastic(alpha=0.45).describe(synchronous=True)
-            'alpha 0.45 (elastic_alpha; None: 0.9/num_workers)'
+            'alpha 0.45'
         """
         return ""
 
@@ -403,6 +403,8 @@ class Delta(Merge):
     name: ClassVar[str] = "delta"
     staleness: str = "none"
     scale: float = 1.0
+    #: Where ``scale`` comes from, in words (:meth:`describe`); not compared.
+    reason: str = field(default="", compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.staleness not in STALENESS:
@@ -415,10 +417,13 @@ class Delta(Merge):
     def resolve(
         cls, *, num_workers: int, synchronous: bool, whole_epoch: bool, settings: Any
     ) -> Delta:
+        workers = max(num_workers, 1)
+        rule = settings.lr_scaling  # the rule "auto" resolved to for this model
         if synchronous:
-            scale = 1.0  # the service averages the round's deltas
+            scale, reason = 1.0, ""  # the service averages the round's deltas
         elif settings.delta_scale is not None:
             scale = float(settings.delta_scale)
+            reason = f"delta_scale={scale:g}"
             if scale == 1.0 and whole_epoch and num_workers > 1:
                 _log.warning(
                     "merge=%r with delta_scale=1 adds each worker's whole-epoch delta in "
@@ -428,12 +433,20 @@ class Delta(Merge):
                     cls.name,
                     num_workers,
                 )
-        elif whole_epoch or settings.lr_scaling is not None:
+        elif rule is not None:
             # The learning-rate recipe makes up for the division (lr_factor: 1 / scale).
-            scale = 1.0 / max(num_workers, 1)
+            scale = 1.0 / workers
+            part = " in part (by the square root)" if rule == "sqrt" else ""
+            reason = f"delta_scale=None: 1/{workers}, which lr_scaling={rule!r} makes up for{part}"
+        elif whole_epoch:
+            scale = 1.0 / workers
+            reason = (
+                f"delta_scale=None: 1/{workers}, as a push spans a whole epoch; "
+                "lr_scaling=None does not make up for it"
+            )
         else:
-            scale = 1.0
-        return cls(staleness=settings.staleness, scale=scale)
+            scale, reason = 1.0, "delta_scale=None with lr_scaling=None: textbook Downpour"
+        return cls(staleness=settings.staleness, scale=scale, reason=reason)
 
     def lr_factor(self, num_workers: int, synchronous: bool) -> float:
         # A round's deltas are averaged; asynchronous ones are added scaled.
@@ -442,13 +455,11 @@ class Delta(Merge):
     def describe(self, synchronous: bool) -> str:
         if synchronous:
             return "the round's deltas averaged (delta_scale does not apply)"
-        stale = ", a delta k versions old divided by k" if self.staleness == "inverse" else ""
+        stale = "; a delta k versions old is divided by k" if self.staleness == "inverse" else ""
+        why = f" ({self.reason})" if self.reason else ""
         if self.scale == 1.0:
-            return f"each delta added in full (delta scale 1){stale}"
-        return (
-            f"each delta is multiplied by {self.scale:.3g} before it is pushed (delta_scale; "
-            f"None: 1/num_workers while lr_scaling makes up for it){stale}"
-        )
+            return f"each delta is added in full{why}{stale}"
+        return f"each delta is multiplied by {self.scale:.3g} before it is pushed{why}{stale}"
 
     def outgoing(self, local: Arrays, center: Arrays) -> list[np.ndarray]:
         out = []
@@ -520,13 +531,21 @@ class Elastic(Merge):
     name: ClassVar[str] = "elastic"
     error_feedback: ClassVar[bool] = False
     alpha: float = ELASTIC_BETA
+    #: Where ``alpha`` comes from, in words (:meth:`describe`); not compared.
+    reason: str = field(default="", compare=False, repr=False)
 
     @classmethod
     def resolve(
         cls, *, num_workers: int, synchronous: bool, whole_epoch: bool, settings: Any
     ) -> Elastic:
         alpha = settings.elastic_alpha
-        return cls(alpha=float(alpha) if alpha is not None else ELASTIC_BETA / max(num_workers, 1))
+        if alpha is not None:
+            return cls(alpha=float(alpha), reason=f"elastic_alpha={float(alpha):g}")
+        workers = max(num_workers, 1)
+        return cls(
+            alpha=ELASTIC_BETA / workers,
+            reason=f"elastic_alpha=None: {ELASTIC_BETA:g}/{workers} workers",
+        )
 
     def lr_factor(self, num_workers: int, synchronous: bool) -> float:
         # In steady state the center and the workers advance n / (n + 1) of one
@@ -535,7 +554,7 @@ class Elastic(Merge):
         return float(max(num_workers, 1) + 1)
 
     def describe(self, synchronous: bool) -> str:
-        return f"alpha {self.alpha:.3g} (elastic_alpha; None: 0.9/num_workers)"
+        return f"alpha {self.alpha:.3g}" + (f" ({self.reason})" if self.reason else "")
 
     def outgoing(self, local: Arrays, center: Arrays) -> list[np.ndarray]:
         return [

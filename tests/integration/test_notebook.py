@@ -23,6 +23,10 @@ def test_quickstart_notebook_runs(tmp_path, monkeypatch) -> None:
     monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
     monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
     notebook = nbformat.read(NOTEBOOK, as_version=4)
+    # A canary on file descriptor 2 before the session stops: stderr does reach the
+    # cells, so the absence of TensorFlow's lines below means something.
+    canary = nbformat.v4.new_code_cell("import os\nos.write(2, b'canary on stderr\\n')")
+    notebook.cells.insert(len(notebook.cells) - 1, canary)
     client = NotebookClient(
         notebook,
         timeout=600,
@@ -42,5 +46,6 @@ def test_quickstart_notebook_runs(tmp_path, monkeypatch) -> None:
     # The resolved settings are shown, and no TensorFlow C++ or absl line reaches a cell
     # (ipykernel forwards file descriptor 2: the driver's and the local workers').
     assert "sparkdl fit, resolved:" in outputs
+    assert "canary on stderr" in outputs
     for line in ("absl::InitializeLog", "port.cc", "cudart_stub.cc", "cuInit", "oneDNN"):
         assert line not in outputs, outputs

@@ -127,10 +127,13 @@ def run(cluster, tmp_path_factory) -> str:  # type: ignore[no-untyped-def]
         env=env,
     )
     try:
-        deadline = time.monotonic() + 600
+        deadline = time.monotonic() + 900  # the synchronous fit, then three epochs
         while not marker.exists() and fit.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert marker.exists(), "the fit never reached epoch 3"
+        if not marker.exists():
+            fit.kill()
+            out, err = fit.communicate(timeout=60)
+            raise AssertionError(f"the fit never reached epoch 3:\n{out[-3000:]}\n{err[-5000:]}")
         procs[2].kill()  # the second worker's JVM: a machine lost
         procs[2].wait(timeout=30)
         out, err = fit.communicate(timeout=600)

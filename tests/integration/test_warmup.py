@@ -55,21 +55,34 @@ def test_the_executor_import_leaves_out_the_packages_workers_never_use(
         monkeypatch.delitem(sys.modules, name)
 
 
+@pytest.mark.parametrize("filtered", [False, True])
 def test_a_background_import_holds_back_other_threads_imports(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture, filtered: bool
 ) -> None:
     """While the warm-up thread imports, another thread's import of a new module waits
-    for it (no two imports interleave: TensorFlow and Keras import each other)."""
+    for it (no two imports interleave: TensorFlow and Keras import each other); with
+    the filter on (a local master), the import's TensorFlow lines are dropped under the
+    import lock and its other lines still reach stderr."""
     import sys
     import threading
 
     (tmp_path / "slow_sentinel.py").write_text(
-        "import time\nstarted = time.monotonic()\ntime.sleep(0.5)\nended = time.monotonic()\n"
+        "import os, time\nstarted = time.monotonic()\n"
+        "os.write(2, b'I0000 00:00:17.5    21 port.cc:153] oneDNN custom operations\\n')\n"
+        "os.write(2, b'a line of the module\\n')\n"
+        "time.sleep(0.5)\nended = time.monotonic()\n"
     )
     (tmp_path / "other_sentinel.py").write_text("import time\nloaded = time.monotonic()\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(warmup, "_importer", None)
-    importer = warmup._start_import("slow_sentinel", TensorFlowLogs())
+    monkeypatch.setattr(warmup, "_imported", {})
+    for name in ("slow_sentinel", "other_sentinel"):  # imported anew by each case
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")  # restored after the test
+    if filtered:  # as in a fresh worker, where TensorFlow is not loaded yet
+        monkeypatch.delitem(sys.modules, "tensorflow", raising=False)
+    logs = TensorFlowLogs("3", filtered=True) if filtered else TensorFlowLogs()
+    importer = warmup._start_import("slow_sentinel", logs)
     time.sleep(0.1)  # the slow import is under way
     loaded: dict[str, float] = {}
     other = threading.Thread(target=lambda: loaded.update(t=_load("other_sentinel")))
@@ -80,7 +93,10 @@ def test_a_background_import_holds_back_other_threads_imports(
     assert warmup._imported["slow_sentinel"] is True
     assert loaded["t"] >= slow.ended > slow.started
     # imported once per process
-    assert warmup._start_import("slow_sentinel", TensorFlowLogs()) is importer
+    assert warmup._start_import("slow_sentinel", logs) is importer
+    err = capfd.readouterr().err
+    assert "a line of the module" in err
+    assert ("oneDNN" in err) is not filtered, err
 
 
 def _load(name: str) -> float:

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from sparkdl import tf_logs
 from sparkdl.tf_logs import LEVEL_VARIABLE, TensorFlowLogs, filtered_stderr, is_tensorflow_line
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -52,6 +53,60 @@ def test_the_filter_writes_back_what_is_not_tensorflows(capfd: pytest.CaptureFix
     assert captured.out == "stdout untouched\n"
 
 
+def test_an_executors_own_level_wins_on_a_cluster_and_the_drivers_on_a_local_master(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(LEVEL_VARIABLE, "1")  # spark.executorEnv.TF_CPP_MIN_LOG_LEVEL
+    TensorFlowLogs("2").load(lambda: None)  # a cluster: the user's driver level
+    assert os.environ[LEVEL_VARIABLE] == "1"
+    TensorFlowLogs("3", filtered=True).load(lambda: None)  # a local master
+    assert os.environ[LEVEL_VARIABLE] == "3"
+
+
+def test_the_level_quiet_tensorflow_sets_is_not_taken_for_the_users(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(LEVEL_VARIABLE, raising=False)
+    monkeypatch.setattr(tf_logs, "_set_here", None)
+    with tf_logs.quiet_tensorflow():
+        pass
+    assert os.environ[LEVEL_VARIABLE] == "3"
+    # Executors on a cluster keep their own logs, GPU workers see CUDA's errors.
+    assert TensorFlowLogs.resolve(local=False, gpus=True) == TensorFlowLogs()
+    assert TensorFlowLogs.resolve(local=True, gpus=True) == TensorFlowLogs("2", filtered=True)
+    monkeypatch.setenv(LEVEL_VARIABLE, "1")  # the user's own, set afterwards
+    assert TensorFlowLogs.resolve(local=False, gpus=True) == TensorFlowLogs("1")
+
+
+def test_a_process_that_dies_in_the_block_still_shows_what_it_printed() -> None:
+    code = (
+        "import os, time\n"
+        "from sparkdl.tf_logs import filtered_stderr\n"
+        "with filtered_stderr(3):\n"
+        "    os.write(2, b'I0000 00:00:17.5    21 port.cc:153] oneDNN custom operations\\n')\n"
+        "    os.write(2, b'F0000 00:00:17.5    21 status.cc:1] Check failed: the reason\\n')\n"
+        "    time.sleep(0.5)\n"
+        "    os._exit(3)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, timeout=60)
+    assert done.returncode == 3
+    assert b"Check failed: the reason" in done.stderr and b"oneDNN" not in done.stderr
+
+
+def test_no_stderr_means_no_filter_and_no_error() -> None:
+    code = (
+        "import os, sys\n"
+        "sys.stderr = None\n"
+        "os.close(2)\n"
+        "from sparkdl.tf_logs import filtered_stderr\n"
+        "with filtered_stderr(3):\n"
+        "    pass\n"
+        "print('ran')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == b"ran", done
+
+
 @pytest.mark.parametrize("filtered", [True, False])
 def test_tensorflow_loads_quietly_in_a_fresh_process(filtered: bool) -> None:
     """The real thing: TensorFlow's import and first operation, with and without the
@@ -72,3 +127,31 @@ def test_tensorflow_loads_quietly_in_a_fresh_process(filtered: bool) -> None:
     assert b"user stderr line" in done.stderr
     loud = [line for line in LOAD_LINES if line in done.stderr]
     assert (loud == []) if filtered else (len(loud) >= 2), done.stderr.decode()
+
+
+def test_a_fresh_worker_loads_a_model_to_score_quietly(tmp_path) -> None:
+    """transform's and evaluate's first model load in a fresh Python worker of a local
+    master (:func:`sparkdl.predict.load_model`) imports Keras with the filter on."""
+    import keras
+
+    from sparkdl.keras_io import model_to_bytes
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    path = tmp_path / "model.keras"
+    path.write_bytes(model_to_bytes(model))
+    code = (
+        "import numpy as np\n"
+        "from sparkdl.predict import load_model\n"
+        "from sparkdl.tf_logs import TensorFlowLogs\n"
+        "class Broadcast:\n"
+        f"    value = open({str(path)!r}, 'rb').read()\n"
+        "net = load_model(Broadcast(), 'd', None, tf_logs=TensorFlowLogs('3', filtered=True))\n"
+        "print(net.predict(np.zeros((1, 3), np.float32), verbose=0).shape)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != LEVEL_VARIABLE}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.strip().endswith(b"(1, 2)")
+    assert [line for line in LOAD_LINES if line in done.stderr] == [], done.stderr.decode()
