@@ -13,14 +13,14 @@ args=()
 for arg in "$@"; do
     if [ "$arg" = "--all" ]; then all=1; else args+=("$arg"); fi
 done
-bash scripts/setup.sh dev
+if [ "$all" = 1 ]; then bash scripts/setup.sh dev,docs; else bash scripts/setup.sh dev; fi
 export TF_CPP_MIN_LOG_LEVEL=2 SPARK_LOCAL_IP=127.0.0.1
 .venv/bin/ruff check sparkdl tests examples benchmarks docs
 .venv/bin/ruff format --check sparkdl tests examples benchmarks docs
 .venv/bin/mypy
 if [ "$all" = 1 ]; then
     .venv/bin/python -m pytest --doctest-modules sparkdl tests -p no:cacheprovider ${args[@]+"${args[@]}"}
-    bash scripts/docs.sh
+    SPARKDL_SETUP_DONE=1 bash scripts/docs.sh
 else
     .venv/bin/python -m pytest --doctest-modules sparkdl tests -p no:cacheprovider \
         -m "not slow" ${args[@]+"${args[@]}"}

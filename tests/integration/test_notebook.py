@@ -34,7 +34,10 @@ def test_quickstart_notebook_runs(tmp_path, monkeypatch) -> None:
         kernel_name="python3",
         resources={"metadata": {"path": str(tmp_path)}},
     )
-    client.execute()
+    # ipykernel forwards file descriptor 2 into the cells, as in a user's notebook, only
+    # when PYTEST_CURRENT_TEST is not in its environment.
+    kernel_env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    client.execute(env=kernel_env)
     outputs = "".join(
         out.get("text", "")
         for cell in notebook.cells
