@@ -130,9 +130,10 @@ class Fit:
         scheduled = keras_io.scheduled_rate(self.model)
         plan.lr_recipe.check_model(scheduled=scheduled)
         resolved = plan.describe(None if scheduled else keras_io.learning_rate(self.model))
-        _log.info("%s", format_resolved(resolved))
+        block = format_resolved(resolved)
+        _log.info("%s", block)
         if self.config.verbose:
-            print(format_resolved(resolved), flush=True)
+            print(block, flush=True)
         prepared = self.prepared
         model_bytes = keras_io.model_to_bytes(self.model)
         metrics = MetricStates(

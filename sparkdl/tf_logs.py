@@ -71,8 +71,8 @@ class TensorFlowLogs:
     """How a Python worker loads TensorFlow, resolved on the driver.
 
     Attributes:
-        level: ``TF_CPP_MIN_LOG_LEVEL`` to set where the worker's environment has none;
-            ``None`` leaves it alone.
+        level: ``TF_CPP_MIN_LOG_LEVEL`` for the worker (:meth:`load` says when an
+            executor's own value wins); ``None`` leaves it alone.
         filtered: Load TensorFlow with stderr captured and its load-time lines dropped
             (workers whose stderr is the driver's).
     """
@@ -117,7 +117,7 @@ class TensorFlowLogs:
             os.environ[LEVEL_VARIABLE] = self.level
         if not self.filtered or "tensorflow" in sys.modules:
             return importer()
-        with filtered_stderr(_level(os.environ.get(LEVEL_VARIABLE, self.level))):
+        with filtered_stderr(_level(self.level)):  # filtered: the level set just above
             return importer()
 
 
