@@ -1,5 +1,6 @@
-"""8 synchronous workers x batch 128 against one process at batch 128, with and without
-the large-batch recipe, on teacher data read from Parquet (``local[8]``).
+"""4 synchronous workers x batch 128 against one process at batch 128, with and without
+the large-batch recipe, on teacher data read from Parquet (``local[4]``; the 8-worker
+figures are benchmarks/large_batch.py's).
 
 Run by tests/integration/test_large_batch.py in its own process (a process has one
 SparkContext; the suite's is local[2]). Prints "RESULT {json}": test accuracies of
@@ -26,7 +27,7 @@ from benchmarks.scale import build_model, teacher_rows, teacher_weights
 from sparkdl import KerasEstimator
 from tests.integration.conftest import spark_builder
 
-ROWS, WORKERS, BATCH, EPOCHS, RATE = 48_000, 8, 128, 4, 0.01
+ROWS, WORKERS, BATCH, EPOCHS, RATE = 24_000, 4, 128, 4, 0.01
 
 
 def model() -> keras.Model:
