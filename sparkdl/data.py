@@ -30,34 +30,23 @@ from pyspark.sql.types import ArrayType, BooleanType, DataType, FloatType, Numer
 
 from sparkdl import keras_io
 from sparkdl.errors import SchemaError
+from sparkdl.payload import WEIGHT, feature_name, label_name
 
 __all__ = [
-    "FEATURES",
-    "LABEL",
     "SPARSE_MIN_WIDTH",
-    "VALIDATION",
     "ColumnTypeError",
     "DataSummary",
     "Prepared",
     "feature_column",
     "feature_columns",
-    "feature_name",
     "label_column",
     "label_columns",
     "label_kind",
-    "label_name",
     "model_features",
     "prepare",
     "summarize",
 ]
 
-#: Names of the prepared columns that travel to the executors.
-FEATURES = "__sparkdl_features"
-LABEL = "__sparkdl_label"
-#: A boolean column marking the rows of validation data travelling with a partition.
-VALIDATION = "__sparkdl_validation"
-#: The prepared column of per-row weights (``weight_col``, ``class_weight``).
-WEIGHT = "__sparkdl_weight"
 #: An ML vector column feeding a model input this wide (or wider) stays sparse.
 SPARSE_MIN_WIDTH = 4096
 _VECTOR_JSON = "struct<v:struct<type:tinyint,size:int,indices:array<int>,values:array<double>>>"
@@ -66,16 +55,6 @@ _VECTOR_SIZES = "struct<v:struct<size:int,values:array<double>>>"
 
 class ColumnTypeError(SchemaError, TypeError):
     """A column has a type sparkdl cannot feed to a model (e.g. strings)."""
-
-
-def feature_name(index: int) -> str:
-    """The prepared column of model input ``index``."""
-    return FEATURES if index == 0 else f"{FEATURES}_{index}"
-
-
-def label_name(index: int) -> str:
-    """The prepared column of model output ``index``'s label."""
-    return LABEL if index == 0 else f"{LABEL}_{index}"
 
 
 @dataclass(frozen=True)

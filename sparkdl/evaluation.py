@@ -27,8 +27,8 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
-from sparkdl.data import WEIGHT, feature_name, label_name
 from sparkdl.metric_states import MetricStates
+from sparkdl.payload import WEIGHT, feature_name, label_name
 from sparkdl.predict import load_model
 from sparkdl.tf_logs import TensorFlowLogs
 
@@ -58,7 +58,7 @@ def evaluate_frame(
 
     Each task streams its partition through ``model.evaluate`` one record batch at a
     time (it never holds the partition); ``sparse`` says which feature columns are ML
-    vectors kept sparse; ``weighted``: the frame's :data:`~sparkdl.data.WEIGHT` column
+    vectors kept sparse; ``weighted``: the frame's :data:`~sparkdl.payload.WEIGHT` column
     is Keras's ``sample_weight``; ``model``: the driver's copy, whose metrics merge the
     partitions' states (``None``: logs averaged by rows); ``tf_logs``: how the
     executors load TensorFlow (:mod:`sparkdl.tf_logs`).

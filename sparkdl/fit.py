@@ -35,6 +35,7 @@ from sparkdl.config import TrainConfig
 from sparkdl.errors import SparkDLError, WorkerError
 from sparkdl.interrupt import interrupt_raises, run_job
 from sparkdl.metric_states import MetricStates
+from sparkdl.payload import RESULT_SCHEMA, VALIDATION, WorkerPayload, train_function
 from sparkdl.plan import FitPlan, format_resolved
 from sparkdl.progress import Progress
 from sparkdl.reports import SERVICE_KEYS, FitReport, WorkerReport
@@ -46,7 +47,6 @@ from sparkdl.server.tls import Certificate
 from sparkdl.spark_ui import EpochMarks
 from sparkdl.sync.schedule import train_rows
 from sparkdl.warmup import tensorflow_logs
-from sparkdl.worker import RESULT_SCHEMA, WorkerPayload, make_train_function
 
 if TYPE_CHECKING:
     import keras
@@ -290,13 +290,13 @@ class Fit:
     # ------------------------------------------------------------ the job
     def _frame(self) -> DataFrame:
         """The training rows, and the validation rows marked in
-        :data:`~sparkdl.data.VALIDATION`, as one frame (every worker gets its share of
+        :data:`~sparkdl.payload.VALIDATION`, as one frame (every worker gets its share of
         both, and none holds more than its share)."""
         frame = self.prepared.frame
         if self.validation is None:
             return frame
-        train = frame.withColumn(data.VALIDATION, F.lit(False))
-        held_out = self.validation.frame.withColumn(data.VALIDATION, F.lit(True))
+        train = frame.withColumn(VALIDATION, F.lit(False))
+        held_out = self.validation.frame.withColumn(VALIDATION, F.lit(True))
         return train.unionByName(held_out)
 
     def _launch(
@@ -315,7 +315,7 @@ class Fit:
             if plan.mode.barrier:
                 rows = _run_barrier_job(frame, payload)
             else:  # ordinary tasks: none waits for another, Spark may queue them
-                rows = frame.mapInArrow(make_train_function(payload), RESULT_SCHEMA).collect()
+                rows = frame.mapInArrow(train_function(payload), RESULT_SCHEMA).collect()
         except Exception as exc:
             if runner:
                 runner.abandon()
@@ -358,7 +358,7 @@ def _run_barrier_job(frame: DataFrame, payload: WorkerPayload) -> list[Any]:
     partition count (``union``, ``coalesce``...). That check fails at submission,
     before any task runs, so retrying over ``repartition(num_workers)`` loses nothing.
     """
-    train = make_train_function(payload)
+    train = train_function(payload)
     try:
         return frame.mapInArrow(train, RESULT_SCHEMA, barrier=True).repartition(1).collect()
     except Exception as exc:

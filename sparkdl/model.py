@@ -24,7 +24,7 @@ from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame
 
 from sparkdl import custom_objects as custom_objects_module
-from sparkdl import data, persistence, predict
+from sparkdl import data, payload, persistence, predict
 from sparkdl.errors import ModelError
 from sparkdl.keras_io import model_from_bytes
 from sparkdl.params import ColumnParams, split_settings
@@ -256,9 +256,9 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         labels = data.label_columns(dataset, label_col, keras_io.output_names(model))
         weight = data.weight_column(dataset, labels, weight_col, None)
         frame = dataset.select(
-            *[f.alias(data.feature_name(i)) for i, f in enumerate(features)],
-            *[y.alias(data.label_name(j)) for j, (y, _) in enumerate(labels)],
-            *([weight.alias(data.WEIGHT)] if weight is not None else []),
+            *[f.alias(payload.feature_name(i)) for i, f in enumerate(features)],
+            *[y.alias(payload.label_name(j)) for j, (y, _) in enumerate(labels)],
+            *([weight.alias(payload.WEIGHT)] if weight is not None else []),
         )
         if weight is not None:
             data.check_weights(frame, str(weight_col))

@@ -18,8 +18,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from sparkdl.config import TrainConfig
 from sparkdl.errors import ConfigError
 from sparkdl.sync.codecs import Compression, resolve_compression
 from sparkdl.sync.merges import Merge, merge_class
@@ -27,6 +27,9 @@ from sparkdl.sync.modes import Mode, mode_class
 from sparkdl.sync.recipe import LearningRateRecipe, resolve_scaling
 from sparkdl.sync.schedule import steps_for, train_rows
 from sparkdl.tf_logs import TensorFlowLogs
+
+if TYPE_CHECKING:
+    from sparkdl.config import TrainConfig
 
 __all__ = ["FitPlan", "format_resolved"]
 

@@ -320,10 +320,11 @@ def _warm_engine(spark: SparkSession, partitions: int) -> None:
     from pyspark.sql import functions as F
 
     from sparkdl import data
+    from sparkdl.payload import feature_name, label_name
 
     rows = spark.range(64, numPartitions=min(partitions, 2)).select(
-        F.array(F.rand(0).cast("float")).alias(data.feature_name(0)),
-        (F.col("id") % 2).cast("int").alias(data.label_name(0)),
+        F.array(F.rand(0).cast("float")).alias(feature_name(0)),
+        (F.col("id") % 2).cast("int").alias(label_name(0)),
     )
     data.summarize(rows.repartition(min(partitions, 2)), ["int"], 1)
 

@@ -1,9 +1,10 @@
 """The executor side of a fit: code that runs only inside a Spark task, with Keras.
 
-Its training loop and callback import Keras and TensorFlow at the top; the driver never
-imports them
-(:mod:`sparkdl.worker` starts importing them on the executor while it reads the
-partition). One push, from the training loop outwards:
+The driver never imports this package: it ships a :class:`~sparkdl.payload.WorkerPayload`
+and a function that imports :mod:`sparkdl.executor.task` (the task entry) on the
+executor. The task entry imports no Keras; it starts importing the training loop and
+callback (Keras and TensorFlow at their top) in a thread while it reads the partition.
+One push, from the training loop outwards:
 
 * :mod:`sparkdl.executor.training`: rebuilds the model, works out the schedule and
   runs ``model.fit`` over the epochs;

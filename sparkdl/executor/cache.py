@@ -53,13 +53,13 @@ import numpy as np
 import pyarrow as pa
 
 from sparkdl.errors import ConfigError, SchemaError
+from sparkdl.payload import Column
 
 __all__ = [
     "BLOCK_BYTES",
     "WINDOW_BYTES",
     "Block",
     "Budget",
-    "Column",
     "Csr",
     "FileSpool",
     "MemorySpool",
@@ -77,28 +77,6 @@ BLOCK_BYTES = 64 * 1024
 WINDOW_BYTES = 16 * 1024 * 1024
 
 Block = dict[str, Any]  # column name -> ndarray (dense, scalar) or Csr (sparse)
-
-
-@dataclass(frozen=True)
-class Column:
-    """How one prepared column is stored.
-
-    Attributes:
-        name: The prepared column (:func:`sparkdl.data.feature_name` / ``label_name``).
-        kind: ``"dense"`` (float32 rows of ``width`` values), ``"int"`` or ``"float"``
-            (one int32 or float32 value a row), or ``"sparse"`` (an ML vector of size
-            ``width``, stored as CSR).
-        width: Values per row (dense), the vector size (sparse), 1 (scalar).
-    """
-
-    name: str
-    kind: str
-    width: int
-
-    @property
-    def dtype(self) -> np.dtype[Any]:
-        """The dtype of its values."""
-        return np.dtype(np.int32 if self.kind == "int" else np.float32)
 
 
 @dataclass

@@ -19,7 +19,7 @@ build a new iterator per epoch, which costs more than a small partition's steps)
 Every pipeline runs with ``tf.data``'s autotuner off (:func:`untuned`).
 
 Example:
-    >>> from sparkdl.executor.cache import Column
+    >>> from sparkdl.payload import Column
     >>> spec(Column("y", "int", 1), (), sparse=False)
     TensorSpec(shape=(None,), dtype=tf.int32, name=None)
 """
@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from sparkdl.executor.cache import Block, Column, Csr, PartitionCache, epoch_batches, take_block
+from sparkdl.executor.cache import Block, Csr, PartitionCache, epoch_batches, take_block
+from sparkdl.payload import Column
 
 __all__ = ["GROUP", "GROUP_BYTES", "Feed", "spec", "untuned"]
 
@@ -109,7 +110,7 @@ class Feed:
         as they come (a stream of unknown length: scoring a DataFrame).
 
         Example:
-            >>> from sparkdl.executor.cache import Column
+            >>> from sparkdl.payload import Column
             >>> x, y = Column("x", "dense", 2), Column("y", "int", 1)
             >>> feed = Feed(None, [x], [(2,)], [False], [y], batch_size=4)
             >>> batch = (np.ones((3, 2), np.float32), np.zeros(3, np.int32))

@@ -39,6 +39,7 @@ from sparkdl.keras_io import (
     optimizer_steps,
     set_optimizer_steps,
 )
+from sparkdl.payload import WorkerPayload
 from sparkdl.plan import FitPlan
 from sparkdl.reports import WorkerReport
 from sparkdl.server.client import ServiceClient
@@ -46,7 +47,6 @@ from sparkdl.server.replicas import FULL
 from sparkdl.sync.modes import Standing
 from sparkdl.sync.schedule import Schedule, steps_for, train_rows
 from sparkdl.weight_access import WeightAccess
-from sparkdl.worker import WorkerPayload
 
 __all__ = ["payload_feed", "split", "train"]
 
@@ -189,7 +189,7 @@ def split(
 
 def payload_feed(payload: WorkerPayload, cache: PartitionCache) -> Feed:
     """A :class:`Feed` of ``cache`` for the payload's model."""
-    inputs, outputs = payload.columns()
+    inputs, outputs, weight = payload.columns()
     return Feed(
         cache=cache,
         inputs=inputs,
@@ -197,7 +197,7 @@ def payload_feed(payload: WorkerPayload, cache: PartitionCache) -> Feed:
         sparse_inputs=payload.sparse_inputs or [False] * len(inputs),
         outputs=outputs,
         batch_size=payload.plan.batch_size,
-        weight=payload.weight_column(),
+        weight=weight,
         output_shapes=payload.label_shapes or None,
     )
 

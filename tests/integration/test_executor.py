@@ -12,10 +12,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from sparkdl.executor.cache import Column, PartitionCache
+from sparkdl.executor.cache import PartitionCache
 from sparkdl.executor.callback import SyncCallback
 from sparkdl.executor.feed import Feed
 from sparkdl.executor.pusher import Pusher
+from sparkdl.payload import Column
 from sparkdl.server.client import ServiceClient
 from sparkdl.server.service import ParameterService
 from sparkdl.server.store import WeightStore
@@ -111,8 +112,8 @@ def test_the_driver_stops_the_workers_and_sets_their_learning_rate() -> None:
 def test_validation_rows_are_counted_in_rows_not_features(inputs: int) -> None:
     from sparkdl.config import TrainConfig
     from sparkdl.executor.training import split
+    from sparkdl.payload import WorkerPayload
     from sparkdl.plan import FitPlan
-    from sparkdl.worker import WorkerPayload
 
     plan = FitPlan.resolve(
         TrainConfig(validation_split=0.25), num_workers=1, rows=8, threads=1, service_host="h"

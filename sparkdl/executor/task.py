@@ -1,15 +1,15 @@
-"""What the driver ships to each Spark task, and the function ``mapInArrow`` runs there.
+"""The task entry: what a Spark task of a fit runs on its partition.
 
-The closure carries only plain data (:class:`WorkerPayload`: the resolved
-:class:`~sparkdl.plan.FitPlan`, the service's address and token, the model's bytes as a
-broadcast), never the SparkSession, the estimator or the service. This module imports
-no Keras: the driver imports it. The task itself runs in :mod:`sparkdl.executor`, which
-it starts importing (TensorFlow takes seconds to import) while the partition streams
-into the worker's cache (:mod:`sparkdl.executor.cache`), one record batch at a time.
+:func:`sparkdl.payload.train_function` names :func:`run` by module, so the driver never
+imports this side. The task streams its partition into the worker's cache
+(:mod:`sparkdl.executor.cache`), one record batch at a time, while a thread imports
+TensorFlow and Keras (seconds, on a cold worker: :func:`sparkdl.warmup.import_executor`);
+then it joins the parameter service and trains (:mod:`sparkdl.executor.training`).
+Importing this module imports no Keras, no TensorFlow and no ``pyspark.ml``.
 
 Example:
-    >>> RESULT_SCHEMA
-    'worker int, report string'
+    >>> _transient(ConnectionError("reset"), "train"), _transient(ValueError(), "train")
+    (True, False)
 """
 
 from __future__ import annotations
@@ -18,122 +18,41 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterable
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import TaskContext
 
 from sparkdl import gpu
-from sparkdl.data import VALIDATION, WEIGHT, feature_name, label_name
 from sparkdl.errors import ServiceError
-from sparkdl.executor.cache import Budget, Column, PartitionCache
-from sparkdl.plan import FitPlan
+from sparkdl.executor.cache import Budget, PartitionCache
+from sparkdl.payload import RESULT_SCHEMA, VALIDATION, Column, WorkerPayload
 from sparkdl.reports import WorkerReport
 from sparkdl.server.client import ServiceClient
 from sparkdl.warmup import import_executor
 
-__all__ = ["RESULT_SCHEMA", "WorkerPayload", "make_train_function"]
-
-#: Schema of the one row each worker returns: its id and its report as JSON.
-RESULT_SCHEMA = "worker int, report string"
+__all__ = ["RESULT_SCHEMA", "run"]
 
 
-@dataclass(frozen=True)
-class WorkerPayload:
-    """Everything a worker needs, as plain values.
+def run(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> pa.RecordBatch:
+    """Trains one partition: the task's one result row (:data:`RESULT_SCHEMA`).
 
-    Attributes:
-        plan: The fit's resolved plan.
-        url: The parameter service's URL.
-        token: The fit's secret (never shown by ``repr``).
-        model_bytes: A Spark broadcast of the ``.keras`` archive bytes.
-        custom_objects: cloudpickled ``custom_objects`` dict, or ``None``.
-        input_shapes: Per-sample shape of each model input.
-        label_kinds: ``"int"``, ``"float"`` or ``"array"``, per model output.
-        label_widths: Values per label, per model output.
-        sparse_columns: Whether each feature column arrives as ML vectors (kept sparse)
-            rather than float arrays.
-        sparse_inputs: Whether each model input takes a ``tf.SparseTensor``.
-        tls_cert: The service's certificate (PEM) when it speaks HTTPS.
-        validation: Whether the partition carries validation rows (marked in the
-            :data:`~sparkdl.data.VALIDATION` column), cached apart from the rest.
-        weighted: Whether rows carry a weight (:data:`~sparkdl.data.WEIGHT`), fed to
-            Keras as ``sample_weight``.
-        label_shapes: Per-sample shape of each output's label (array labels are
-            reshaped to it; ``()`` for a scalar).
-        initial_steps: The step count the model's optimizer arrived with (a schedule
-            goes on from it).
-        class_weighted: The weights are ``class_weight``'s, which Keras does not apply
-            to validation rows.
+    Args:
+        payload: What the driver sent.
+        batches: The partition's record batches (the prepared columns).
+
+    Returns:
+        One row: the worker's id and its :class:`~sparkdl.reports.WorkerReport` as JSON.
     """
-
-    plan: FitPlan
-    url: str
-    token: str = field(repr=False)
-    model_bytes: Any
-    custom_objects: bytes | None
-    input_shapes: list[tuple[int, ...]]
-    label_kinds: list[str]
-    label_widths: list[int] = field(default_factory=list)
-    sparse_columns: list[bool] = field(default_factory=list)
-    sparse_inputs: list[bool] = field(default_factory=list)
-    validation: bool = False
-    tls_cert: bytes | None = None
-    weighted: bool = False
-    label_shapes: list[tuple[int, ...]] = field(default_factory=list)
-    initial_steps: int = 0
-    class_weighted: bool = False
-
-    def columns(self) -> tuple[list[Column], list[Column]]:
-        """How the feature and the label columns are cached."""
-        inputs = [
-            Column(feature_name(i), "sparse" if sparse else "dense", int(np.prod(shape)))
-            for i, (shape, sparse) in enumerate(
-                zip(
-                    self.input_shapes,
-                    self.sparse_columns or [False] * len(self.input_shapes),
-                    strict=True,
-                )
-            )
-        ]
-        widths = self.label_widths or [1] * len(self.label_kinds)
-        outputs = [
-            Column(label_name(j), "dense" if kind == "array" else kind, widths[j])
-            for j, kind in enumerate(self.label_kinds)
-        ]
-        return inputs, outputs
-
-    def weight_column(self) -> Column | None:
-        """How the rows' weights are cached, for a weighted fit."""
-        return Column(WEIGHT, "float", 1) if self.weighted else None
-
-    def cached_columns(self) -> list[Column]:
-        """Every column a worker caches: features, labels and weights."""
-        inputs, outputs = self.columns()
-        weight = self.weight_column()
-        return [*inputs, *outputs, *([weight] if weight else [])]
+    report = _train_task(payload, batches)
+    return pa.RecordBatch.from_pydict(
+        {"worker": [report.worker], "report": [report.to_json()]},
+        schema=pa.schema([("worker", pa.int32()), ("report", pa.string())]),
+    )
 
 
-def make_train_function(
-    payload: WorkerPayload,
-) -> Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch]]:
-    """Returns the function ``mapInArrow`` runs on each partition (one worker each)."""
-
-    def train_partition(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
-        report = _run_task(payload, batches)
-        yield pa.RecordBatch.from_pydict(
-            {"worker": [report.worker], "report": [report.to_json()]},
-            schema=pa.schema([("worker", pa.int32()), ("report", pa.string())]),
-        )
-
-    return train_partition
-
-
-def _run_task(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> WorkerReport:
+def _train_task(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> WorkerReport:
     """Caches the partition, joins the service, trains; reports a failure to the service.
 
     The cache (memory or files) is released when the task ends, failed or not.
