@@ -6,8 +6,9 @@ The state is split by job, each part a small class of its own module:
 :class:`~sparkdl.server.ledger.WorkerLedger` (what is known of each worker),
 :class:`~sparkdl.server.history.EpochHistory` (per-epoch logs) and
 :class:`~sparkdl.server.control.ControlChannel` (stop, learning rate, epoch gate,
-abort). The store owns the lock and the fit's :class:`~sparkdl.sync.modes.Mode` and
-:class:`~sparkdl.sync.merges.Merge`; a push is the mode's to run. Nothing here knows
+abort). The store owns the lock, the fit's :class:`~sparkdl.sync.merges.Merge` and the
+policy of its :class:`~sparkdl.sync.modes.Mode` (:mod:`sparkdl.server.policies`); a push
+is the policy's to run. Nothing here knows
 about HTTP: a refused request raises :class:`StoreError` with the status to answer.
 
 Every push carries the worker's id, a sequence number and its task attempt: a push
@@ -57,6 +58,7 @@ from sparkdl.server.errors import StoreError
 from sparkdl.server.history import EpochHistory
 from sparkdl.server.ledger import WorkerLedger, WorkerRecord
 from sparkdl.server.meta import check_push_meta
+from sparkdl.server.policies import PushPolicy, policy_for
 from sparkdl.server.replicas import Replicas
 from sparkdl.server.rounds import Rounds
 from sparkdl.sync.codecs import Compression
@@ -119,6 +121,8 @@ class WeightStore:
                 f"Received: {backup_workers}"
             )
         self.mode: Mode = mode_class(mode)() if isinstance(mode, str) else mode
+        #: The mode's service half: how pushes are taken.
+        self.policy: PushPolicy = policy_for(self.mode)
         self.merge = merge
         self.num_workers = num_workers
         self.epochs = epochs
@@ -181,7 +185,7 @@ class WeightStore:
         if self.pull(min_version, wait) is None:
             return None
         with self.lock:
-            chunks = self.center.encoded(self.control.answer_meta, live=self.mode.live_center)
+            chunks = self.center.encoded(self.control.answer_meta, live=self.policy.live_center)
             return chunks, self.center.version
 
     def snapshot(
@@ -193,9 +197,9 @@ class WeightStore:
             return None
         with self.lock:
             weights = self.center.weights
-            if self.mode.live_center:
+            if self.policy.live_center:
                 weights = [np.array(w, copy=True) for w in weights]
-            meta = self.center.answer_meta(self.control.answer_meta, live=self.mode.live_center)
+            meta = self.center.answer_meta(self.control.answer_meta, live=self.policy.live_center)
             return weights, self.center.version, meta
 
     def weights(self) -> list[np.ndarray]:
@@ -308,7 +312,7 @@ class WeightStore:
         samples: int,
         meta: dict[str, Any],
     ) -> int:
-        """Takes one push (the mode runs it); returns the version that answers it.
+        """Takes one push (the mode's policy runs it); returns the version that answers it.
 
         ``base_version`` is the center version the push was computed against (the open
         round in synchronous mode). Answer with :meth:`encoded` of the returned version
@@ -332,7 +336,7 @@ class WeightStore:
             meta=meta,
             magnitudes=magnitudes,
         )
-        return self.mode.push(self, update, seq=seq, attempt=attempt)
+        return self.policy.push(self, update, seq=seq, attempt=attempt)
 
     def join(self, worker: int, rows: int, wait: float, attempt: int = 0) -> dict[str, Any] | None:
         """Registers (or re-registers) a worker and its row count.
@@ -356,13 +360,13 @@ class WeightStore:
         deadline = time.monotonic() + wait
         with self.lock:
             self.control.check_aborted()
-            self.mode.rejoin(self, worker, attempt)
+            self.policy.rejoin(self, worker, attempt)
             record, _ = self.admit(worker, None, attempt)
             self.ledger.joined(record, attempt, first_time=worker not in self.rounds.joined)
             self.rounds.joined.add(worker)
             self._rows[worker] = rows
             self.lock.notify_all()
-            while not self.mode.join_complete(self):
+            while not self.policy.join_complete(self):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return None
@@ -401,11 +405,11 @@ class WeightStore:
                 self.control.abort(f"worker {worker} failed")
                 self.lock.notify_all()
 
-    # ------------------------------------------ the modes' steps (lock held)
+    # -------------------------------------- the policies' steps (lock held)
     def screen(self, update: Update, seq: int, attempt: int) -> bool:
         """Checks a push against what the service knows; returns whether ``seq`` repeats.
 
-        Changes nothing: the mode admits the push (:meth:`admit`) once every check
+        Changes nothing: the policy admits the push (:meth:`admit`) once every check
         passed.
 
         Raises:
@@ -458,7 +462,7 @@ class WeightStore:
             rows=_count(meta.get("epoch_samples")),
             val_rows=_count(meta.get("val_samples")),
             logs=logs,
-            quorum=self.mode.epoch_quorum(self),
+            quorum=self.policy.epoch_quorum(self),
             states=meta.get("epoch_states"),
         )
         for done in closed:

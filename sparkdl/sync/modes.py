@@ -1,4 +1,4 @@
-"""Modes: how pushes are scheduled, one class per mode with its service and worker halves.
+"""Modes: how pushes are scheduled, one class per mode: its traits and its worker half.
 
 ==============  =======================================  ================================
 mode            service half                             worker half
@@ -13,10 +13,11 @@ hogwild         bookkeeping under the lock, the merge    as asynchronous
                 added into the live center with none
 ==============  =======================================  ================================
 
-The service half runs inside :class:`sparkdl.server.store.WeightStore`, holding its
-lock where it says; the worker half is arithmetic over
-:class:`~sparkdl.sync.schedule.Schedule`. A new mode is one subclass decorated with
-:func:`register`.
+The worker half is arithmetic over :class:`~sparkdl.sync.schedule.Schedule`. The
+service half is the parameter service's own: the store's per-mode policy
+(:mod:`sparkdl.server.policies`), found by the mode's name. A new mode is one subclass
+decorated with :func:`register` (and, for a schedule of pushes none of these has, a
+policy registered under its name).
 
 Example:
     >>> mode_class("hogwild").default_merge, Synchronous.can_overlap
@@ -26,16 +27,11 @@ Example:
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
-from typing import TYPE_CHECKING, ClassVar, NamedTuple
+from typing import ClassVar, NamedTuple
 
-from sparkdl.server.errors import StoreError
-from sparkdl.sync.merges import Average, Delta, Update
+from sparkdl.sync.merges import Average, Delta
 from sparkdl.sync.registry import Registry
 from sparkdl.sync.schedule import Schedule, rounds_per_epoch
-
-if TYPE_CHECKING:
-    from sparkdl.server.store import WeightStore
 
 __all__ = [
     "MODES",
@@ -67,7 +63,7 @@ class Standing(NamedTuple):
 
 
 class Mode(abc.ABC):
-    """A schedule of pushes: both halves. Instances hold no state."""
+    """A schedule of pushes: its traits and worker half. Instances hold no state."""
 
     #: The name users pass as ``mode=``.
     name: ClassVar[str] = ""
@@ -77,8 +73,6 @@ class Mode(abc.ABC):
     can_overlap: ClassVar[bool] = True
     #: Whether every worker takes part in every round (a barrier stage).
     barrier: ClassVar[bool] = False
-    #: Whether pushes change the center's arrays in place (answers are never cached).
-    live_center: ClassVar[bool] = False
 
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self)
@@ -88,29 +82,6 @@ class Mode(abc.ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
-
-    # ----------------------------------------------------------- service half
-    @abc.abstractmethod
-    def push(self, store: WeightStore, update: Update, *, seq: int, attempt: int) -> int:
-        """Takes one push; returns the version whose weights answer it.
-
-        The route answers once that version is visible (a synchronous round may still
-        be open). Takes the store's lock itself.
-
-        Raises:
-            StoreError: The push is refused; nothing changed.
-        """
-
-    def epoch_quorum(self, store: WeightStore) -> int:
-        """Reports that close an epoch."""
-        return store.num_workers
-
-    def rejoin(self, store: WeightStore, worker: int, attempt: int) -> None:  # noqa: B027
-        """A worker joins (again); called with the lock held before it is admitted."""
-
-    def join_complete(self, store: WeightStore) -> bool:
-        """Whether a join may be answered (the lock is held)."""
-        return True
 
     # ------------------------------------------------------------ worker half
     @abc.abstractmethod
@@ -159,46 +130,6 @@ class Synchronous(Mode):
     can_overlap: ClassVar[bool] = False
     barrier: ClassVar[bool] = True
 
-    def push(self, store: WeightStore, update: Update, *, seq: int, attempt: int) -> int:
-        worker, round_no = update.worker, update.base_version
-        with store.lock:
-            store.control.check_aborted()
-            duplicate = store.screen(update, seq, attempt)
-            version = store.center.version
-            if round_no > version:
-                raise StoreError(
-                    409,
-                    f"Worker {worker} pushed for round {round_no}, but the open round is "
-                    f"{version}.",
-                )
-            late = round_no < version or store.control.finished
-            if not (duplicate or late):
-                store.center.reserve(
-                    update.magnitudes, store.pending_round, additive=store.merge.additive
-                )
-            record, _ = store.admit(worker, seq, attempt)
-            if duplicate:  # a retry: of a merged round, or of one still open
-                if round_no < version or store.control.finished:
-                    return version
-                return round_no + 1
-            store.record(record, update, seq=seq, applied=not late)
-            if late:  # (its epoch logs may have finished the fit and merged the round)
-                return store.center.version
-            store.rounds.add(update)
-            if store.rounds.full():
-                store.merge_round()
-        return round_no + 1
-
-    def epoch_quorum(self, store: WeightStore) -> int:
-        return store.rounds.quorum
-
-    def rejoin(self, store: WeightStore, worker: int, attempt: int) -> None:
-        if worker in store.rounds.joined and attempt > store.ledger.newest_attempt(worker):
-            store.new_generation(worker, attempt)
-
-    def join_complete(self, store: WeightStore) -> bool:
-        return len(store.rounds.joined) >= store.num_workers
-
     def rounds_per_epoch(self, own_steps: int, all_steps: list[int], frequency: int | None) -> int:
         return rounds_per_epoch(all_steps, frequency)  # every worker takes part in every round
 
@@ -229,42 +160,6 @@ class Asynchronous(Mode):
     """
 
     name: ClassVar[str] = "asynchronous"
-
-    def push(self, store: WeightStore, update: Update, *, seq: int, attempt: int) -> int:
-        with store.lock:
-            store.control.check_aborted()
-            duplicate = store.screen(update, seq, attempt)
-            version = store.center.version
-            if not duplicate:
-                if update.base_version > version:
-                    raise StoreError(
-                        400,
-                        f"Worker {update.worker} pushed an update against version "
-                        f"{update.base_version}, but the service is at version {version}.",
-                    )
-                store.center.reserve(
-                    update.magnitudes, self._pending(store), additive=store.merge.additive
-                )
-            record, _ = store.admit(update.worker, seq, attempt)
-            if duplicate:
-                return version
-            self._apply_locked(store, update, version)
-            store.record(record, update, seq=seq)
-            version = store.center.version
-            store.lock.notify_all()
-        self._apply_unlocked(store, update, version - 1)
-        return version
-
-    def _pending(self, store: WeightStore) -> Callable[[], list[float]] | None:
-        """What :meth:`~sparkdl.server.center.Center.reserve` adds to a recomputed
-        bound: nothing, the center holds every admitted push."""
-        return None
-
-    def _apply_locked(self, store: WeightStore, update: Update, version: int) -> None:
-        store.center.commit(store.merge.apply(store.center.weights, update, version))
-
-    def _apply_unlocked(self, store: WeightStore, update: Update, version: int) -> None:
-        """Hogwild's step outside the lock; nothing here."""
 
     def rounds_per_epoch(self, own_steps: int, all_steps: list[int], frequency: int | None) -> int:
         return rounds_per_epoch([own_steps], frequency)
@@ -301,20 +196,3 @@ class Hogwild(Asynchronous):
     """
 
     name: ClassVar[str] = "hogwild"
-    live_center: ClassVar[bool] = True
-
-    def _pending(self, store: WeightStore) -> Callable[[], list[float]] | None:
-        return lambda: list(store.in_flight)  # steps admitted, still being added
-
-    def _apply_locked(self, store: WeightStore, update: Update, version: int) -> None:
-        store.center.bump()  # only the count: the step is taken outside the lock
-        for i, m in enumerate(update.magnitudes):
-            store.in_flight[i] += m
-
-    def _apply_unlocked(self, store: WeightStore, update: Update, version: int) -> None:
-        try:
-            store.merge.apply_in_place(store.center.weights, update, version)
-        finally:
-            with store.lock:
-                for i, m in enumerate(update.magnitudes):  # (rounding never below 0)
-                    store.in_flight[i] = max(store.in_flight[i] - m, 0.0)

@@ -62,5 +62,8 @@ class Registry(Generic[_C]):
         """``(name, class)`` pairs in registration order."""
         return list(self._classes.items())
 
+    def __contains__(self, name: object) -> bool:
+        return name in self._classes
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._classes)

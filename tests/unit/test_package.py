@@ -112,6 +112,13 @@ def test_sparkdl_has_no_import_cycle() -> None:
     assert not cycles, cycles
 
 
+def test_the_sync_protocol_imports_nothing_of_the_service() -> None:
+    """``sync/`` is shared by the driver, the service and the executors."""
+    graph = _import_graph()
+    reach = {m: sorted(t for t in graph[m] if t.startswith("sparkdl.server")) for m in graph}
+    assert not {m: t for m, t in reach.items() if m.startswith("sparkdl.sync") and t}
+
+
 def _import_graph() -> dict[str, set[str]]:
     root = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "sparkdl")
     paths: dict[str, str] = {}
