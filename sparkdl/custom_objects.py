@@ -38,6 +38,8 @@ from typing import Any
 
 import cloudpickle
 
+from sparkdl.compat.keras import compile_arguments, flatten_layers, raw_learning_rate
+
 __all__ = ["collect", "dumps"]
 
 _log = logging.getLogger(__name__)
@@ -140,13 +142,11 @@ def _names_in_config(model: Any) -> set[str]:
 def _live_objects(model: Any) -> Iterator[Any]:
     """The model's layers, what they hold, and what ``compile`` was given."""
     seen: set[int] = set()
-    roots: list[Any] = list(model._flatten_layers(include_self=True, recursive=True))
-    compile_config = getattr(model, "_compile_config", None)
-    if compile_config is not None:
-        roots.append(getattr(compile_config, "config", {}))
+    roots: list[Any] = flatten_layers(model)
+    roots.append(compile_arguments(model))
     optimizer = getattr(model, "optimizer", None)
     if optimizer is not None:
-        roots.extend([optimizer, getattr(optimizer, "_learning_rate", None)])
+        roots.extend([optimizer, raw_learning_rate(optimizer)])
     stack = [(root, 0) for root in roots]
     while stack:
         obj, depth = stack.pop()

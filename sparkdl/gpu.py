@@ -15,8 +15,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import sys
 from typing import Any
+
+from sparkdl.compat.tensorflow import runtime_started
 
 __all__ = ["assign_gpus", "configure_tensorflow"]
 
@@ -77,11 +78,4 @@ def configure_tensorflow(threads: int | None = None) -> list[Any]:
 def _tensorflow_started() -> bool:
     """Whether TensorFlow has set up its devices in this process (it reads
     ``CUDA_VISIBLE_DEVICES`` then, not at import: a warmed-up worker has imported it)."""
-    if "tensorflow" not in sys.modules:
-        return False
-    try:
-        from tensorflow.python.eager import context
-
-        return context.context()._context_handle is not None
-    except Exception:  # another TensorFlow: assume the worst
-        return True
+    return runtime_started()

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sparkdl.compat.keras import raw_learning_rate
 from sparkdl.errors import ConfigError, ModelError, SchemaError
 
 if TYPE_CHECKING:
@@ -164,7 +165,7 @@ def scheduled_rate(model: Any) -> bool:
     """
     import keras
 
-    rate = getattr(_inner_optimizer(model), "_learning_rate", None)
+    rate = raw_learning_rate(_inner_optimizer(model))
     return isinstance(rate, keras.optimizers.schedules.LearningRateSchedule) or callable(rate)
 
 

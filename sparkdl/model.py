@@ -19,12 +19,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyspark.ml import Model
-from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.param import Param, TypeConverters
 from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame
 
 from sparkdl import custom_objects as custom_objects_module
 from sparkdl import data, payload, persistence, predict
+from sparkdl.compat.spark import param_parent
 from sparkdl.errors import ModelError
 from sparkdl.keras_io import model_from_bytes
 from sparkdl.params import ColumnParams, split_settings
@@ -66,7 +67,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
     """
 
     predictBatchSize: Param[int] = Param(
-        Params._dummy(),
+        param_parent(),
         "predictBatchSize",
         "rows per prediction call in transform()",
         typeConverter=TypeConverters.toInt,

@@ -16,6 +16,7 @@ from typing import Any
 
 from pyspark.ml.param import Param, Params, TypeConverters
 
+from sparkdl.compat.spark import param_parent
 from sparkdl.config import TrainConfig, setting_docs, setting_fields
 from sparkdl.errors import ConfigError
 
@@ -67,19 +68,19 @@ class ColumnParams(Params):
     """Column Params shared by the estimator and the model."""
 
     featuresCol: Param[Any] = Param(
-        Params._dummy(),
+        param_parent(),
         "featuresCol",
         "feature column: an array or Vector column, a numeric column, or a list of numeric columns",
         typeConverter=TypeConverters.identity,
     )
     predictionCol: Param[str] = Param(
-        Params._dummy(),
+        param_parent(),
         "predictionCol",
         "output column of transform(): the model's output",
         typeConverter=TypeConverters.toString,
     )
     classCol: Param[str] = Param(
-        Params._dummy(),
+        param_parent(),
         "classCol",
         "if not empty, transform() also adds the arg-max class of the model's output "
         "as a double column of this name, as Spark's classifiers do",
@@ -94,21 +95,21 @@ class TrainingParams(ColumnParams):
     """The label column, every TrainConfig setting, and ``learningRate``."""
 
     labelCol: Param[Any] = Param(
-        Params._dummy(),
+        param_parent(),
         "labelCol",
         "label column: a numeric column, a numeric array or a Vector; a list or dict of "
         "them for a model with several outputs",
         typeConverter=TypeConverters.identity,
     )
     weightCol: Param[str] = Param(
-        Params._dummy(),
+        param_parent(),
         "weightCol",
         "if not empty, a numeric column of per-row weights (>= 0) for the loss and "
         "weighted metrics, as model.fit(sample_weight=...), on training and validation",
         typeConverter=TypeConverters.toString,
     )
     learningRate: Param[Any] = Param(
-        Params._dummy(),
+        param_parent(),
         "learningRate",
         "if set, overrides the learning rate of the compiled model's optimizer",
         typeConverter=TypeConverters.identity,
@@ -131,7 +132,7 @@ for _field in setting_fields():
         TrainingParams,
         SETTING_PARAMS[_field.name],
         Param(
-            Params._dummy(),
+            param_parent(),
             SETTING_PARAMS[_field.name],
             f"{_field.name}: {_DOCS[_field.name]}",
             typeConverter=TypeConverters.identity,

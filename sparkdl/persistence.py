@@ -35,7 +35,7 @@ from typing import Any
 from pyspark import SparkContext
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReader, MLWriter
 
-from sparkdl.compat.spark import hadoop_filesystem, read_all_bytes
+from sparkdl.compat.spark import hadoop_filesystem, read_all_bytes, reset_uid
 from sparkdl.errors import ModelError
 
 __all__ = [
@@ -247,7 +247,7 @@ class StageReader(MLReader):
             full = f"{path}/{name}"
             files[key] = read_bytes(sc, full) if exists(sc, full) else None
         instance = self.cls._from_persisted(files, self.loading, path)
-        instance._resetUid(metadata["uid"])
+        reset_uid(instance, metadata["uid"])
         DefaultParamsReader.getAndSetParams(instance, metadata)
         return instance
 

@@ -14,9 +14,9 @@ Example:
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
+from sparkdl.compat.mlflow import keras_autologging_on
 from sparkdl.errors import ConfigError
 
 __all__ = ["Tracker", "wanted"]
@@ -27,15 +27,9 @@ def wanted(mlflow_run: bool | str | None) -> bool:
     if mlflow_run is False:
         return False
     if mlflow_run is None:  # follow MLflow's Keras autologging switch
-        if "mlflow" not in sys.modules:
-            # Switching autologging on imports MLflow (so does Databricks at start);
-            # importing it here only to ask would cost every fit a second and more.
-            return False
-        try:
-            from mlflow.utils.autologging_utils import autologging_is_disabled
-        except ImportError:
-            return False
-        return not autologging_is_disabled("keras")
+        # Switching autologging on imports MLflow (so does Databricks at start); it is
+        # not imported here only to ask (that would cost every fit a second and more).
+        return keras_autologging_on()
     return True
 
 

@@ -12,9 +12,9 @@ modules loaded, or loading.
 A task does not hold its slot while its worker imports: it starts the import in a
 background thread of the worker and returns, so the fit's own first Spark job (the data
 checks, a JVM job) runs beside the imports instead of queueing behind them. The thread
-holds Python's global import lock (``_imp.acquire_lock()``) for the whole import, so
-every other thread of that worker that imports a module not yet loaded waits until it
-is done. Without that, a later task importing TensorFlow by another way in
+holds Python's global import lock (:func:`sparkdl.compat.imports.global_import_lock`)
+for the whole import, so every other thread of that worker that imports a module not
+yet loaded waits until it is done. Without that, a later task importing TensorFlow by another way in
 (``import keras`` in a pandas UDF, while ``sparkdl.executor.training`` is still
 loading) would race it: TensorFlow and Keras import each other in cycles, and Python
 then raises ``_DeadlockError``, or ``AttributeError`` on a partially initialized
@@ -44,7 +44,6 @@ Example:
 
 from __future__ import annotations
 
-import _imp
 import importlib
 import logging
 import os
@@ -56,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from sparkdl.compat.imports import global_import_lock, modules_hidden
 from sparkdl.tf_logs import TensorFlowLogs
 
 if TYPE_CHECKING:
@@ -209,11 +209,12 @@ def import_executor(module: str = _EXECUTOR_MODULE) -> None:
 
     Keras imports scikit-learn and matplotlib, when it finds them, for its sklearn
     wrappers and image galleries. While the import runs, those not yet loaded are
-    marked missing in ``sys.modules``, so Keras takes them as not installed (its
-    ``try: import sklearn / except ImportError`` path); the marks are removed after,
-    so later code of this worker imports them as usual. Keras's sklearn wrappers and
-    ``keras.visualization`` then do not work in this worker process (the driver is
-    untouched); pandas, which Keras's data adapters use, is imported as usual.
+    marked missing (:func:`sparkdl.compat.imports.modules_hidden`), so Keras takes them
+    as not installed (its ``try: import sklearn / except ImportError`` path); the marks
+    are removed after, so later code of this worker imports them as usual. Keras's
+    sklearn wrappers and ``keras.visualization`` then do not work in this worker process
+    (the driver is untouched); pandas, which Keras's data adapters use, is imported as
+    usual.
 
     Args:
         module: The module to import.
@@ -223,15 +224,8 @@ def import_executor(module: str = _EXECUTOR_MODULE) -> None:
     """
     if module in sys.modules:
         return
-    marked = [name for name in UNUSED_ON_WORKERS if name not in sys.modules]
-    for name in marked:
-        sys.modules[name] = None  # type: ignore[assignment]
-    try:
+    with modules_hidden(UNUSED_ON_WORKERS):
         importlib.import_module(module)
-    finally:
-        for name in marked:
-            if name in sys.modules and sys.modules[name] is None:
-                del sys.modules[name]
 
 
 def tensorflow_logs(sc: Any) -> TensorFlowLogs:
@@ -391,13 +385,11 @@ def _start_import(module: str, logs: TensorFlowLogs) -> threading.Thread:
 def _import_holding_lock(module: str, locked: threading.Event, logs: TensorFlowLogs) -> None:
     """Imports ``module`` holding the global import lock: no other thread of this
     process imports anything new until it is done (see the module docstring)."""
-    _imp.acquire_lock()
-    locked.set()
-    try:
-        logs.load(lambda: import_executor(module))
-        _imported[module] = True
-    except Exception:  # the fit's own import raises it again, in its task
-        _imported[module] = False
-        _log.debug("sparkdl warm-up import failed (ignored)", exc_info=True)
-    finally:
-        _imp.release_lock()
+    with global_import_lock():
+        locked.set()
+        try:
+            logs.load(lambda: import_executor(module))
+            _imported[module] = True
+        except Exception:  # the fit's own import raises it again, in its task
+            _imported[module] = False
+            _log.debug("sparkdl warm-up import failed (ignored)", exc_info=True)

@@ -9,7 +9,14 @@ through the Py4J handles of the ``SparkContext`` (``sc._jsc``, the JVM
 * :func:`run_empty_job`: a job with no task, which Spark records (with the thread's job
   group and description) without queueing it behind the training job's tasks;
 * :func:`hadoop_filesystem` and :func:`read_all_bytes`: Hadoop's ``FileSystem`` for a
-  path, through which a saved model reaches any store Spark can write to.
+  path, through which a saved model reaches any store Spark can write to;
+* :func:`status_store` and :func:`stage_tasks`: the driver's ``AppStatusStore`` (behind
+  Spark's UI), whose task list tells the parameter service which task attempts run.
+
+Two private members of PySpark's ``Params``, which every third-party stage uses because
+PySpark offers nothing public for them: :func:`param_parent` (``Params._dummy()``, the
+placeholder parent of a ``Param`` declared on a class) and :func:`reset_uid`
+(``Params._resetUid``, which a reader calls to give a loaded stage its saved uid).
 
 A failed Spark job reaches Python as a ``Py4JJavaError`` (or one of PySpark's captured
 exceptions) whose only structured content is its text: the Java message, with the
@@ -27,6 +34,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -37,11 +45,17 @@ __all__ = [
     "failure_summary",
     "hadoop_filesystem",
     "is_unsupported_barrier_chain",
+    "param_parent",
     "read_all_bytes",
+    "reset_uid",
     "retries_ran_out",
     "run_empty_job",
+    "stage_tasks",
+    "status_store",
     "task_slots",
 ]
+
+_log = logging.getLogger(__name__)
 
 
 def task_slots(sc: SparkContext) -> int:
@@ -126,6 +140,126 @@ def read_all_bytes(sc: SparkContext, stream: Any) -> bytes:
     """
     jvm: Any = sc._jvm
     return bytes(jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
+
+
+def status_store(sc: SparkContext) -> Any | None:
+    """The driver's ``AppStatusStore``, or ``None`` where it cannot be reached.
+
+    PySpark's ``StatusTracker`` lists jobs and stages but not their tasks, so this
+    reaches the Scala ``SparkContext.statusStore()`` (``private[spark]`` in Scala, public
+    in the bytecode) through ``sc._jsc.sc()``. Where that fails (Spark Connect, a Spark
+    without it), ``None``: the caller then runs without what it would have read.
+
+    Args:
+        sc: The SparkContext.
+
+    Returns:
+        A Py4J handle on ``org.apache.spark.status.AppStatusStore``, or ``None``.
+
+    Example:
+        >>> status_store(spark.sparkContext) is not None  # doctest: +SKIP
+        True
+    """
+    try:
+        return sc._jsc.sc().statusStore()
+    except Exception as exc:  # Spark Connect, or a Spark without it
+        _log.debug("Spark's status store is not reachable: %s", exc)
+        return None
+
+
+def stage_tasks(
+    store: Any, stage_id: int, stage_attempt: int, limit: int
+) -> list[tuple[int, int, str]]:
+    """The tasks of one stage attempt in the status store, newest first.
+
+    Reads ``AppStatusStore.taskList(stageId, stageAttemptId, maxTasks)``, a Scala
+    ``Seq`` of ``TaskData`` (``taskId``, ``partitionId``, ``status``).
+
+    Args:
+        store: What :func:`status_store` returned (not ``None``).
+        stage_id: The stage.
+        stage_attempt: The stage's attempt number.
+        limit: At most this many tasks.
+
+    Returns:
+        ``(task id, partition, status)`` per task, status as Spark's UI writes it
+        (``"RUNNING"``, ``"SUCCESS"``, ``"FAILED"``...).
+
+    Raises:
+        py4j.protocol.Py4JError: The store has changed shape (the caller handles it as
+            any Py4J trouble).
+
+    Example:
+        >>> stage_tasks(status_store(sc), 0, 0, 100)  # doctest: +SKIP
+        [(1, 1, 'SUCCESS'), (0, 0, 'SUCCESS')]
+    """
+    listed = store.taskList(stage_id, stage_attempt, limit)
+    tasks = []
+    for i in range(listed.length()):
+        task = listed.apply(i)
+        tasks.append((int(task.taskId()), int(task.partitionId()), str(task.status())))
+    return tasks
+
+
+def param_parent() -> Any:
+    """The placeholder parent of a ``Param`` declared on a class: ``Params._dummy()``.
+
+    PySpark's own stages declare their Params with it, and ``Params`` copies each to
+    the instance (with the instance as parent) when it is built; there is no public
+    spelling.
+
+    Returns:
+        PySpark's dummy ``Params`` instance.
+
+    Raises:
+        AttributeError: PySpark no longer has ``Params._dummy`` (with a message naming
+            this module).
+
+    Example:
+        >>> from pyspark.ml.param import Param
+        >>> Param(param_parent(), "featuresCol", "the features").parent
+        'undefined'
+    """
+    from pyspark.ml.param import Params
+
+    dummy = getattr(Params, "_dummy", None)
+    if dummy is None:
+        raise AttributeError(
+            "pyspark.ml.param.Params._dummy is gone in this PySpark; sparkdl's Params need "
+            "sparkdl/compat/spark.py updated."
+        )
+    return dummy()
+
+
+def reset_uid(stage: Any, uid: str) -> None:
+    """Gives a loaded stage (and its Params) the uid it was saved with:
+    ``Params._resetUid``, what PySpark's own ``DefaultParamsReader`` calls.
+
+    It also re-keys the stage's param maps (a ``Param`` hashes by its parent's uid),
+    which no public method does; so there is no fallback.
+
+    Args:
+        stage: A ``pyspark.ml.param.Params``.
+        uid: The saved uid.
+
+    Raises:
+        AttributeError: PySpark no longer has ``Params._resetUid`` (with a message naming
+            this module).
+
+    Example:
+        >>> from pyspark.ml.param.shared import HasInputCol
+        >>> stage = HasInputCol()
+        >>> reset_uid(stage, "Stage_saved")
+        >>> stage.uid, stage.inputCol.parent
+        ('Stage_saved', 'Stage_saved')
+    """
+    method = getattr(stage, "_resetUid", None)
+    if method is None:
+        raise AttributeError(
+            f"{type(stage).__name__} has no _resetUid in this PySpark; loading sparkdl's "
+            "stages needs sparkdl/compat/spark.py updated."
+        )
+    method(uid)
 
 
 def retries_ran_out(text: str) -> tuple[int, int, str] | None:

@@ -12,7 +12,8 @@ status store learns of a task start from its listener bus, a little after the ta
 starts, so the check asks again for up to :data:`CONFIRM_SECONDS`.
 
 It reads the driver's ``AppStatusStore`` through Py4J (``taskList``), the store behind
-Spark's UI and ``statusTracker``; where that is not reachable (Spark Connect), no
+Spark's UI and ``statusTracker``, by :func:`sparkdl.compat.spark.status_store` and
+:func:`~sparkdl.compat.spark.stage_tasks`; where that is not reachable (Spark Connect), no
 attempt can be checked, and the fit runs without the check (a warning says so).
 
 Example:
@@ -28,6 +29,8 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any
+
+from sparkdl.compat.spark import stage_tasks, status_store
 
 __all__ = ["CONFIRM_SECONDS", "AttemptCheck", "SparkAttempts"]
 
@@ -66,7 +69,7 @@ class SparkAttempts:
         self._sc = sc
         self._group = job_group
         self._timeout = timeout
-        self._store: Any = _status_store(sc) if sc is not None else None
+        self._store: Any = status_store(sc) if sc is not None else None
         self._lock = threading.Lock()
         self._tasks: dict[int, tuple[int, str]] = {}
         self._taken_at = -1.0
@@ -114,17 +117,8 @@ class SparkAttempts:
                     if stage is None:
                         continue
                     for stage_attempt in range(stage.currentAttemptId + 1):
-                        listed = store.taskList(stage_id, stage_attempt, _TASKS_PER_STAGE)
-                        for i in range(listed.length()):
-                            task = listed.apply(i)
-                            tasks[int(task.taskId())] = (int(task.partitionId()), task.status())
+                        listed = stage_tasks(store, stage_id, stage_attempt, _TASKS_PER_STAGE)
+                        for task_id, partition, status in listed:
+                            tasks[task_id] = (partition, status)
             self._tasks, self._taken_at = tasks, time.monotonic()
             return tasks
-
-
-def _status_store(sc: Any) -> Any:
-    try:
-        return sc._jsc.sc().statusStore()
-    except Exception as exc:  # Spark Connect, or a Spark without it
-        _log.debug("Spark's status store is not reachable; attempts are not checked: %s", exc)
-        return None

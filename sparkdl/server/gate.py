@@ -44,7 +44,6 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import logging
-import selectors
 import socket
 import ssl
 import threading
@@ -54,6 +53,7 @@ from typing import Any
 
 from cheroot import wsgi
 
+from sparkdl.compat.cheroot import append_unread, park_in_selector, unread_bytes, unread_size
 from sparkdl.server.transport import READ_BUFFER_BYTES, use_bulk_io
 
 __all__ = ["HEAD_SECONDS", "PEER_CAP", "UNTRUSTED_CAP", "GatedServer", "HeadGate"]
@@ -183,8 +183,7 @@ class HeadGate:
         conn.last_used = min(started + self.head_seconds - self.server.timeout, now)
         if not getattr(conn, "trusted", False):
             self._enlist(conn)
-        manager = self.server._connections
-        manager._selector.register(conn.socket.fileno(), selectors.EVENT_READ, data=conn)
+        park_in_selector(self.server, conn)
 
     def _enlist(self, conn: Any) -> None:
         peer = peer_key(getattr(conn, "remote_addr", None))
@@ -241,8 +240,7 @@ def peer_key(address: Any) -> str:
 
 def head_complete(rfile: Any, limit: int) -> bool:
     """Whether ``rfile``'s buffer holds a whole request head (or ``limit`` bytes)."""
-    state: Any = rfile  # _pyio.BufferedReader's buffer, which cheroot's stubs omit
-    data = state._read_buf[state._read_pos :]
+    data = unread_bytes(rfile)
     if data.startswith(_CRLF):  # cheroot skips one empty line before a request
         data = data[2:]
     return _HEAD_END in data or len(data) >= limit
@@ -271,7 +269,7 @@ def fill(conn: Any, limit: int) -> bool:
                 return False
             conn._tls_ready = True
         state: Any = conn.rfile
-        held = len(state._read_buf) - state._read_pos
+        held = unread_size(state)
         while held < limit:
             try:
                 data = sock.recv(min(limit - held, READ_BUFFER_BYTES))
@@ -299,11 +297,8 @@ def fill(conn: Any, limit: int) -> bool:
 
 
 def _append(state: Any, chunks: list[bytes]) -> None:
-    if not chunks:
-        return
-    with state._read_lock:
-        state._read_buf = state._read_buf[state._read_pos :] + b"".join(chunks)
-        state._read_pos = 0
+    if chunks:
+        append_unread(state, b"".join(chunks))
 
 
 def _evict(conn: Any) -> None:

@@ -41,6 +41,14 @@ import numpy as np
 from cheroot import makefile, server, wsgi
 from cheroot.ssl.builtin import BuiltinSSLAdapter
 
+from sparkdl.compat.cheroot import (
+    flush_unlocked,
+    reader_lock,
+    take_unread,
+    write_buffer,
+    writer_lock,
+)
+
 __all__ = [
     "BULK_BYTES",
     "LINGER_SECONDS",
@@ -132,13 +140,8 @@ class BulkReader(makefile.StreamReader):
         if size is None or size < BULK_BYTES:
             return super().read(size)
         view = memoryview(np.empty(size, dtype=np.uint8).data)
-        state: Any = self  # _pyio.BufferedReader's buffer, which cheroot's stubs omit
-        with state._read_lock:
-            buffered, pos = state._read_buf, state._read_pos
-            take = min(len(buffered) - pos, size)
-            view[:take] = buffered[pos : pos + take]
-            state._read_pos = pos + take
-            got = take
+        with reader_lock(self):
+            got = take_unread(self, view)
             while got < size:
                 n = self.raw.readinto(view[got:])
                 if not n:
@@ -168,25 +171,24 @@ class BulkWriter(makefile.StreamWriter):
     def uncork(self) -> None:
         """Sends what the cork held back."""
         self._corked = False
-        state: Any = self  # _pyio.BufferedWriter's buffer, which cheroot's stubs omit
-        with state._write_lock:
-            state._flush_unlocked()
+        with writer_lock(self):
+            flush_unlocked(self)
 
     def write(self, data: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         size = len(data)
-        state: Any = self
         if size < BULK_BYTES:
             if not self._corked:
                 return super().write(data, *args, **kwargs)
-            with state._write_lock:
-                state._write_buf.extend(data)
-                if len(state._write_buf) >= BULK_BYTES:
-                    state._flush_unlocked()
+            with writer_lock(self):
+                buffered = write_buffer(self)
+                buffered.extend(data)
+                if len(buffered) >= BULK_BYTES:
+                    flush_unlocked(self)
             self.bytes_written += size
             return size
         view = memoryview(data).cast("B")
-        with state._write_lock:
-            state._flush_unlocked()
+        with writer_lock(self):
+            flush_unlocked(self)
             for start in range(0, size, SEND_SLICE_BYTES):
                 self._sock.sendall(view[start : start + SEND_SLICE_BYTES])
         self.bytes_written += size

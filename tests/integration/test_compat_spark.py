@@ -23,6 +23,8 @@ from sparkdl.compat.spark import (
     read_all_bytes,
     retries_ran_out,
     run_empty_job,
+    stage_tasks,
+    status_store,
     task_slots,
 )
 
@@ -204,3 +206,42 @@ def test_unsupported_barrier_chain_is_recognised(spark) -> None:
         f"the text of a refused barrier stage: {str(exc)[:2000]}"
     )
     assert not is_unsupported_barrier_chain(ValueError("boom-123"))
+
+
+def test_status_store_lists_the_tasks_of_a_job_group(spark) -> None:
+    """What :class:`sparkdl.server.attempts.SparkAttempts` reads: each task's id,
+    partition and status, per stage attempt of the job group's stages."""
+    sc = spark.sparkContext
+    store = status_store(sc)
+    assert store is not None, changed("SparkContext.statusStore() (not reachable)")
+    tracker = sc.statusTracker()
+    group = f"sparkdl-compat-{uuid.uuid4().hex[:8]}"
+    sc.setJobGroup(group, "compat shape test")
+    try:
+        sc.parallelize(range(4), 2).map(lambda x: x).count()
+    finally:
+        sc.setJobDescription(None)  # type: ignore[arg-type]
+        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    deadline = time.monotonic() + 10  # the status store hears of tasks asynchronously
+    tasks: list[tuple[int, int, str]] = []
+    while time.monotonic() < deadline:
+        tasks = []
+        for job_id in tracker.getJobIdsForGroup(group):
+            job = tracker.getJobInfo(job_id)
+            for stage_id in job.stageIds if job else ():
+                stage = tracker.getStageInfo(stage_id)
+                assert stage is not None
+                for attempt in range(stage.currentAttemptId + 1):
+                    try:
+                        tasks += stage_tasks(store, stage_id, attempt, 100)
+                    except Py4JError as exc:
+                        pytest.fail(changed(f"AppStatusStore.taskList / TaskData ({exc})"))
+        if len(tasks) == 2 and all(status == "SUCCESS" for _, _, status in tasks):
+            break
+        time.sleep(0.05)
+    assert sorted(partition for _, partition, _ in tasks) == [0, 1], changed(
+        f"AppStatusStore.taskList: {tasks}"
+    )
+    assert all(isinstance(task_id, int) for task_id, _, _ in tasks)
+    assert len({task_id for task_id, _, _ in tasks}) == 2
+    assert {status for _, _, status in tasks} == {"SUCCESS"}, changed(f"TaskData.status: {tasks}")

@@ -3,7 +3,16 @@
 * ``http.client.HTTPConnection._send_output`` and ``_buffer``, overridden and read by
   :class:`sparkdl.compat.http_client.CoalescingConnection`;
 * cheroot's socket reader / writer, connection, request and WSGI gateway, subclassed by
-  :mod:`sparkdl.server.transport`, which reads their private ``_pyio`` buffers.
+  :mod:`sparkdl.server.transport`, and their private ``_pyio`` buffers and selector,
+  reached only through :mod:`sparkdl.compat.cheroot`;
+* Keras's ``_flatten_layers``, ``_compile_config`` and ``_learning_rate``
+  (:mod:`sparkdl.compat.keras`);
+* TensorFlow's eager ``_context_handle`` (:mod:`sparkdl.compat.tensorflow`);
+* CPython's ``_imp`` import lock and ``sys.modules`` marks (:mod:`sparkdl.compat.imports`);
+* MLflow's ``autologging_is_disabled`` (:mod:`sparkdl.compat.mlflow`);
+* PySpark's ``Params._dummy`` and ``_resetUid`` (:mod:`sparkdl.compat.spark`; the
+  internals that need a SparkSession are checked in
+  ``tests/integration/test_compat_spark.py``).
 
 Each failure names the dependency's version, what changed and the module to update.
 """
@@ -25,12 +34,18 @@ import pytest
 from cheroot import __version__ as cheroot_version
 from cheroot import makefile, server, wsgi
 
+from sparkdl.compat import cheroot as cheroot_compat
+from sparkdl.compat import imports as compat_imports
+from sparkdl.compat import keras as compat_keras
+from sparkdl.compat import mlflow as compat_mlflow
+from sparkdl.compat import spark as compat_spark
 from sparkdl.compat.http_client import COALESCE_BYTES, CoalescingConnection
 
 PYTHON = f"Python {sys.version.split()[0]}"
 CHEROOT = f"cheroot {cheroot_version}"
 HTTP_CLIENT_MODULE = "sparkdl/compat/http_client.py"
 TRANSPORT_MODULE = "sparkdl/server/transport.py"
+CHEROOT_MODULE = "sparkdl/compat/cheroot.py"
 
 
 def _http_client_changed(what: str) -> str:
@@ -38,7 +53,8 @@ def _http_client_changed(what: str) -> str:
 
 
 def _cheroot_changed(cls: str, attr: str, detail: str) -> str:
-    return f"{CHEROOT} changed {cls}.{attr} ({detail}); update {TRANSPORT_MODULE}"
+    module = CHEROOT_MODULE if attr.startswith("_") else TRANSPORT_MODULE
+    return f"{CHEROOT} changed {cls}.{attr} ({detail}); update {module}"
 
 
 def _require(obj: object, cls: str, attrs: list[str]) -> None:
@@ -358,3 +374,343 @@ def test_transport_classes_still_build_on_cheroot() -> None:
         (transport.BulkGateway, wsgi.Gateway_10),
     ]:
         assert issubclass(sub, base)
+
+
+# --- cheroot through sparkdl.compat.cheroot -------------------------------------------
+
+
+def test_compat_cheroot_reader_buffer(socket_pair) -> None:
+    """unread_bytes / unread_size / append_unread / take_unread on a real StreamReader."""
+    cls = "cheroot.makefile.StreamReader"
+    left, right = socket_pair
+    reader = makefile.StreamReader(right, "rb", 64)
+    try:
+        with cheroot_compat.reader_lock(reader):  # a context manager, as in _pyio
+            pass
+        assert cheroot_compat.unread_bytes(reader) == b""
+        cheroot_compat.append_unread(reader, b"GET / HTTP/1.1\r\n")
+        cheroot_compat.append_unread(reader, b"Host: h\r\n\r\n")
+        head = b"GET / HTTP/1.1\r\nHost: h\r\n\r\n"
+        if cheroot_compat.unread_bytes(reader) != head:
+            pytest.fail(_cheroot_changed(cls, "_read_buf", "appended bytes not read back"))
+        assert cheroot_compat.unread_size(reader) == len(head)
+        assert reader.has_data(), _cheroot_changed(cls, "_read_buf", "has_data ignores it")
+        assert reader.read(4) == b"GET ", _cheroot_changed(cls, "_read_buf", "read skips it")
+        assert cheroot_compat.unread_size(reader) == len(head) - 4
+        view = memoryview(bytearray(6))
+        with cheroot_compat.reader_lock(reader):
+            took = cheroot_compat.take_unread(reader, view)
+        assert took == 6 and bytes(view) == b"/ HTTP"
+        left.sendall(b"tail")
+        assert reader.read(len(head) - 10 + 4) == head[10:] + b"tail", _cheroot_changed(
+            cls, "_read_pos", "a read after take_unread returns the wrong bytes"
+        )
+        assert cheroot_compat.unread_size(reader) == 0
+    finally:
+        reader.close()
+
+
+def test_compat_cheroot_writer_buffer(socket_pair) -> None:
+    """writer_lock / write_buffer / flush_unlocked on a real StreamWriter."""
+    left, right = socket_pair
+    writer = makefile.StreamWriter(right, "wb", 64)
+    try:
+        with cheroot_compat.writer_lock(writer):
+            buffered = cheroot_compat.write_buffer(writer)
+            buffered.extend(b"corked")
+            left.setblocking(False)
+            with pytest.raises(BlockingIOError):  # held in the buffer: nothing sent yet
+                left.recv(64)
+            left.settimeout(5)
+            cheroot_compat.flush_unlocked(writer)
+        assert left.recv(64) == b"corked", _cheroot_changed(
+            "cheroot.makefile.StreamWriter", "_flush_unlocked", "the buffer was not sent"
+        )
+        assert not cheroot_compat.write_buffer(writer)
+    finally:
+        writer.close()
+
+
+def test_compat_cheroot_parks_a_connection_in_the_selector(socket_pair) -> None:
+    """park_in_selector registers the connection where cheroot's selector loop looks."""
+    http_server = wsgi.Server(("127.0.0.1", 0), lambda environ, start: [])
+    http_server.prepare()  # binds, builds the ConnectionManager, starts the pool
+    try:
+        _, right = socket_pair
+        conn = server.HTTPConnection(http_server, right)
+        cheroot_compat.park_in_selector(http_server, conn)
+        manager: Any = getattr(http_server, "_connections", None)
+        selector = getattr(manager, "_selector", None)
+        if selector is None or not hasattr(selector, "connections"):
+            pytest.fail(
+                _cheroot_changed("cheroot.server.HTTPServer", "_connections._selector", "gone")
+            )
+        parked = [c for _, c in selector.connections]
+        assert conn in parked, _cheroot_changed(
+            "cheroot.connections.ConnectionManager", "_selector", "register did not park it"
+        )
+        selector.unregister(right.fileno())
+    finally:
+        http_server.stop()
+
+
+def test_compat_cheroot_names_itself_when_an_internal_is_gone() -> None:
+    class Bare:
+        pass
+
+    for call in [
+        lambda: cheroot_compat.unread_bytes(Bare()),
+        lambda: cheroot_compat.unread_size(Bare()),
+        lambda: cheroot_compat.reader_lock(Bare()),
+        lambda: cheroot_compat.writer_lock(Bare()),
+        lambda: cheroot_compat.write_buffer(Bare()),
+        lambda: cheroot_compat.flush_unlocked(Bare()),
+        lambda: cheroot_compat.park_in_selector(Bare(), Bare()),
+    ]:
+        with pytest.raises(cheroot_compat.CherootChanged, match=CHEROOT_MODULE):
+            call()
+
+
+# --- Keras through sparkdl.compat.keras -----------------------------------------------
+
+KERAS_MODULE = "sparkdl/compat/keras.py"
+
+
+def _keras_changed(what: str) -> str:
+    import keras
+
+    return f"keras {keras.__version__} changed {what}; update {KERAS_MODULE}"
+
+
+def test_keras_flatten_layers_finds_nested_and_held_layers() -> None:
+    import keras
+
+    flatten = getattr(keras.layers.Layer, "_flatten_layers", None)
+    if not callable(flatten):
+        pytest.fail(_keras_changed("Layer._flatten_layers (gone)"))
+    params = list(inspect.signature(flatten).parameters)
+    assert params == ["self", "include_self", "recursive"], _keras_changed(
+        f"Layer._flatten_layers: parameters {params}"
+    )
+
+    class Holder(keras.layers.Layer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = keras.layers.Dense(2, name="held")
+
+        def call(self, x: Any) -> Any:
+            return self.inner(x)
+
+    inner = keras.Sequential([keras.Input((3,)), Holder()], name="inner")
+    outer = keras.Sequential([keras.Input((3,)), inner, keras.layers.Dense(1)], name="outer")
+    layers = compat_keras.flatten_layers(outer)
+    names = [layer.name for layer in layers]
+    assert layers[0] is outer, _keras_changed("Layer._flatten_layers: the model is not first")
+    assert "inner" in names and "held" in names, _keras_changed(
+        f"Layer._flatten_layers: nested or held layers missing from {names}"
+    )
+    assert len(names) == len(set(map(id, layers)))
+
+
+def test_keras_compile_arguments_are_the_live_objects() -> None:
+    import keras
+
+    class MyLoss(keras.losses.Loss):
+        def call(self, y_true: Any, y_pred: Any) -> Any:
+            return keras.ops.mean(keras.ops.square(y_true - y_pred), axis=-1)
+
+    loss = MyLoss()
+    metric = keras.metrics.MeanAbsoluteError()
+    net = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    assert compat_keras.compile_arguments(net) == {}  # not compiled
+    net.compile(optimizer="sgd", loss=loss, metrics=[metric])
+    config = getattr(getattr(net, "_compile_config", None), "config", None)
+    assert isinstance(config, dict), _keras_changed(
+        f"Trainer._compile_config.config: {type(config).__name__}, expected a dict"
+    )
+    args = compat_keras.compile_arguments(net)
+    assert args.get("loss") is loss, _keras_changed(
+        f"Trainer._compile_config: loss {args.get('loss')!r}, expected the object given"
+    )
+    assert args.get("metrics") == [metric]
+
+
+def test_keras_raw_learning_rate_keeps_a_schedule() -> None:
+    import keras
+
+    decay = keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.9)
+    scheduled = keras.optimizers.SGD(decay)
+    assert compat_keras.raw_learning_rate(scheduled) is decay, _keras_changed(
+        "BaseOptimizer._learning_rate: not the schedule the optimizer was given"
+    )
+
+    def by_step() -> float:
+        return 0.01
+
+    assert compat_keras.raw_learning_rate(keras.optimizers.Adam(by_step)) is by_step
+    fixed = compat_keras.raw_learning_rate(keras.optimizers.SGD(0.25))
+    assert isinstance(fixed, keras.Variable), _keras_changed(
+        f"BaseOptimizer._learning_rate: {type(fixed).__name__} for a fixed rate"
+    )
+    assert float(fixed) == pytest.approx(0.25)
+    assert compat_keras.raw_learning_rate(None) is None
+
+
+# --- a fresh process: TensorFlow's context, the import lock's effect on Keras ----------
+
+FRESH = """
+import json, sys
+from sparkdl.compat.imports import modules_hidden
+from sparkdl.compat.tensorflow import runtime_started
+facts = {"before_import": runtime_started()}
+with modules_hidden(["sklearn", "matplotlib"]) as hidden:
+    import keras
+facts["hidden"] = hidden
+facts["loaded"] = sorted(m for m in ("sklearn", "matplotlib") if sys.modules.get(m))
+facts["marks_left"] = sorted(m for m in ("sklearn", "matplotlib") if m in sys.modules)
+from tensorflow.python.eager import context
+facts["has_handle"] = hasattr(context.context(), "_context_handle")
+facts["imported"] = runtime_started()
+import tensorflow as tf
+tf.constant(1.0) + 1.0
+facts["started"] = runtime_started()
+print("FACTS " + json.dumps(facts))
+"""
+
+
+@pytest.fixture(scope="module")
+def fresh_process() -> dict[str, Any]:
+    import os
+    import subprocess
+
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": "tensorflow"}
+    done = subprocess.run(
+        [sys.executable, "-c", FRESH],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = [ln for ln in done.stdout.splitlines() if ln.startswith("FACTS ")][-1]
+    facts: dict[str, Any] = json.loads(line[len("FACTS ") :])
+    return facts
+
+
+def test_tensorflow_context_handle_tells_a_started_runtime(fresh_process) -> None:
+    import tensorflow as tf
+
+    changed = f"tensorflow {tf.__version__} changed %s; update sparkdl/compat/tensorflow.py"
+    assert fresh_process["has_handle"], changed % "context.context()._context_handle (gone)"
+    assert fresh_process["before_import"] is False
+    assert fresh_process["imported"] is False, changed % (
+        "_context_handle: set at import already (a warmed-up worker could not pick its GPU)"
+    )
+    assert fresh_process["started"] is True, changed % "_context_handle: unset after an op"
+
+
+def test_keras_imports_with_sklearn_and_matplotlib_hidden(fresh_process) -> None:
+    import keras
+
+    assert fresh_process["hidden"] == ["sklearn", "matplotlib"]
+    assert fresh_process["loaded"] == [], (
+        f"keras {keras.__version__} now needs {fresh_process['loaded']} at import (or no "
+        "longer catches their ImportError); update sparkdl/compat/imports.py and "
+        "sparkdl.warmup.UNUSED_ON_WORKERS"
+    )
+    assert fresh_process["marks_left"] == []
+
+
+# --- CPython's import machinery through sparkdl.compat.imports ------------------------
+
+
+def test_global_import_lock_holds_other_threads_imports(tmp_path, monkeypatch) -> None:
+    import _imp
+
+    assert callable(getattr(_imp, "acquire_lock", None)), f"{PYTHON}: _imp.acquire_lock gone"
+    assert callable(getattr(_imp, "release_lock", None)), f"{PYTHON}: _imp.release_lock gone"
+    (tmp_path / "sparkdl_lock_probe.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "sparkdl_lock_probe", raising=False)
+    done = threading.Event()
+
+    def other() -> None:
+        import sparkdl_lock_probe  # noqa: F401
+
+        done.set()
+
+    with compat_imports.global_import_lock() as held:
+        assert held is True and _imp.lock_held(), f"{PYTHON}: _imp.lock_held() is False"
+        thread = threading.Thread(target=other, daemon=True)
+        thread.start()
+        assert not done.wait(0.3), (
+            f"{PYTHON}: another thread imported a new module while the global import lock "
+            "was held; update sparkdl/compat/imports.py"
+        )
+    assert done.wait(10)
+    thread.join(5)
+    assert not _imp.lock_held()
+
+
+def test_modules_hidden_blocks_and_restores(monkeypatch) -> None:
+    import json as already
+
+    monkeypatch.delitem(sys.modules, "sparkdl_never_imported", raising=False)
+    with compat_imports.modules_hidden(["json", "sparkdl_never_imported"]) as hidden:
+        assert hidden == ["sparkdl_never_imported"]  # json stays: it is imported
+        with pytest.raises(ModuleNotFoundError):
+            import sparkdl_never_imported  # noqa: F401
+        import json as again
+
+        assert again is already
+    assert "sparkdl_never_imported" not in sys.modules
+
+
+# --- MLflow through sparkdl.compat.mlflow ---------------------------------------------
+
+
+def test_mlflow_autologging_switch_is_readable() -> None:
+    pytest.importorskip("mlflow")
+    import mlflow
+    from mlflow.utils import autologging_utils
+
+    changed = f"mlflow {mlflow.__version__} changed %s; update sparkdl/compat/mlflow.py"
+    check = getattr(autologging_utils, "autologging_is_disabled", None)
+    assert callable(check), changed % "autologging_utils.autologging_is_disabled (gone)"
+    params = list(inspect.signature(check).parameters)
+    assert params == ["integration_name"], changed % f"its parameters {params}"
+    disabled = check("keras")
+    assert isinstance(disabled, bool), changed % f"its answer {disabled!r}"
+    assert compat_mlflow.keras_autologging_on() is (not disabled)
+
+
+# --- PySpark's Params through sparkdl.compat.spark (no session) -----------------------
+
+
+def test_pyspark_params_dummy_and_reset_uid() -> None:
+    import pyspark
+    from pyspark.ml.param import Param, Params
+    from pyspark.ml.param.shared import HasInputCol
+
+    changed = f"pyspark {pyspark.__version__} changed %s; update sparkdl/compat/spark.py"
+    parent = compat_spark.param_parent()
+    assert isinstance(parent, Params) and parent.uid == "undefined", changed % (
+        f"Params._dummy(): {parent!r}"
+    )
+
+    class Stage(HasInputCol):
+        extra: Param[str] = Param(compat_spark.param_parent(), "extra", "a setting")
+
+        def __init__(self) -> None:
+            super().__init__()
+            self._setDefault(extra="x")
+
+    stage = Stage()
+    stage._set(inputCol="features")
+    compat_spark.reset_uid(stage, "Stage_saved")
+    assert stage.uid == "Stage_saved"
+    assert stage.extra.parent == "Stage_saved" and stage.inputCol.parent == "Stage_saved"
+    assert stage.getInputCol() == "features", changed % "Params._resetUid (param map lost)"
+    assert stage.getOrDefault(stage.extra) == "x", changed % "Params._resetUid (defaults)"
+    assert stage.hasParam("extra")

@@ -13,6 +13,7 @@ import ast
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import cloudpickle
 
@@ -198,3 +199,240 @@ def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
                             break
                     found.append(component)
     return found
+
+
+# --- dependency internals only in sparkdl/compat/ --------------------------------------
+
+PACKAGE = Path(__file__).resolve().parents[2] / "sparkdl"
+COMPAT = PACKAGE / "compat"
+#: Top-level modules of the dependencies whose internals may only be used in compat/.
+DEPENDENCIES = {
+    "cheroot",
+    "cloudpickle",
+    "cryptography",
+    "flask",
+    "jax",
+    "jaxlib",
+    "keras",
+    "mlflow",
+    "numpy",
+    "pandas",
+    "py4j",
+    "pyarrow",
+    "pyspark",
+    "tensorflow",
+    "tf_keras",
+    "werkzeug",
+}
+#: Packages that are private although their names have no leading underscore.
+PRIVATE_PACKAGES = (
+    "keras.src",
+    "tf_keras.src",
+    "tensorflow.python",
+    "tensorflow.core",
+    "mlflow.utils",
+)
+#: ``(file relative to sparkdl/, private name)`` left outside compat/ on purpose, and why.
+#: ``(file, name)`` of internals used outside compat/ on purpose, with the reason.
+KNOWN: dict[tuple[str, str], str] = {}
+_SELF = {"self", "cls"}
+_ATTRIBUTE_FUNCTIONS = {"getattr", "hasattr", "setattr", "delattr"}
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _private_module(module: str) -> bool:
+    """Whether importing ``module`` reaches a dependency's (or CPython's) internals."""
+    parts = module.split(".")
+    if parts[0] != "__future__" and parts[0].startswith("_"):
+        return True  # _imp, _pyio, _thread...: the interpreter's own internals
+    if parts[0] not in DEPENDENCIES:
+        return False
+    return any(p.startswith("_") for p in parts) or module.startswith(
+        tuple(f"{p}." for p in PRIVATE_PACKAGES) + PRIVATE_PACKAGES
+    )
+
+
+def _own_private_names(trees: list[ast.AST]) -> set[str]:
+    """Private names sparkdl itself defines (functions, classes, module / class
+    attributes, ``self._x`` / ``cls._x``): reading those is not reaching into a
+    dependency."""
+    own: set[str] = set()
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                own.add(node.name)
+            targets: list[ast.expr] = []
+            if isinstance(node, ast.Assign):
+                targets = list(node.targets)
+            elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+                targets = [node.target]
+            for target in targets:
+                for leaf in ast.walk(target):
+                    if isinstance(leaf, ast.Name):
+                        own.add(leaf.id)
+                    elif (
+                        isinstance(leaf, ast.Attribute)
+                        and isinstance(leaf.value, ast.Name)
+                        and leaf.value.id in _SELF
+                    ):
+                        own.add(leaf.attr)
+    return {name for name in own if _private(name)}
+
+
+def _root(node: ast.expr) -> str | None:
+    """The name an attribute chain starts from (``a`` in ``a.b().c[0].d``)."""
+    while True:
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, (ast.Attribute, ast.Subscript)):
+            node = node.value
+        elif isinstance(node, ast.Call):
+            node = node.func
+        else:
+            return None
+
+
+def _is_sys_modules(node: ast.expr) -> bool:
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "modules"
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "sys"
+    )
+
+
+def dependency_internals(tree: ast.AST, own: set[str]) -> list[tuple[int, str, str]]:
+    """``(line, private name, what)`` for each use of a dependency's internals in
+    ``tree``: a private module or name imported from a dependency, a private attribute
+    of a dependency's module (or of anything reached from it), a private attribute
+    sparkdl does not define (by ``.`` or ``getattr``), a write to ``sys.modules``."""
+    found: list[tuple[int, str, str]] = []
+    imported: set[str] = set()  # names bound to a dependency's modules or objects here
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if _private_module(alias.name):
+                    found.append((node.lineno, alias.name, "private module import"))
+                if alias.name.split(".")[0] in DEPENDENCIES:
+                    imported.add((alias.asname or alias.name).split(".")[0])
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if _private_module(node.module):
+                found.append((node.lineno, node.module, "private module import"))
+            if node.module.split(".")[0] in DEPENDENCIES:
+                for alias in node.names:
+                    if _private(alias.name):
+                        found.append((node.lineno, alias.name, f"private name of {node.module}"))
+                    imported.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)):
+            func = node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+            arg = node.args[0] if node.args else None
+            text = arg.value if isinstance(arg, ast.Constant) else None
+            if func in {"import_module", "__import__"} and _private_module(str(text or "")):
+                found.append((node.lineno, text, "private module import"))
+            if func in _ATTRIBUTE_FUNCTIONS and len(node.args) >= 2:
+                name = node.args[1]
+                if (
+                    isinstance(name, ast.Constant)
+                    and isinstance(name.value, str)
+                    and _private(name.value)
+                    and name.value not in own
+                ):
+                    found.append((node.lineno, name.value, f"{func}() of a private attribute"))
+            if (
+                isinstance(node.func, ast.Attribute)
+                and _is_sys_modules(node.func.value)
+                and node.func.attr in {"pop", "setdefault", "update", "clear", "popitem"}
+            ):
+                found.append((node.lineno, "sys.modules", f"sys.modules.{node.func.attr}()"))
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Subscript) and _is_sys_modules(target.value):
+                    found.append((node.lineno, "sys.modules", "sys.modules changed"))
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or not _private(node.attr):
+            continue
+        if isinstance(node.value, ast.Name) and node.value.id in _SELF:
+            continue  # sparkdl's own, or the protected API of a base class it extends
+        root = _root(node.value)
+        if root in imported:
+            found.append((node.lineno, node.attr, f"private attribute reached from {root}"))
+        elif node.attr not in own:
+            found.append((node.lineno, node.attr, "private attribute sparkdl does not define"))
+    return sorted(set(found))
+
+
+def _sources() -> dict[str, ast.AST]:
+    return {
+        str(path.relative_to(PACKAGE)): ast.parse(path.read_text(), str(path))
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if COMPAT not in path.parents
+    }
+
+
+def test_dependency_internals_are_reached_only_in_compat() -> None:
+    sources = _sources()
+    own = _own_private_names(list(sources.values()))
+    found = {
+        (file, line, name, what)
+        for file, tree in sources.items()
+        for line, name, what in dependency_internals(tree, own)
+    }
+    new = sorted(f for f in found if (f[0], f[2]) not in KNOWN)
+    assert not new, (
+        "A dependency's internals are used outside sparkdl/compat/. Move each into a small "
+        "function of sparkdl/compat/<dependency>.py (docstring: the internal, why no "
+        "public API does, the fallback) with a shape test in tests/unit/"
+        "test_compat_shapes.py. Found:\n"
+        + "\n".join(f"  sparkdl/{f}:{line}: {name} ({what})" for f, line, name, what in new)
+    )
+    stale = sorted(k for k in KNOWN if not any((f[0], f[2]) == k for f in found))
+    assert not stale, f"KNOWN lists internals that are gone, drop them: {stale}"
+
+
+def test_the_internals_guard_sees_what_it_must_and_nothing_else() -> None:
+    code = """
+import _imp
+import sys
+from keras.src.saving import serialization_lib
+from pyspark.sql.pandas.types import _create_converter
+import tensorflow.python.eager.context as context
+import tensorflow as tf
+from pyspark.ml.param import Params
+
+class Mine:
+    def __init__(self, model, sc, conn, rfile):
+        self._ok = 1
+        self._helper()
+        other = Mine()
+        other._ok                                   # sparkdl's own, defined above
+        model._flatten_layers()                     # 1
+        sc._jsc.sc()                                # 2
+        getattr(conn, "_tls_ready", True)           # 3
+        getattr(conn, "_ok", None)                  # sparkdl's own
+        tf.config._private                          # 4
+        Params._dummy()                             # 5
+        context.context()._context_handle           # 6
+        sys.modules["sklearn"] = None               # 7
+        del sys.modules["sklearn"]                  # 8
+        sys.modules.pop("sklearn")                  # 9
+        "x" in sys.modules and sys.modules.get("x") # reading is fine
+        rfile.__dict__, type(model).__name__        # dunders are fine
+
+    def _helper(self):
+        pass
+"""
+    tree = ast.parse(code)
+    found = dependency_internals(tree, _own_private_names([tree]))
+    names = [name for _, name, _ in found]
+    assert names.count("_imp") == 1
+    assert "keras.src.saving" in names and "tensorflow.python.eager.context" in names
+    assert "_create_converter" in names
+    for name in ["_flatten_layers", "_jsc", "_tls_ready", "_private", "_dummy", "_context_handle"]:
+        assert name in names, (name, found)
+    assert names.count("sys.modules") == 3
+    assert "_ok" not in names and "_helper" not in names
+    assert len(found) == 13, found
