@@ -34,7 +34,10 @@ from sparkdl.warmup import tensorflow_logs
 if TYPE_CHECKING:
     import keras
 
-__all__ = ["KerasModel"]
+__all__ = ["PREDICT_BATCH", "KerasModel"]
+
+#: Rows per model call in ``transform`` and ``evaluate`` unless told otherwise.
+PREDICT_BATCH = 1024
 
 
 class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLReadable):
@@ -84,12 +87,12 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         history: dict[str, list[float]] | None = None,
         custom_objects: bytes | None = None,
         fit_report: dict[str, Any] | None = None,
-        batch_size: int = 1024,
+        batch_size: int = PREDICT_BATCH,
         safe_mode: bool = False,
     ) -> None:
         super().__init__()
         self._set_column_defaults()
-        self._setDefault(predictBatchSize=1024)
+        self._setDefault(predictBatchSize=PREDICT_BATCH)
         features = features_col if isinstance(features_col, (str, dict)) else list(features_col)
         columns = {"features_col": features, "prediction_col": prediction_col}
         self._set(**split_settings(columns, {"featuresCol", "predictionCol"}))
@@ -116,7 +119,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         class_col: str = "",
         custom_objects: dict[str, Any] | None = None,
         safe_mode: bool | None = None,
-        batch_size: int = 1024,
+        batch_size: int = PREDICT_BATCH,
     ) -> KerasModel:
         """Wraps a model trained elsewhere for ``transform``, ``evaluate`` and Pipelines.
 
@@ -263,20 +266,16 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         )
         if weight is not None:
             data.check_weights(frame, str(weight_col))
-        return evaluation.evaluate_frame(
-            frame,
-            self._broadcast(dataset),
-            self._digest,
-            input_shapes=self.input_shapes,
-            label_kinds=[kind for _, kind in labels],
-            sparse=sparse,
-            custom_objects=self.custom_objects,
+        scoring = self._scoring(
+            dataset,
+            model,
+            sparse,
             batch_size=int(batch_size or self.getOrDefault("predictBatchSize")),
-            safe_mode=self.safe_mode,
+            label_kinds=[kind for _, kind in labels],
             weighted=weight is not None,
-            model=model,  # its metrics merge the partitions' states (reset by Keras anyway)
-            tf_logs=tensorflow_logs(dataset.sparkSession.sparkContext),
         )
+        # The driver's model merges the partitions' metric states (reset by Keras anyway).
+        return evaluation.evaluate_frame(frame, scoring, model=model)
 
     def copy(self, extra: dict[Any, Any] | None = None) -> KerasModel:
         """A copy with ``extra`` Params set; it shares the (immutable) model bytes."""
@@ -297,18 +296,15 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
             (name, len(shape) == 1 and shape[-1] == 1)
             for name, shape in zip(names, shapes, strict=True)
         ]
-        udf = predict.predict_udf(
-            self._broadcast(dataset),
-            self._digest,
-            self.input_shapes,
-            outputs=outputs,
+        scoring = self._scoring(
+            dataset,
+            model,
+            sparse,
             batch_size=int(self.getOrDefault("predictBatchSize")),
-            custom_objects=self.custom_objects,
-            sparse=sparse,
-            safe_mode=self.safe_mode,
-            tf_logs=tensorflow_logs(dataset.sparkSession.sparkContext),
+            outputs=outputs,
+            prediction=self.prediction_col,
         )
-        scored = dataset.withColumn(self.prediction_col, udf(*features))
+        scored = predict.transform_frame(dataset, features, scoring)
         class_col = str(self.getOrDefault("classCol"))
         if class_col and len(outputs) == 1:
             classes = predict.arg_max(scored[self.prediction_col], scalar=outputs[0][1])
@@ -320,6 +316,25 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         :func:`sparkdl.data.prepare`, without its look at the rows: scoring densifies one
         batch at a time, so it needs no Spark job to choose)."""
         return data.model_features(dataset, model, self.features_col, sample=False)
+
+    def _scoring(
+        self, dataset: DataFrame, model: Any, sparse: list[bool], **fields: Any
+    ) -> payload.ScoringPayload:
+        """What the scoring tasks get: the model as a broadcast, how to read the rows
+        and how Keras loads on the executors; ``fields``: the call's own."""
+        from sparkdl import keras_io
+
+        return payload.ScoringPayload(
+            model_bytes=self._broadcast(dataset),
+            digest=self._digest,
+            custom_objects=self.custom_objects,
+            input_shapes=self.input_shapes,
+            sparse_columns=sparse,
+            input_labels=[keras_io.input_label(model, i) for i in range(len(self.input_shapes))],
+            safe_mode=self.safe_mode,
+            tf_logs=tensorflow_logs(dataset.sparkSession.sparkContext),
+            **fields,
+        )
 
     def _broadcast(self, dataset: DataFrame) -> Any:
         """The model bytes as a broadcast of ``dataset``'s SparkContext (made once)."""

@@ -28,18 +28,23 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from sparkdl.plan import FitPlan
+    from sparkdl.tf_logs import TensorFlowLogs
 
 __all__ = [
+    "EVALUATION_SCHEMA",
     "FEATURES",
     "LABEL",
     "RESULT_SCHEMA",
     "VALIDATION",
     "WEIGHT",
     "Column",
+    "ScoringPayload",
     "WorkerPayload",
     "cached_columns",
+    "evaluate_function",
     "feature_name",
     "label_name",
+    "predict_function",
     "train_function",
 ]
 
@@ -52,6 +57,8 @@ VALIDATION = "__sparkdl_validation"
 WEIGHT = "__sparkdl_weight"
 #: Schema of the one row each worker returns: its id and its report as JSON.
 RESULT_SCHEMA = "worker int, report string"
+#: Schema of the one row each ``evaluate`` task returns: rows, logs and metric states.
+EVALUATION_SCHEMA = "rows long, logs string, states string"
 
 
 def feature_name(index: int) -> str:
@@ -197,3 +204,78 @@ def train_function(
         yield task.run(payload, batches)
 
     return train_partition
+
+
+@dataclass(frozen=True)
+class ScoringPayload:
+    """What ``transform`` and ``evaluate`` ship to their tasks, as plain values.
+
+    Attributes:
+        model_bytes: A Spark broadcast of the ``.keras`` archive bytes.
+        digest: Names this model version in each Python worker's model cache.
+        custom_objects: cloudpickled ``custom_objects`` dict, or ``None``.
+        input_shapes: Per-sample shape of each model input.
+        sparse_columns: Whether each feature column is ML vectors kept sparse.
+        input_labels: `` 'name'`` of each input for messages (empty: one input).
+        batch_size: Rows per model call.
+        safe_mode: Keras's safe mode for the executors' load.
+        tf_logs: How the executors load TensorFlow (:mod:`sparkdl.tf_logs`).
+        outputs: ``transform``: ``(column, scalar)`` per model output, in order; the
+            predictions replace or join the frame's columns under these names (a
+            struct of them for several outputs, named ``prediction``).
+        prediction: ``transform``: the column the predictions go to.
+        label_kinds: ``evaluate``: the kind of each output's label.
+        weighted: ``evaluate``: the frame has the :data:`WEIGHT` column.
+    """
+
+    model_bytes: Any
+    digest: str
+    custom_objects: bytes | None
+    input_shapes: list[tuple[int, ...]]
+    sparse_columns: list[bool]
+    input_labels: list[str]
+    batch_size: int
+    safe_mode: bool = False
+    tf_logs: TensorFlowLogs | None = None
+    outputs: list[tuple[str, bool]] = field(default_factory=list)
+    prediction: str = "prediction"
+    label_kinds: list[str] = field(default_factory=list)
+    weighted: bool = False
+
+    def columns(self) -> tuple[list[Column], list[Column], Column | None]:
+        """How the feature (and, to evaluate, label and weight) columns are read; an
+        array label's width comes from its rows."""
+        return cached_columns(
+            self.input_shapes,
+            self.sparse_columns,
+            self.label_kinds,
+            [0 if kind == "array" else 1 for kind in self.label_kinds],
+            self.weighted,
+        )
+
+
+def predict_function(
+    payload: ScoringPayload,
+) -> Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch]]:
+    """The function ``transform``'s ``mapInArrow`` runs: each record batch comes back
+    without the feature columns, with the predictions
+    (:func:`sparkdl.executor.scoring.predict`)."""
+
+    def predict_partition(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
+        scoring = importlib.import_module("sparkdl.executor.scoring")
+        yield from scoring.predict(payload, batches)
+
+    return predict_partition
+
+
+def evaluate_function(
+    payload: ScoringPayload,
+) -> Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch]]:
+    """The function ``evaluate``'s ``mapInArrow`` runs: one row of
+    :data:`EVALUATION_SCHEMA` per partition (:func:`sparkdl.executor.scoring.evaluate`)."""
+
+    def evaluate_partition(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
+        scoring = importlib.import_module("sparkdl.executor.scoring")
+        yield scoring.evaluate(payload, batches)
+
+    return evaluate_partition

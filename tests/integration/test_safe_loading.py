@@ -17,8 +17,9 @@ from pyspark.ml import PipelineModel
 
 from sparkdl import KerasModel, loading_options
 from sparkdl.errors import ModelError
+from sparkdl.executor.scoring import load_model
 from sparkdl.keras_io import model_to_bytes
-from sparkdl.predict import load_model
+from sparkdl.payload import ScoringPayload
 
 pytestmark = [pytest.mark.spark]
 
@@ -110,6 +111,9 @@ def test_executors_load_a_safe_stages_model_in_safe_mode() -> None:
     class Broadcast:
         value = model_to_bytes(_lambda_model())
 
+    def scoring(digest: str, safe_mode: bool) -> ScoringPayload:
+        return ScoringPayload(Broadcast(), digest, None, [(1,)], [], [""], 8, safe_mode=safe_mode)
+
     with pytest.raises(ModelError, match="safe mode"):
-        load_model(Broadcast(), "lambda-digest-safe", None, safe_mode=True)
-    assert load_model(Broadcast(), "lambda-digest-any", None, safe_mode=False) is not None
+        load_model(scoring("lambda-digest-safe", True))
+    assert load_model(scoring("lambda-digest-any", False)) is not None

@@ -11,13 +11,13 @@ import pytest
 from sparkdl.errors import ConfigError, SchemaError
 from sparkdl.executor.cache import (
     Budget,
-    Column,
     Csr,
     MemorySpool,
     PartitionCache,
     convert,
     epoch_batches,
 )
+from sparkdl.payload import Column
 
 X, Y, V = Column("x", "dense", 3), Column("y", "int", 1), Column("v", "sparse", 50)
 
@@ -205,30 +205,30 @@ def test_rows_of_another_width_are_refused() -> None:
         convert(pa.record_batch({"v": nulled}), [V])
 
 
-def test_dense_vectors_kept_sparse_are_scored_from_pandas() -> None:
-    """A pandas batch of DenseVectors only (no indices at all) still becomes CSR."""
-    import pandas as pd
+def test_dense_vectors_kept_sparse_are_scored_as_csr() -> None:
+    """A batch of DenseVectors only (no indices at all) still becomes CSR, as scoring
+    reads it."""
 
-    from sparkdl.predict import _csr
+    def vectors(types, sizes, indices, values):  # type: ignore[no-untyped-def]
+        return pa.record_batch(
+            {
+                "v": pa.StructArray.from_arrays(
+                    [
+                        pa.array(types, pa.int8()),
+                        pa.array(sizes, pa.int32()),
+                        pa.array(indices, pa.list_(pa.int32())),
+                        pa.array(values, pa.list_(pa.float64())),
+                    ],
+                    names=["type", "size", "indices", "values"],
+                )
+            }
+        )
 
-    frame = pd.DataFrame(
-        {
-            "type": [1, 1],
-            "size": [None, None],
-            "indices": [None, None],
-            "values": [np.array([1.0, 0.0, 2.0]), np.array([0.0, 3.0, 0.0])],
-        }
-    )
-    assert _csr(frame, 3).dense().tolist() == [[1, 0, 2], [0, 3, 0]]
-    mixed = pd.DataFrame(
-        {
-            "type": [0, 1],
-            "size": [3.0, float("nan")],
-            "indices": [np.array([2]), None],
-            "values": [np.array([5.0]), np.array([0.0, 3.0, 0.0])],
-        }
-    )
-    assert _csr(mixed, 3).dense().tolist() == [[0, 0, 5], [0, 3, 0]]
+    column = Column("v", "sparse", 3)
+    dense = vectors([1, 1], [None, None], [None, None], [[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]])
+    assert convert(dense, [column])["v"].dense().tolist() == [[1, 0, 2], [0, 3, 0]]
+    mixed = vectors([0, 1], [3, None], [[2], None], [[5.0], [0.0, 3.0, 0.0]])
+    assert convert(mixed, [column])["v"].dense().tolist() == [[0, 0, 5], [0, 3, 0]]
 
 
 class _Context:

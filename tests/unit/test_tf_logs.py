@@ -131,7 +131,7 @@ def test_tensorflow_loads_quietly_in_a_fresh_process(filtered: bool) -> None:
 
 def test_a_fresh_worker_loads_a_model_to_score_quietly(tmp_path) -> None:
     """transform's and evaluate's first model load in a fresh Python worker of a local
-    master (:func:`sparkdl.predict.load_model`) imports Keras with the filter on."""
+    master (:func:`sparkdl.executor.scoring.load_model`) imports Keras with the filter on."""
     import keras
 
     from sparkdl.keras_io import model_to_bytes
@@ -141,11 +141,14 @@ def test_a_fresh_worker_loads_a_model_to_score_quietly(tmp_path) -> None:
     path.write_bytes(model_to_bytes(model))
     code = (
         "import numpy as np\n"
-        "from sparkdl.predict import load_model\n"
+        "from sparkdl.executor.scoring import load_model\n"
+        "from sparkdl.payload import ScoringPayload\n"
         "from sparkdl.tf_logs import TensorFlowLogs\n"
         "class Broadcast:\n"
         f"    value = open({str(path)!r}, 'rb').read()\n"
-        "net = load_model(Broadcast(), 'd', None, tf_logs=TensorFlowLogs('3', filtered=True))\n"
+        "logs = TensorFlowLogs('3', filtered=True)\n"
+        "net = load_model(ScoringPayload(Broadcast(), 'd', None, [(3,)], [], [''], 8, "
+        "tf_logs=logs))\n"
         "print(net.predict(np.zeros((1, 3), np.float32), verbose=0).shape)\n"
     )
     env = {k: v for k, v in os.environ.items() if k != LEVEL_VARIABLE}

@@ -1,0 +1,268 @@
+"""Scoring on the executors: ``transform``'s predictions and ``evaluate``'s metrics.
+
+Both read a partition one way, as a fit reads its rows: Arrow record batches in, the
+rows' widths checked against the model's inputs (before the model loads, so a frame of
+the wrong width fails fast), the cache's conversion (:func:`~sparkdl.executor.cache.
+convert`: float32 rows, or CSR for sparse vectors), the model called one chunk of
+``batch_size`` rows at a time, and Arrow out: ``transform``'s predictions are built as
+Arrow arrays from numpy (nulls where a row has a null feature), never row by row.
+
+Each Python worker loads a model once and keeps it for later batches and tasks (a
+small LRU keyed by the model's digest); its first load imports Keras as the driver
+said (:mod:`sparkdl.tf_logs`).
+
+Example:
+    >>> import pyarrow as pa
+    >>> row_widths(pa.array([[1.0, 2.0], None, [3.0]])).tolist()
+    [2, 1]
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import json
+import threading
+import warnings
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from sparkdl.executor.cache import Block, Csr, convert, slice_block
+from sparkdl.keras_io import check_row_widths
+from sparkdl.payload import Column, ScoringPayload
+from sparkdl.tf_logs import TensorFlowLogs
+
+__all__ = ["check_widths", "evaluate", "load_model", "predict", "row_widths"]
+
+_CACHE_SIZE = 4
+_cache: OrderedDict[str, Any] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def predict(payload: ScoringPayload, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Each record batch without its feature columns, with the model's predictions.
+
+    Rows with a null feature get a null prediction. One output is a ``double``
+    (single-unit) or ``list<float>`` column named ``payload.prediction``; several are
+    a struct of them in that column.
+    """
+    inputs, _, _ = payload.columns()
+    names = {c.name for c in inputs}
+    model = None
+    for batch in batches:
+        present = _present(batch, inputs)
+        kept = batch if present.all() else batch.filter(pa.array(present))
+        check_widths(kept, inputs, payload)
+        predictions: list[np.ndarray] = []
+        if kept.num_rows:
+            model = load_model(payload) if model is None else model
+            predictions = _predict(model, convert(kept, inputs), inputs, payload)
+        columns = [
+            _output_array(predictions[j] if predictions else None, present, scalar)
+            for j, (_, scalar) in enumerate(payload.outputs)
+        ]
+        if len(columns) == 1:
+            column = columns[0]
+        else:
+            column = pa.StructArray.from_arrays(columns, names=[n for n, _ in payload.outputs])
+        rest = [n for n in batch.schema.names if n not in names]
+        out = batch.select(rest)
+        if payload.prediction in rest:
+            out = out.set_column(rest.index(payload.prediction), payload.prediction, column)
+        else:
+            out = out.append_column(payload.prediction, column)
+        yield out
+
+
+def evaluate(payload: ScoringPayload, batches: Iterable[pa.RecordBatch]) -> pa.RecordBatch:
+    """One row: the partition's row count, ``model.evaluate``'s logs and the metrics'
+    states (JSON), streamed one record batch at a time (the partition is never held)."""
+    rows, logs, states = _evaluate(payload, iter(batches))
+    return pa.RecordBatch.from_pydict(
+        {"rows": [rows], "logs": [json.dumps(logs)], "states": [json.dumps(states)]},
+        schema=pa.schema([("rows", pa.int64()), ("logs", pa.string()), ("states", pa.string())]),
+    )
+
+
+def check_widths(batch: pa.RecordBatch, inputs: Sequence[Column], payload: ScoringPayload) -> None:
+    """The fit's width checks on one record batch's feature columns: rows of another
+    width would be reshaped into other rows' predictions.
+
+    Raises:
+        SchemaError: Rows of unequal width, or a width that does not fill the input.
+    """
+    for column, shape, label in zip(
+        inputs, payload.input_shapes, payload.input_labels, strict=True
+    ):
+        widths = row_widths(batch.column(column.name))
+        if len(widths):
+            check_row_widths(int(widths.min()), int(widths.max()), tuple(shape), label)
+
+
+def row_widths(column: pa.Array) -> np.ndarray:
+    """Values per row of a feature column: list lengths, or ML vectors' sizes (nulls
+    left out)."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if pa.types.is_struct(column.type):
+        kinds = column.field("type").to_numpy(zero_copy_only=False)
+        lengths = column.field("values").value_lengths().to_numpy(zero_copy_only=False)
+        sizes = column.field("size").to_numpy(zero_copy_only=False)
+        widths = np.where(kinds == 1, lengths, sizes)
+    else:
+        widths = column.value_lengths().to_numpy(zero_copy_only=False)
+    valid = column.is_valid().to_numpy(zero_copy_only=False)
+    return np.asarray(widths, dtype=np.float64)[valid].astype(np.int64)
+
+
+def load_model(payload: ScoringPayload, *, compile: bool = False) -> Any:
+    """The payload's model, loaded once per Python worker and kept (LRU of 4); the
+    worker's first load imports Keras (and TensorFlow) as ``payload.tf_logs`` says."""
+    safe = payload.safe_mode
+    key = f"{payload.digest}:{'compiled' if compile else 'plain'}:{'safe' if safe else 'any'}"
+    with _cache_lock:
+        if key in _cache:
+            _cache.move_to_end(key)
+            return _cache[key]
+    import cloudpickle
+
+    (payload.tf_logs or TensorFlowLogs()).load(lambda: importlib.import_module("keras"))
+    from sparkdl.keras_io import model_from_bytes
+
+    custom = cloudpickle.loads(payload.custom_objects) if payload.custom_objects else None
+    model = model_from_bytes(payload.model_bytes.value, custom, compile=compile, safe_mode=safe)
+    with _cache_lock:
+        _cache[key] = model
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    return model
+
+
+def _present(batch: pa.RecordBatch, inputs: Sequence[Column]) -> np.ndarray:
+    """Which rows have every feature (not null)."""
+    mask = np.ones(batch.num_rows, bool)
+    for column in inputs:
+        mask &= batch.column(column.name).is_valid().to_numpy(zero_copy_only=False)
+    return mask
+
+
+def _predict(
+    model: Any, block: Block, inputs: Sequence[Column], payload: ScoringPayload
+) -> list[np.ndarray]:
+    """Predicts ``block`` in chunks of ``batch_size`` rows; one array per output, one
+    row per block row. A CSR input becomes a ``tf.SparseTensor`` (a sparse model input)
+    or dense rows one chunk at a time."""
+    from sparkdl.keras_io import sparse_inputs
+
+    takes_sparse = sparse_inputs(model) or [False] * len(inputs)
+    rows = len(block[inputs[0].name])
+    chunks: list[list[np.ndarray]] = [[] for _ in payload.outputs]
+    for start in range(0, rows, payload.batch_size):
+        stop = min(start + payload.batch_size, rows)
+        piece = slice_block(block, start, stop)
+        xs = []
+        for column, shape, sparse in zip(inputs, payload.input_shapes, takes_sparse, strict=True):
+            x = piece[column.name]
+            if isinstance(x, Csr):
+                xs.append(_sparse_tensor(x) if sparse else x.dense().reshape((-1, *shape)))
+            else:
+                xs.append(x.reshape((-1, *shape)))
+        out = model.predict_on_batch(xs[0] if len(xs) == 1 else xs)
+        values = list(out.values()) if isinstance(out, dict) else out
+        values = values if isinstance(values, (list, tuple)) else [values]
+        for acc, value in zip(chunks, values, strict=True):
+            acc.append(np.asarray(value).reshape(stop - start, -1))
+    return [np.concatenate(acc) for acc in chunks]
+
+
+def _output_array(values: np.ndarray | None, present: np.ndarray, scalar: bool) -> pa.Array:
+    """One output's predictions for every row of a batch (null where not ``present``):
+    a ``double`` per row, or a ``list<float>``."""
+    if scalar:
+        full = np.zeros(len(present), np.float64)
+        if values is not None:
+            full[present] = values[:, 0]
+        return pa.array(full, pa.float64(), mask=~present)
+    width = values.shape[1] if values is not None else 0
+    offsets = np.zeros(len(present) + 1, np.int32)
+    np.cumsum(np.where(present, width, 0), out=offsets[1:])
+    flat = (
+        values.astype(np.float32, copy=False).reshape(-1)
+        if values is not None
+        else np.zeros(0, np.float32)
+    )
+    return pa.ListArray.from_arrays(
+        pa.array(offsets, pa.int32()), pa.array(flat, pa.float32()), mask=pa.array(~present)
+    )
+
+
+def _sparse_tensor(rows: Csr) -> Any:
+    import tensorflow as tf
+
+    indices, values = rows.coo()
+    return tf.SparseTensor(indices, values, (len(rows), rows.width))
+
+
+def _evaluate(
+    payload: ScoringPayload, batches: Iterator[pa.RecordBatch]
+) -> tuple[int, dict[str, float], dict[str, Any]]:
+    """``(rows, logs, states)`` of ``model.evaluate`` over one partition's record
+    batches: its metrics' variables and the label shapes it fed."""
+    first = next((b for b in batches if b.num_rows), None)
+    if first is None:
+        return 0, {}, {}
+    inputs, outputs, weight = payload.columns()
+    check_widths(first, inputs, payload)
+    model = load_model(payload, compile=True)  # a worker's first load imports Keras
+    from sparkdl import keras_io
+    from sparkdl.executor.feed import Feed
+    from sparkdl.metric_states import MetricStates
+
+    takes_sparse = keras_io.sparse_inputs(model) or [False] * len(inputs)  # subclassed: none
+    # Each array label takes its output's shape (its width read from the first batch).
+    output_shapes = [
+        keras_io.label_shape(model, "array", _first_width(first, c.name), j)
+        if c.kind == "dense"
+        else ()
+        for j, c in enumerate(outputs)
+    ]
+    feed = Feed(
+        None,
+        inputs,
+        payload.input_shapes,
+        takes_sparse,
+        outputs,
+        payload.batch_size,
+        weight,
+        output_shapes,
+    )
+    rows = 0
+
+    def blocks() -> Iterator[Any]:
+        nonlocal rows
+        for batch in itertools.chain([first], batches):
+            check_widths(batch, inputs, payload)
+            block = convert(batch, [*inputs, *outputs, *([weight] if weight else [])])
+            rows += batch.num_rows
+            for lo in range(0, batch.num_rows, payload.batch_size):
+                yield feed.structure(slice_block(block, lo, lo + payload.batch_size))
+
+    data = feed.stream(blocks)
+    with warnings.catch_warnings():  # a stream's length is unknown until it ends
+        warnings.filterwarnings("ignore", message="Your input ran out of data")
+        result = model.evaluate(data, verbose=0, return_dict=True)
+    states = {
+        "variables": MetricStates.read(model),
+        "label_shapes": [list(shape) for shape in output_shapes],
+    }
+    return rows, {str(k): float(v) for k, v in result.items()}, states
+
+
+def _first_width(first: pa.RecordBatch, name: str) -> int:
+    """Values of the first row's array label in a batch."""
+    lengths = first.column(name).value_lengths()
+    return int(lengths[0].as_py() or 0) if len(lengths) else 0
