@@ -6,7 +6,11 @@ service closes (at most once every 0.1 s each). Meanwhile an authenticated clien
 measures round trips: ``GET /status`` and a small asynchronous push with its answer,
 on a kept-alive connection and on a new connection each time (as a worker that
 retries). Every figure is printed beside the same measurement without the attack, and
-beside cheroot without the gate (``--ungated``: what the service did before).
+beside cheroot without the gate (``--ungated``: what the service did before), and
+beside waitress serving the same Flask app (``--waitress``): waitress reads every
+request asynchronously before a thread sees it, with its ``connection_limit`` and
+``channel_timeout`` set to the gate's bounds (:data:`sparkdl.server.gate.UNTRUSTED_CAP`
+connections, :data:`sparkdl.server.gate.HEAD_SECONDS`; waitress has no per-peer cap).
 
 The service runs in this process on 127.0.0.1, as a fit runs it. ``--fit`` also
 trains digits on ``local[2]`` with the attack on the fit's port, and prints whether
@@ -15,6 +19,7 @@ and when it completed.
 Run:
     .venv/bin/python benchmarks/idle_connections.py                 # 256 idle, 256 trickle
     .venv/bin/python benchmarks/idle_connections.py --ungated --requests 50
+    .venv/bin/python benchmarks/idle_connections.py --waitress --requests 100
     .venv/bin/python benchmarks/idle_connections.py --fit-only      # the fit alone
 """
 
@@ -24,12 +29,13 @@ import argparse
 import contextlib
 import json
 import os
+import secrets
 import selectors
 import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +45,14 @@ from cheroot import wsgi
 
 from sparkdl.server import service as service_module
 from sparkdl.server import wire
-from sparkdl.server.service import ParameterService
+from sparkdl.server.app import create_app, max_body_bytes
+from sparkdl.server.gate import HEAD_SECONDS, UNTRUSTED_CAP, HeadGate
+from sparkdl.server.service import (
+    MAX_HEADER_BYTES,
+    RESERVED_THREADS,
+    SERVER_NAME,
+    ParameterService,
+)
 from sparkdl.server.store import WeightStore
 from sparkdl.server.transport import use_bulk_io
 from sparkdl.sync.merges import Delta
@@ -229,9 +242,30 @@ def round_trips(url: str, token: str, *, requests: int, fresh: bool, push: bool)
     return result
 
 
+#: The servers :func:`service` can run: the service as shipped, cheroot with bulk I/O
+#: and no gate, waitress serving the same Flask app.
+SERVERS = ("gated", "cheroot", "waitress")
+
+
+@dataclass
+class Served:
+    """A running service: what the measurements need of it."""
+
+    url: str
+    port: int
+    token: str
+    gate: HeadGate | None = None
+
+
 @contextlib.contextmanager
-def service(*, gated: bool = True) -> Iterator[ParameterService]:
-    """A service for a small model, two asynchronous workers, worker 0 joined."""
+def service(*, gated: bool = True, server: str | None = None) -> Iterator[Served]:
+    """A service for a small model, two asynchronous workers, worker 0 joined.
+
+    Args:
+        gated: The service as shipped (else cheroot without the gate).
+        server: One of :data:`SERVERS` (overrides ``gated``).
+    """
+    server = server or ("gated" if gated else "cheroot")
     store = WeightStore(
         [np.zeros(shape, np.float32) for shape in SHAPES],
         num_workers=2,
@@ -239,8 +273,69 @@ def service(*, gated: bool = True) -> Iterator[ParameterService]:
         mode=Asynchronous(),
     )
     store.join(0, rows=1000, wait=0.0)
-    with _server_class(gated), ParameterService(store, host="127.0.0.1") as running:
-        yield running
+    if server == "waitress":
+        with waitress_service(store) as running:
+            yield running
+        return
+    with _server_class(server == "gated"), ParameterService(store, host="127.0.0.1") as shipped:
+        yield Served(shipped.url, shipped.port, shipped.token, shipped.gate)
+
+
+@contextlib.contextmanager
+def waitress_service(store: WeightStore) -> Iterator[Served]:
+    """waitress serving the service's Flask app, with the service's bounds.
+
+    The same threads, long-poll slots, header and body bounds and ``Server`` name as
+    :class:`ParameterService`; ``connection_limit`` = the gate's cap on connections
+    without the token, ``channel_timeout`` = its head deadline (waitress closes a
+    connection without a complete request once it was silent that long), checked every
+    second.
+    """
+    from waitress.server import create_server
+
+    token = secrets.token_urlsafe(32)
+    threads = max(8, 2 * store.num_workers + RESERVED_THREADS)
+    slots = max(threads - RESERVED_THREADS, store.num_workers + 1)
+    server = create_server(
+        _bytes_chunks(create_app(store, token, wait_slots=slots)),
+        host="127.0.0.1",
+        port=0,
+        threads=threads,
+        connection_limit=UNTRUSTED_CAP,
+        channel_timeout=int(HEAD_SECONDS),
+        cleanup_interval=1,
+        max_request_header_size=MAX_HEADER_BYTES,
+        max_request_body_size=max_body_bytes(store),
+        backlog=1024,
+        ident=SERVER_NAME,
+    )
+    thread = threading.Thread(target=server.run, name="waitress", daemon=True)
+    thread.start()
+    port = int(server.effective_port)  # type: ignore[union-attr]
+    try:
+        yield Served(f"http://127.0.0.1:{port}", port, token)
+    finally:
+        store.abort("the benchmark ended")
+        server.task_dispatcher.shutdown()
+        for channel in list(server._map.values()):  # the loop ends once its map is empty
+            with contextlib.suppress(Exception):
+                channel.close()
+        thread.join(timeout=5)
+
+
+def _bytes_chunks(app: Any) -> Callable[..., Iterable[bytes]]:
+    """``app`` answering ``bytes`` chunks: waitress counts a chunk's ``len``, which is not
+    its size in bytes for the service's array views."""
+
+    def wsgi_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        chunks = app(environ, start_response)
+        try:
+            return [b"".join(bytes(memoryview(c).cast("B")) for c in chunks)]
+        finally:
+            if hasattr(chunks, "close"):
+                chunks.close()
+
+    return wsgi_app
 
 
 def main() -> None:
@@ -249,6 +344,7 @@ def main() -> None:
     parser.add_argument("--trickle", type=int, default=256)
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--ungated", action="store_true", help="also cheroot without the gate")
+    parser.add_argument("--waitress", action="store_true", help="also waitress, same Flask app")
     parser.add_argument("--fit", action="store_true", help="also a digits fit under attack")
     parser.add_argument("--fit-only", action="store_true", help="only the fit under attack")
     args = parser.parse_args()
@@ -257,20 +353,22 @@ def main() -> None:
         return
     loads = [("none", 0, 0), ("idle", args.idle, 0), ("trickle", 0, args.trickle)]
     loads.append(("idle+trickle", args.idle, args.trickle))
-    variants = [True, False] if args.ungated else [True]
+    variants = ["gated"] + ["cheroot"] * args.ungated + ["waitress"] * args.waitress
     print(
-        f"{'server':8} {'attack':13} {'held':>5} {'evicted':>7} {'request':18} "
+        f"{'server':8} {'attack':13} {'held':>5} {'evicted':>7} {'closed':>7} {'request':18} "
         f"{'p50 ms':>8} {'p99 ms':>8} {'failed':>9}"
     )
-    for gated in variants:
-        for name, idle, trickle in loads:
-            _measure(gated, name, idle, trickle, args.requests)
+    # The servers alternate within each load, so a busy machine weighs on all alike.
+    for name, idle, trickle in loads:
+        for server in variants:
+            _measure(server, name, idle, trickle, args.requests)
     if args.fit:
         _fit_under_attack(args.idle, args.trickle)
 
 
-def _measure(gated: bool, name: str, idle: int, trickle: int, requests: int) -> None:
-    with service(gated=gated) as running:
+def _measure(server: str, name: str, idle: int, trickle: int, requests: int) -> None:
+    """One load against one server; ``closed``: the attack's connections it closed."""
+    with service(server=server) as running:
         siege = Siege("127.0.0.1", running.port, idle=idle, trickle=trickle)
         with siege if idle + trickle else contextlib.nullcontext():
             time.sleep(1.0 if idle + trickle else 0)
@@ -286,7 +384,8 @@ def _measure(gated: bool, name: str, idle: int, trickle: int, requests: int) -> 
                 held = gate.held_max if gate else siege.figures.held_max
                 evicted = gate.evicted if gate else 0
                 print(
-                    f"{'gated' if gated else 'cheroot':8} {name:13} {held:5d} {evicted:7d} "
+                    f"{server:8} {name:13} {held:5d} {evicted:7d} "
+                    f"{siege.figures.closed_by_service:7d} "
                     f"{label:18} {1000 * trips.quantile(0.5):8.2f} "
                     f"{1000 * trips.quantile(0.99):8.2f} "
                     f"{trips.failures:3d}/{len(trips.seconds):<5d}",

@@ -13,6 +13,10 @@ The plain socket sends the same number of bytes each way with ``sendall`` /
 * ``sparkdl sync``: the same, synchronous average with one worker.
 * ``urllib3 client``: the shipped service, with a pooled urllib3 client instead of
   sparkdl's keep-alive client (urllib3 hands the body over as ``bytes``).
+* ``urllib3 + Retry``: the same, with urllib3's ``Retry`` set as sparkdl's client
+  retries (5 retries of any method on connection errors and 5xx, backoff 0.1 s doubling
+  up to 5 s) and the answer read into one numpy buffer (``readinto``), as sparkdl's
+  client reads it: what replacing the client's hand-written retries would cost.
 * ``cheroot (stock)`` / ``waitress``: the same Flask app and client on other servers
   (waitress with its receive size and spill-to-disk thresholds raised for big bodies).
 * ``sparkdl async x8``: 8 client processes at once, aggregate figures.
@@ -64,6 +68,7 @@ def main() -> None:
             ("sparkdl async TLS", "asynchronous", _sparkdl_tls, "sparkdl-tls"),
             ("sparkdl sync", "synchronous", _sparkdl, "sparkdl"),
             ("urllib3 client", "asynchronous", _sparkdl, "urllib3"),
+            ("urllib3 + Retry", "asynchronous", _sparkdl, "urllib3-retry"),
             ("cheroot (stock)", "asynchronous", _stock_cheroot, "sparkdl"),
             ("waitress", "asynchronous", _waitress, "sparkdl"),
         ]
@@ -134,8 +139,8 @@ def _service_client(
 ) -> list[float]:
     weights = _model(n)
     version = 0
-    if client == "urllib3":
-        return _urllib3_client(url, weights, seconds, worker)
+    if client.startswith("urllib3"):
+        return _urllib3_client(url, weights, seconds, worker, retry=client == "urllib3-retry")
     from sparkdl.server.client import ServiceClient
 
     service = ServiceClient(url, "token", worker=worker, tls_cert=pem)
@@ -152,11 +157,22 @@ def _service_client(
 
 
 def _urllib3_client(
-    url: str, weights: list[np.ndarray], seconds: float, worker: int
+    url: str, weights: list[np.ndarray], seconds: float, worker: int, *, retry: bool = False
 ) -> list[float]:
     import urllib3
 
-    pool = urllib3.connection_from_url(url, maxsize=1, retries=False, timeout=60)
+    retries: Any = False
+    if retry:  # as sparkdl's ServiceClient(retries=5, backoff=0.1)
+        retries = urllib3.Retry(
+            total=5,
+            backoff_factor=0.1,
+            backoff_max=5.0,
+            backoff_jitter=0.05,
+            status_forcelist=range(500, 600),
+            allowed_methods=None,  # every method: a push is idempotent (worker, seq)
+            raise_on_status=False,
+        )
+    pool = urllib3.connection_from_url(url, maxsize=1, retries=retries, timeout=60)
     seq = 0
     version = 0
     join = json.dumps({"worker": worker, "rows": 1, "attempt": 0})
@@ -173,8 +189,24 @@ def _urllib3_client(
             "Content-Type": wire.CONTENT_TYPE,
             "Content-Length": str(sum(memoryview(c).nbytes for c in chunks)),
         }
-        response = pool.urlopen("POST", "/push", body=chunks, headers=headers)
-        _, answer = wire.decode(response.data)
+        if not retry:
+            response = pool.urlopen("POST", "/push", body=chunks, headers=headers)
+            _, answer = wire.decode(response.data)
+            version = answer["version"]
+            return
+        response = pool.urlopen(
+            "POST", "/push", body=chunks, headers=headers, preload_content=False
+        )
+        length = int(response.headers["Content-Length"])
+        view = memoryview(np.empty(length, dtype=np.uint8).data)
+        got = 0
+        while got < length:
+            n = response.readinto(view[got:])
+            if not n:
+                raise ConnectionError("answer cut short")
+            got += n
+        response.release_conn()
+        _, answer = wire.decode(view)
         version = answer["version"]
 
     try:

@@ -7,6 +7,9 @@ and retries connection errors and 5xx answers with exponential backoff. Pushes c
 the worker id, a sequence number and the task attempt, so a retried push is applied
 once and a zombie attempt is refused.
 
+urllib3's ``Retry`` would do the same retries, but only inside urllib3's pool, measured
+slower (``docs/benchmarks/service.md``, "Why a hand-written transport").
+
 Example:
     >>> import numpy as np
     >>> from sparkdl.server.service import ParameterService

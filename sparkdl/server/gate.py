@@ -10,6 +10,11 @@ connection goes to the pool only when its request line and headers are all in (o
 than the header bound arrived, which cheroot then refuses). A thread is therefore only
 ever busy with a request it can parse at once.
 
+waitress, which reads requests before a thread sees them, was measured in its place
+(``docs/benchmarks/service.md``, "Why a hand-written transport"): slower by 2-3x, no
+TLS, and locked out by one peer at its ``connection_limit``; it does hold no thread for a
+stalled body, which this gate does not cover.
+
 Bounds on what waits at the gate:
 
 - A head must arrive whole within :data:`HEAD_SECONDS` of the connection's accept (TLS
