@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from sparkdl.compat.spark import task_slots
 from sparkdl.config import TrainConfig
 from sparkdl.errors import ClusterError
+from sparkdl.plan import DEFAULT_CACHE_BUDGET
 from sparkdl.sync.modes import mode_class
 
 if TYPE_CHECKING:
@@ -29,10 +30,6 @@ __all__ = [
     "task_cpus",
     "task_slots",
 ]
-
-#: Bytes of its partition a worker keeps in memory under ``data_cache="auto"`` when
-#: ``spark.executor.pyspark.memory`` is not set.
-DEFAULT_CACHE_BUDGET = 1 << 30
 
 
 def parse_local_master(master: str) -> bool:

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkdl.errors import ConfigError
+from sparkdl.server.client import DEFAULT_RETRIES, DEFAULT_TIMEOUT
+from sparkdl.server.rounds import DEFAULT_ROUND_TIMEOUT
 from sparkdl.sync.codecs import resolve_codec
 from sparkdl.sync.merges import STALENESS, merge_class
 from sparkdl.sync.modes import MODES, Synchronous, mode_class
@@ -202,9 +204,9 @@ class RunConfig:
 class FailureConfig:
     """How long to wait and how often to retry."""
 
-    request_timeout: float = 60.0
-    round_timeout: float = 3600.0
-    request_retries: int = 5
+    request_timeout: float = DEFAULT_TIMEOUT
+    round_timeout: float = DEFAULT_ROUND_TIMEOUT
+    request_retries: int = DEFAULT_RETRIES
 
     def __post_init__(self) -> None:
         _positive_number("request_timeout", self.request_timeout)

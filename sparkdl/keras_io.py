@@ -343,9 +343,7 @@ def check_labels(
     label_shape(model, kind, label_width, index)  # array labels must fill the output
     if len(outputs) != 1:
         return  # per-output losses: only the widths are checked
-    loss = model.loss
-    name = loss if isinstance(loss, str) else type(loss).__name__
-    sparse = kind != "array" and name in _SPARSE_LOSSES and units is not None
+    sparse = kind != "array" and _sparse_loss(model, index) and units is not None
     low, high = label_min, label_max
     if sparse and low is not None and high is not None and (low < 0 or high > units - 1):
         raise SchemaError(
@@ -414,7 +412,7 @@ def _sparse_loss(model: Any, index: int) -> bool:
     elif isinstance(loss, (list, tuple)):
         loss = loss[index] if index < len(loss) else None
     name = loss if isinstance(loss, str) else getattr(loss, "__name__", type(loss).__name__)
-    return name in _SPARSE_LOSSES or name == "sparse_categorical_crossentropy"
+    return name in _SPARSE_LOSSES
 
 
 def _output_label(model: Any, index: int) -> str:

@@ -31,7 +31,11 @@ from sparkdl.tf_logs import TensorFlowLogs
 if TYPE_CHECKING:
     from sparkdl.config import TrainConfig
 
-__all__ = ["FitPlan", "format_resolved"]
+__all__ = ["DEFAULT_CACHE_BUDGET", "FitPlan", "format_resolved"]
+
+#: Bytes of its partition a worker keeps in memory under ``data_cache="auto"`` when
+#: nothing caps Python's memory (:func:`sparkdl.cluster.cache_budget` resolves it).
+DEFAULT_CACHE_BUDGET = 1 << 30
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,7 +99,7 @@ class FitPlan:
     port: int
     service_tls: bool = False
     data_cache: str = "auto"
-    cache_budget: int = 1 << 30
+    cache_budget: int = DEFAULT_CACHE_BUDGET
     tf_logs: TensorFlowLogs = field(default_factory=TensorFlowLogs)
 
     @classmethod
@@ -109,7 +113,7 @@ class FitPlan:
         service_host: str,
         initial_epoch: int = 0,
         validation_data: bool = False,
-        cache_budget: int = 1 << 30,
+        cache_budget: int = DEFAULT_CACHE_BUDGET,
         tf_logs: TensorFlowLogs | None = None,
         local_master: bool = True,
         optimizer: str = "sgd",

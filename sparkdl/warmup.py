@@ -179,6 +179,8 @@ def warm_up(
         >>> handle.wait(60)  # doctest: +SKIP
         True
     """
+    from sparkdl.cluster import parse_local_master  # driver side only
+
     try:
         sc = spark.sparkContext
         app_id = sc.applicationId
@@ -192,7 +194,7 @@ def warm_up(
                 or handle._tasks < tasks
             ):
                 if engine is None:
-                    engine = wait or not str(sc.master).startswith("local")
+                    engine = wait or not parse_local_master(str(sc.master))
                 handle = _start(spark, tasks, wait=wait, engine=engine)
                 _handles[app_id] = handle
     except Exception as exc:  # Spark Connect has no SparkContext; a stopped one fails

@@ -54,6 +54,7 @@ import pyarrow as pa
 
 from sparkdl.errors import ConfigError, SchemaError
 from sparkdl.payload import Column
+from sparkdl.plan import DEFAULT_CACHE_BUDGET
 
 __all__ = [
     "BLOCK_BYTES",
@@ -287,7 +288,7 @@ class PartitionCache:
         columns: Sequence[Column],
         *,
         mode: str = "memory",
-        budget: int | Budget = 1 << 30,
+        budget: int | Budget = DEFAULT_CACHE_BUDGET,
         directory: str | None = None,
     ) -> None:
         if mode not in ("auto", "memory", "disk"):

@@ -45,7 +45,12 @@ from sparkdl.errors import ServiceError, TrainingError
 from sparkdl.server import wire
 from sparkdl.server.tls import client_context
 
-__all__ = ["ServiceClient"]
+__all__ = ["DEFAULT_RETRIES", "DEFAULT_TIMEOUT", "ServiceClient"]
+
+#: Seconds one service call may take, connect and read (``request_timeout``).
+DEFAULT_TIMEOUT = 60.0
+#: Retries of a failed service call (``request_retries``).
+DEFAULT_RETRIES = 5
 
 _LONG_POLL = 20.0
 #: Errors of a kept-alive connection the server closed while idle: retried at once.
@@ -76,8 +81,8 @@ class ServiceClient:
         token: str,
         *,
         worker: int,
-        timeout: float = 60.0,
-        retries: int = 5,
+        timeout: float = DEFAULT_TIMEOUT,
+        retries: int = DEFAULT_RETRIES,
         backoff: float = 0.1,
         attempt: int = 0,
         tls_cert: bytes | None = None,

@@ -24,7 +24,11 @@ import time
 from sparkdl.server.errors import StoreError
 from sparkdl.sync.merges import Update
 
-__all__ = ["Rounds"]
+__all__ = ["DEFAULT_ROUND_TIMEOUT", "Rounds"]
+
+#: Seconds an open round waits for missing workers unless told otherwise
+#: (``round_timeout``).
+DEFAULT_ROUND_TIMEOUT = 3600.0
 
 
 class Rounds:

@@ -60,7 +60,7 @@ from sparkdl.server.ledger import WorkerLedger, WorkerRecord
 from sparkdl.server.meta import check_push_meta
 from sparkdl.server.policies import PushPolicy, policy_for
 from sparkdl.server.replicas import Replicas
-from sparkdl.server.rounds import Rounds
+from sparkdl.server.rounds import DEFAULT_ROUND_TIMEOUT, Rounds
 from sparkdl.sync.codecs import Compression
 from sparkdl.sync.merges import Merge, Update
 from sparkdl.sync.modes import Mode, Synchronous, mode_class
@@ -107,7 +107,7 @@ class WeightStore:
         num_workers: int,
         merge: Merge,
         mode: Mode | str = Synchronous.name,
-        round_timeout: float = 3600.0,
+        round_timeout: float = DEFAULT_ROUND_TIMEOUT,
         history: dict[str, list[float]] | None = None,
         backup_workers: int = 0,
         epochs: int | None = None,
@@ -115,11 +115,6 @@ class WeightStore:
         metric_merge: Callable[[Sequence[Any]], dict[str, float]] | None = None,
         compression: Compression | None = None,
     ) -> None:
-        if not 0 <= backup_workers < max(num_workers, 1):
-            raise ValueError(
-                f"Expected 0 <= backup_workers < num_workers={num_workers}. "
-                f"Received: {backup_workers}"
-            )
         self.mode: Mode = mode_class(mode)() if isinstance(mode, str) else mode
         #: The mode's service half: how pushes are taken.
         self.policy: PushPolicy = policy_for(self.mode)
