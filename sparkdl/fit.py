@@ -45,7 +45,6 @@ from sparkdl.server.service import ParameterService
 from sparkdl.server.store import WeightStore
 from sparkdl.server.tls import Certificate
 from sparkdl.spark_ui import EpochMarks
-from sparkdl.sync.schedule import train_rows
 from sparkdl.warmup import tensorflow_logs
 
 if TYPE_CHECKING:
@@ -149,7 +148,7 @@ class Fit:
         # master model, which already exists.
         built = None if runner else _build_in_background(model_bytes, self.custom_objects)
         # Training rows per epoch, all workers together (each holds out its tail).
-        rows = train_rows(self.prepared.summary.rows, plan.validation_split)
+        rows = plan.held_in(self.prepared.summary.rows)
         name = (
             f"sparkdl fit: {plan.mode.name}/{plan.merge.name}, {plan.num_workers} workers, "
             f"{plan.epochs} epochs, {rows} rows"

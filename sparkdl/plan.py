@@ -199,6 +199,12 @@ class FitPlan:
             tf_logs=tf_logs or TensorFlowLogs(),
         )
 
+    def held_in(self, rows: int) -> int:
+        """Of ``rows`` rows of a worker (or of the fit), those ``model.fit`` trains on:
+        all but the last ``validation_split`` of them (:func:`~sparkdl.sync.schedule.
+        train_rows`), the one place the fit's split is applied."""
+        return train_rows(rows, self.validation_split)
+
     def describe(self, learning_rate: float | None) -> dict[str, str]:
         """What the fit resolved from the user's settings, in words, one entry a line.
 

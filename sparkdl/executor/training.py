@@ -45,7 +45,7 @@ from sparkdl.reports import WorkerReport
 from sparkdl.server.client import ServiceClient
 from sparkdl.server.replicas import FULL
 from sparkdl.sync.modes import Standing
-from sparkdl.sync.schedule import Schedule, steps_for, train_rows
+from sparkdl.sync.schedule import Schedule, steps_for
 from sparkdl.weight_access import WeightAccess
 
 __all__ = ["payload_feed", "split", "train"]
@@ -77,8 +77,8 @@ def train(
     replica = client.control.get("replica") if plan.compression else None
     model.set_weights(weights)
     rows = data.rows
-    held_in = train_rows(rows, plan.validation_split)  # rows model.fit trains on
-    every_rows = [train_rows(n, plan.validation_split) for n in joined["rows"]]
+    held_in = plan.held_in(rows)  # rows model.fit trains on
+    every_rows = [plan.held_in(n) for n in joined["rows"]]
     schedule = Schedule(
         rows=held_in,
         batch_size=plan.batch_size,
