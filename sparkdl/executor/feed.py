@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from sparkdl.executor.cache import Block, Csr, PartitionCache, epoch_batches, take_block
+from sparkdl.executor.blocks import Block, Csr, take_block
+from sparkdl.executor.cache import PartitionCache, epoch_batches
 from sparkdl.payload import Column
 
 __all__ = ["GROUP", "GROUP_BYTES", "Feed", "spec", "untuned"]

@@ -2,7 +2,7 @@
 
 Both read a partition one way, as a fit reads its rows: Arrow record batches in, the
 rows' widths checked against the model's inputs (before the model loads, so a frame of
-the wrong width fails fast), the cache's conversion (:func:`~sparkdl.executor.cache.
+the wrong width fails fast), the cache's conversion (:func:`~sparkdl.executor.blocks.
 convert`: float32 rows, or CSR for sparse vectors), the model called one chunk of
 ``batch_size`` rows at a time, and Arrow out: ``transform``'s predictions are built as
 Arrow arrays from numpy (nulls where a row has a null feature), never row by row.
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from sparkdl.executor.cache import Block, Csr, convert, slice_block
+from sparkdl.executor.blocks import Block, Csr, convert, slice_block
 from sparkdl.keras_io import check_row_widths
 from sparkdl.payload import Column, ScoringPayload
 from sparkdl.tf_logs import TensorFlowLogs

@@ -26,7 +26,8 @@ from pyspark import TaskContext
 
 from sparkdl import gpu
 from sparkdl.errors import ServiceError
-from sparkdl.executor.cache import Budget, PartitionCache
+from sparkdl.executor.cache import PartitionCache
+from sparkdl.executor.spool import Budget
 from sparkdl.payload import RESULT_SCHEMA, VALIDATION, Column, WorkerPayload
 from sparkdl.reports import WorkerReport
 from sparkdl.server.client import ServiceClient

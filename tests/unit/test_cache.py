@@ -9,14 +9,9 @@ import pyarrow as pa
 import pytest
 
 from sparkdl.errors import ConfigError, SchemaError
-from sparkdl.executor.cache import (
-    Budget,
-    Csr,
-    MemorySpool,
-    PartitionCache,
-    convert,
-    epoch_batches,
-)
+from sparkdl.executor.blocks import Csr, convert
+from sparkdl.executor.cache import PartitionCache, epoch_batches
+from sparkdl.executor.spool import Budget, MemorySpool
 from sparkdl.payload import Column
 
 X, Y, V = Column("x", "dense", 3), Column("y", "int", 1), Column("v", "sparse", 50)
