@@ -29,13 +29,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, BooleanType, DataType, FloatType, NumericType
 
 from sparkdl import keras_io
+from sparkdl.data_scan import DataSummary, summarize
 from sparkdl.errors import SchemaError
 from sparkdl.payload import WEIGHT, feature_name, label_name
 
 __all__ = [
     "SPARSE_MIN_WIDTH",
     "ColumnTypeError",
-    "DataSummary",
     "Prepared",
     "feature_column",
     "feature_columns",
@@ -44,41 +44,15 @@ __all__ = [
     "label_kind",
     "model_features",
     "prepare",
-    "summarize",
 ]
 
 #: An ML vector column feeding a model input this wide (or wider) stays sparse.
 SPARSE_MIN_WIDTH = 4096
-_VECTOR_JSON = "struct<v:struct<type:tinyint,size:int,indices:array<int>,values:array<double>>>"
 _VECTOR_SIZES = "struct<v:struct<size:int,values:array<double>>>"
 
 
 class ColumnTypeError(SchemaError, TypeError):
     """A column has a type sparkdl cannot feed to a model (e.g. strings)."""
-
-
-@dataclass(frozen=True)
-class DataSummary:
-    """What one scan of the prepared data found.
-
-    Attributes:
-        rows: Number of rows.
-        widths: Number of feature values per row, per model input.
-        label_widths: Values per label (1 for a scalar label), per model output.
-        label_mins: Smallest label value (scalar labels), per output.
-        label_maxs: Largest label value (scalar labels), per output.
-    """
-
-    rows: int
-    widths: tuple[int, ...]
-    label_widths: tuple[int, ...]
-    label_mins: tuple[float | None, ...]
-    label_maxs: tuple[float | None, ...]
-
-    @property
-    def width(self) -> int:
-        """Feature values per row of the first input."""
-        return self.widths[0]
 
 
 @dataclass(frozen=True)
@@ -189,32 +163,6 @@ def prepare(
         time.perf_counter() - started,
         weighted=weight is not None,
         label_shapes=label_shapes,
-    )
-
-
-def check_weights(prepared: DataFrame, weight_col: str) -> None:
-    """Refuses a prepared frame with a null, NaN, infinite or negative :data:`WEIGHT`
-    (one Spark job; ``evaluate`` runs it, a fit's :func:`summarize` counts them too).
-
-    Raises:
-        SchemaError: Such weights were found.
-    """
-    row = prepared.agg(F.count(F.lit(1)).alias("rows"), _bad_weights()).first()
-    if row is not None and row["w_bad"]:
-        raise SchemaError(_bad_weights_message(int(row["w_bad"]), int(row["rows"]), weight_col))
-
-
-def _bad_weights() -> Column:
-    w = F.col(WEIGHT)
-    bad = w.isNull() | F.isnan(w) | (w < 0) | (w == float("inf"))
-    return F.sum(F.when(bad, 1).otherwise(0)).alias("w_bad")
-
-
-def _bad_weights_message(bad: int, rows: int, weight_col: str | None) -> str:
-    return (
-        f"Found {bad} row(s) among {rows} whose weight in weight_col {weight_col!r} is null, "
-        "NaN, infinite or negative. Weights must be finite numbers >= 0: filter those "
-        "rows or fix their weights first."
     )
 
 
@@ -491,127 +439,6 @@ def label_kind(dtype: DataType) -> str:
         f"Expected label_col to be numeric, array<numeric> or an ML Vector. Received: "
         f"{dtype.simpleString()}. Index string labels first (pyspark.ml.feature.StringIndexer)."
     )
-
-
-def summarize(
-    prepared: DataFrame,
-    kinds: Sequence[str] | str,
-    inputs: int = 1,
-    *,
-    scan_values: bool = True,
-    sparse: Sequence[bool] = (),
-    weight_source: str | None = None,
-) -> DataSummary:
-    """Scans the prepared data once and checks it: rows, nulls, NaNs, ragged widths.
-
-    Args:
-        prepared: A DataFrame with the prepared feature and label columns
-            (:func:`feature_name`, :func:`label_name`).
-        kinds: The label kind of each output (from :func:`label_column`).
-        inputs: Number of prepared feature columns.
-        scan_values: Look at every feature and label value for nulls and NaNs
-            (``TrainConfig.validate``). ``False`` still counts rows and reads widths
-            and label ranges, which the fit needs, but skips the pass over every value.
-        sparse: Per input, whether its column is ML vectors (kept sparse): their
-            width is the vectors' size and only stored values are looked at.
-        weight_source: The weight column's name when ``prepared`` has :data:`WEIGHT`
-            (every weight is checked: finite and >= 0).
-
-    Raises:
-        SchemaError: The data is empty, or has nulls, NaNs or rows of differing width,
-            or a weight that is null, NaN, infinite or negative.
-    """
-    kinds = [kinds] if isinstance(kinds, str) else list(kinds)
-    aggs = _summary_aggregates(kinds, inputs, scan_values, list(sparse) or [False] * inputs)
-    if WEIGHT in prepared.columns:
-        aggs.append(_bad_weights())
-    row = prepared.agg(*aggs).first()
-    assert row is not None
-    stats: dict[str, Any] = row.asDict()
-    rows = int(stats["rows"])
-    if rows == 0:
-        raise SchemaError("The DataFrame is empty: there are no rows to train on.")
-    problems = []
-    for i in range(inputs):
-        where = f" (input {i})" if inputs > 1 else ""
-        if stats[f"f_null{i}"]:
-            problems.append(f"{stats[f'f_null{i}']} row(s) with null features{where}")
-        if stats.get(f"f_nan{i}"):
-            problems.append(f"{stats[f'f_nan{i}']} row(s) with NaN or null feature values{where}")
-    for j in range(len(kinds)):
-        where = f" (output {j})" if len(kinds) > 1 else ""
-        if stats[f"y_null{j}"]:
-            problems.append(f"{stats[f'y_null{j}']} row(s) with a null label{where}")
-        if stats.get(f"y_nan{j}"):
-            problems.append(f"{stats[f'y_nan{j}']} row(s) with a NaN label{where}")
-    if problems:
-        raise SchemaError(
-            f"Found {', '.join(problems)} among {rows} rows. Drop them "
-            "(df.dropna(), or a filter on isnan) or impute them before fit."
-        )
-    if stats.get("w_bad"):
-        raise SchemaError(_bad_weights_message(int(stats["w_bad"]), rows, weight_source))
-    for i in range(inputs):
-        if stats[f"f_min{i}"] != stats[f"f_max{i}"]:
-            raise SchemaError(
-                keras_io.ragged_rows_message(int(stats[f"f_min{i}"]), int(stats[f"f_max{i}"]))
-            )
-    for j, kind in enumerate(kinds):
-        if kind == "array" and stats[f"y_min_w{j}"] != stats[f"y_max_w{j}"]:
-            raise SchemaError(
-                f"Expected every label array to have the same length. Received lengths "
-                f"between {stats[f'y_min_w{j}']} and {stats[f'y_max_w{j}']}."
-            )
-    return DataSummary(
-        rows=rows,
-        widths=tuple(int(stats[f"f_min{i}"]) for i in range(inputs)),
-        label_widths=tuple(
-            int(stats[f"y_min_w{j}"]) if k == "array" else 1 for j, k in enumerate(kinds)
-        ),
-        label_mins=tuple(
-            None if k == "array" else float(stats[f"y_min{j}"]) for j, k in enumerate(kinds)
-        ),
-        label_maxs=tuple(
-            None if k == "array" else float(stats[f"y_max{j}"]) for j, k in enumerate(kinds)
-        ),
-    )
-
-
-def _summary_aggregates(
-    kinds: list[str], inputs: int, scan_values: bool, sparse: list[bool]
-) -> list[Column]:
-    """The aggregate expressions :func:`summarize` runs in its one job."""
-    aggs = [F.count(F.lit(1)).alias("rows")]
-    for i in range(inputs):
-        f = F.col(feature_name(i))
-        width, values = F.size(f), f
-        if sparse[i]:  # the vector's fields, through their JSON form (Spark has no cast)
-            vector = F.from_json(F.to_json(F.struct(f.alias("v"))), _VECTOR_JSON)["v"]
-            values = vector["values"]
-            width = F.coalesce(vector["size"], F.size(values))
-        aggs += [
-            F.sum(F.when(f.isNull(), 1).otherwise(0)).alias(f"f_null{i}"),
-            F.min(width).alias(f"f_min{i}"),
-            F.max(width).alias(f"f_max{i}"),
-        ]
-        if scan_values:
-            bad_value = F.exists(values, lambda v: v.isNull() | F.isnan(v))
-            aggs.append(F.sum(F.when(bad_value, 1).otherwise(0)).alias(f"f_nan{i}"))
-    for j, kind in enumerate(kinds):
-        y = F.col(label_name(j))
-        aggs.append(F.sum(F.when(y.isNull(), 1).otherwise(0)).alias(f"y_null{j}"))
-        if kind == "array":
-            aggs += [F.min(F.size(y)).alias(f"y_min_w{j}"), F.max(F.size(y)).alias(f"y_max_w{j}")]
-            y_bad = F.exists(y, lambda v: v.isNull() | F.isnan(v))
-        else:
-            aggs += [
-                F.min(y).cast("double").alias(f"y_min{j}"),
-                F.max(y).cast("double").alias(f"y_max{j}"),
-            ]
-            y_bad = F.isnan(y) if kind == "float" else F.lit(False)
-        if scan_values:
-            aggs.append(F.sum(F.when(y_bad, 1).otherwise(0)).alias(f"y_nan{j}"))
-    return aggs
 
 
 def _mostly_dense(vectors: DataFrame, rows: int = 64) -> bool:

@@ -28,6 +28,7 @@ import numpy as np
 
 from sparkdl.compat.keras import raw_learning_rate
 from sparkdl.errors import ConfigError, ModelError, SchemaError
+from sparkdl.payload import width_error
 
 if TYPE_CHECKING:
     import keras
@@ -107,48 +108,7 @@ def resolve_input_shape(model: keras.Model, width: int, index: int = 0) -> tuple
     if unknown == 1 and size and width % size == 0:
         return tuple(width // size if d is None else int(d) for d in shape)
     expected = str(size) if unknown == 0 else f"a multiple of {size}"
-    raise _width_error(expected, input_label(model, index), shape, width)
-
-
-def check_row_widths(
-    smallest: int, largest: int, shape: tuple[int, ...], input_label: str = ""
-) -> None:
-    """Checks that rows of ``smallest`` to ``largest`` values fit a per-sample ``shape``,
-    with the messages :func:`sparkdl.data.prepare` gives before a fit (``transform`` and
-    ``evaluate`` check each batch on the executors).
-
-    Raises:
-        SchemaError: The rows' widths differ, or do not fill ``shape``.
-
-    Example:
-        >>> check_row_widths(13, 13, (13,))
-        >>> try:
-        ...     check_row_widths(26, 26, (13,))
-        ... except SchemaError as exc:
-        ...     print(str(exc)[:59])
-        Expected 13 feature values per row to fit the model's input
-    """
-    if smallest != largest:
-        raise SchemaError(ragged_rows_message(smallest, largest))
-    size = math.prod(shape)
-    if smallest != size:
-        raise _width_error(str(size), input_label, shape, smallest)
-
-
-def ragged_rows_message(smallest: int, largest: int) -> str:
-    """What :func:`check_row_widths` and the fit's data check say of rows of unequal width."""
-    return (
-        f"Expected every row to have the same number of features. Received rows with "
-        f"between {smallest} and {largest} values."
-    )
-
-
-def _width_error(expected: str, label: str, shape: tuple[Any, ...], width: int) -> SchemaError:
-    return SchemaError(
-        f"Expected {expected} feature values per row to fit the model's input{label} shape "
-        f"{(None, *shape)}. Received rows of {width} values. Check features_col, or change "
-        "the model's keras.Input(shape=...)."
-    )
+    raise width_error(expected, input_label(model, index), shape, width)
 
 
 def scheduled_rate(model: Any) -> bool:

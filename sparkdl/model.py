@@ -24,7 +24,7 @@ from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame
 
 from sparkdl import custom_objects as custom_objects_module
-from sparkdl import data, payload, persistence, predict
+from sparkdl import data, data_scan, payload, persistence, predict
 from sparkdl.compat.spark import param_parent
 from sparkdl.errors import ModelError
 from sparkdl.keras_io import model_from_bytes
@@ -265,7 +265,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
             *([weight.alias(payload.WEIGHT)] if weight is not None else []),
         )
         if weight is not None:
-            data.check_weights(frame, str(weight_col))
+            data_scan.check_weights(frame, str(weight_col))
         scoring = self._scoring(
             dataset,
             model,
@@ -302,9 +302,8 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
             sparse,
             batch_size=int(self.getOrDefault("predictBatchSize")),
             outputs=outputs,
-            prediction=self.prediction_col,
         )
-        scored = predict.transform_frame(dataset, features, scoring)
+        scored = predict.transform_frame(dataset, self.prediction_col, features, scoring)
         class_col = str(self.getOrDefault("classCol"))
         if class_col and len(outputs) == 1:
             classes = predict.arg_max(scored[self.prediction_col], scalar=outputs[0][1])

@@ -18,11 +18,14 @@ Example:
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable, Sequence
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from sparkdl.errors import SchemaError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -41,11 +44,14 @@ __all__ = [
     "ScoringPayload",
     "WorkerPayload",
     "cached_columns",
+    "check_row_widths",
     "evaluate_function",
     "feature_name",
     "label_name",
     "predict_function",
+    "ragged_rows_message",
     "train_function",
+    "width_error",
 ]
 
 #: Names of the prepared columns that travel to the executors.
@@ -69,6 +75,48 @@ def feature_name(index: int) -> str:
 def label_name(index: int) -> str:
     """The prepared column of model output ``index``'s label."""
     return LABEL if index == 0 else f"{LABEL}_{index}"
+
+
+def check_row_widths(
+    smallest: int, largest: int, shape: tuple[int, ...], input_label: str = ""
+) -> None:
+    """Checks that rows of ``smallest`` to ``largest`` values fit a per-sample ``shape``:
+    the one row-width rule, with the messages the fit's data check gives before a fit
+    (``transform`` and ``evaluate`` check each batch on the executors with it).
+
+    Raises:
+        SchemaError: The rows' widths differ, or do not fill ``shape``.
+
+    Example:
+        >>> check_row_widths(13, 13, (13,))
+        >>> try:
+        ...     check_row_widths(26, 26, (13,))
+        ... except SchemaError as exc:
+        ...     print(str(exc)[:59])
+        Expected 13 feature values per row to fit the model's input
+    """
+    if smallest != largest:
+        raise SchemaError(ragged_rows_message(smallest, largest))
+    size = math.prod(shape)
+    if smallest != size:
+        raise width_error(str(size), input_label, shape, smallest)
+
+
+def ragged_rows_message(smallest: int, largest: int) -> str:
+    """What :func:`check_row_widths` and the fit's data check say of rows of unequal width."""
+    return (
+        f"Expected every row to have the same number of features. Received rows with "
+        f"between {smallest} and {largest} values."
+    )
+
+
+def width_error(expected: str, label: str, shape: tuple[Any, ...], width: int) -> SchemaError:
+    """Rows of ``width`` values for an input of per-sample ``shape``: the error."""
+    return SchemaError(
+        f"Expected {expected} feature values per row to fit the model's input{label} shape "
+        f"{(None, *shape)}. Received rows of {width} values. Check features_col, or change "
+        "the model's keras.Input(shape=...)."
+    )
 
 
 @dataclass(frozen=True)
@@ -220,10 +268,8 @@ class ScoringPayload:
         batch_size: Rows per model call.
         safe_mode: Keras's safe mode for the executors' load.
         tf_logs: How the executors load TensorFlow (:mod:`sparkdl.tf_logs`).
-        outputs: ``transform``: ``(column, scalar)`` per model output, in order; the
-            predictions replace or join the frame's columns under these names (a
-            struct of them for several outputs, named ``prediction``).
-        prediction: ``transform``: the column the predictions go to.
+        outputs: ``transform``: ``(name, scalar)`` per model output, in order (a
+            struct of them by name for several outputs).
         label_kinds: ``evaluate``: the kind of each output's label.
         weighted: ``evaluate``: the frame has the :data:`WEIGHT` column.
     """
@@ -238,7 +284,6 @@ class ScoringPayload:
     safe_mode: bool = False
     tf_logs: TensorFlowLogs | None = None
     outputs: list[tuple[str, bool]] = field(default_factory=list)
-    prediction: str = "prediction"
     label_kinds: list[str] = field(default_factory=list)
     weighted: bool = False
 
@@ -254,18 +299,28 @@ class ScoringPayload:
         )
 
 
-def predict_function(
-    payload: ScoringPayload,
-) -> Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch]]:
-    """The function ``transform``'s ``mapInArrow`` runs: each record batch comes back
-    without the feature columns, with the predictions
-    (:func:`sparkdl.executor.scoring.predict`)."""
+def predict_function(payload: ScoringPayload) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The function ``transform``'s Arrow UDF runs: an iterator of feature arrays (a
+    tuple of them for several inputs) to an iterator of prediction arrays
+    (:func:`sparkdl.executor.scoring.predict`). Its type hints tell Spark the UDF's kind."""
+    import pyarrow as pa
 
-    def predict_partition(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
+    names = [feature_name(i) for i in range(len(payload.input_shapes))]
+
+    def predict_batches(arrays: Iterator[Any]) -> Iterator[Any]:
         scoring = importlib.import_module("sparkdl.executor.scoring")
+        batches = (
+            pa.RecordBatch.from_arrays(list(a) if len(names) > 1 else [a], names=names)
+            for a in arrays
+        )
         yield from scoring.predict(payload, batches)
 
-    return predict_partition
+    arg = pa.Array if len(names) == 1 else tuple[pa.Array, ...]
+    predict_batches.__annotations__ = {
+        "arrays": Iterator[arg],  # type: ignore[valid-type]
+        "return": Iterator[pa.Array],
+    }
+    return predict_batches
 
 
 def evaluate_function(

@@ -1,10 +1,12 @@
 """``KerasModel.transform`` on the driver: the frame, the schema and the class column.
 
-The rows are scored on the executors by :func:`sparkdl.executor.scoring.predict`, over
-``mapInArrow`` as ``evaluate`` and the fit read theirs: every column of the frame
-passes through as Arrow, the feature columns are read as the fit reads them, and the
-predictions come back as Arrow arrays. The model bytes travel once per executor as a
-broadcast; each Python worker loads the model once and keeps it.
+The rows are scored on the executors by :func:`sparkdl.executor.scoring.predict`, in an
+Arrow UDF (``pyspark.sql.functions.arrow_udf``) over the feature columns: they arrive
+as Arrow arrays, are read as the fit and ``evaluate`` read theirs, and the predictions
+go back as Arrow arrays. Being a column expression, it keeps ``withColumn``'s plan:
+the other columns never leave the JVM, and Spark may prune or filter before scoring.
+The model bytes travel once per executor as a broadcast; each Python worker loads the
+model once and keeps it.
 
 Example:
     >>> from pyspark.sql.types import DoubleType
@@ -20,7 +22,7 @@ from collections.abc import Sequence
 from pyspark.sql import Column, DataFrame
 from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType, StructField, StructType
 
-from sparkdl.payload import ScoringPayload, feature_name, predict_function
+from sparkdl.payload import ScoringPayload, predict_function
 
 __all__ = ["arg_max", "model_digest", "prediction_type", "transform_frame"]
 
@@ -31,21 +33,20 @@ def model_digest(model_bytes: bytes) -> str:
 
 
 def transform_frame(
-    dataset: DataFrame, features: Sequence[Column], payload: ScoringPayload
+    dataset: DataFrame, prediction: str, features: Sequence[Column], payload: ScoringPayload
 ) -> DataFrame:
-    """``dataset`` with ``payload.prediction`` added (or replaced, in its place).
+    """``dataset`` with the column ``prediction`` added (or replaced), as ``withColumn``.
 
     Args:
         dataset: The rows to score; every column and row is kept.
+        prediction: The column the predictions go to.
         features: One expression per model input (:func:`sparkdl.data.model_features`).
-        payload: The model and how to score it (its ``outputs`` and ``prediction``).
+        payload: The model and how to score it.
     """
-    column = StructField(payload.prediction, prediction_type(payload.outputs))
-    fields = [column if f.name == payload.prediction else f for f in dataset.schema.fields]
-    if column not in fields:
-        fields.append(column)
-    frame = dataset.select("*", *[f.alias(feature_name(i)) for i, f in enumerate(features)])
-    return frame.mapInArrow(predict_function(payload), StructType(fields))
+    from pyspark.sql.functions import arrow_udf
+
+    udf = arrow_udf(predict_function(payload), prediction_type(payload.outputs))  # type: ignore[call-overload]
+    return dataset.withColumn(prediction, udf(*features))
 
 
 def prediction_type(outputs: Sequence[tuple[str, bool]]) -> DataType:

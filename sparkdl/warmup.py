@@ -310,19 +310,19 @@ def _start(spark: SparkSession, tasks: int, *, wait: bool, engine: bool) -> Warm
 
 
 def _warm_engine(spark: SparkSession, partitions: int) -> None:
-    """Runs a fit's data checks (:func:`sparkdl.data.summarize`) on 64 generated rows of
+    """Runs a fit's data checks (:func:`sparkdl.data_scan.summarize`) on 64 generated rows of
     the common shape (``array<float>`` features, an integer label) behind a shuffle: the
     driver's JVM loads and compiles what the fit's own checks will use."""
     from pyspark.sql import functions as F
 
-    from sparkdl import data
+    from sparkdl import data_scan
     from sparkdl.payload import feature_name, label_name
 
     rows = spark.range(64, numPartitions=min(partitions, 2)).select(
         F.array(F.rand(0).cast("float")).alias(feature_name(0)),
         (F.col("id") % 2).cast("int").alias(label_name(0)),
     )
-    data.summarize(rows.repartition(min(partitions, 2)), ["int"], 1)
+    data_scan.summarize(rows.repartition(min(partitions, 2)), ["int"], 1)
 
 
 def _warm_partition(

@@ -1,11 +1,12 @@
 """Scoring on the executors: ``transform``'s predictions and ``evaluate``'s metrics.
 
-Both read a partition one way, as a fit reads its rows: Arrow record batches in, the
+Both read rows one way, as a fit reads its partition: Arrow record batches in, the
 rows' widths checked against the model's inputs (before the model loads, so a frame of
 the wrong width fails fast), the cache's conversion (:func:`~sparkdl.executor.blocks.
 convert`: float32 rows, or CSR for sparse vectors), the model called one chunk of
-``batch_size`` rows at a time, and Arrow out: ``transform``'s predictions are built as
-Arrow arrays from numpy (nulls where a row has a null feature), never row by row.
+``batch_size`` rows at a time, and Arrow out: ``transform``'s predictions (an Arrow UDF
+over the feature columns) are built as Arrow arrays from numpy (nulls where a row has a
+null feature), never row by row.
 
 Each Python worker loads a model once and keeps it for later batches and tasks (a
 small LRU keyed by the model's digest); its first load imports Keras as the driver
@@ -32,8 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from sparkdl.executor.blocks import Block, Csr, convert, slice_block
-from sparkdl.keras_io import check_row_widths
-from sparkdl.payload import Column, ScoringPayload
+from sparkdl.payload import Column, ScoringPayload, check_row_widths
 from sparkdl.tf_logs import TensorFlowLogs
 
 __all__ = ["check_widths", "evaluate", "load_model", "predict", "row_widths"]
@@ -43,15 +43,13 @@ _cache: OrderedDict[str, Any] = OrderedDict()
 _cache_lock = threading.Lock()
 
 
-def predict(payload: ScoringPayload, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Each record batch without its feature columns, with the model's predictions.
+def predict(payload: ScoringPayload, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.Array]:
+    """The model's predictions for each record batch of feature columns.
 
     Rows with a null feature get a null prediction. One output is a ``double``
-    (single-unit) or ``list<float>`` column named ``payload.prediction``; several are
-    a struct of them in that column.
+    (single-unit) or ``list<float>`` array; several are a struct of them by name.
     """
     inputs, _, _ = payload.columns()
-    names = {c.name for c in inputs}
     model = None
     for batch in batches:
         present = _present(batch, inputs)
@@ -66,16 +64,9 @@ def predict(payload: ScoringPayload, batches: Iterable[pa.RecordBatch]) -> Itera
             for j, (_, scalar) in enumerate(payload.outputs)
         ]
         if len(columns) == 1:
-            column = columns[0]
+            yield columns[0]
         else:
-            column = pa.StructArray.from_arrays(columns, names=[n for n, _ in payload.outputs])
-        rest = [n for n in batch.schema.names if n not in names]
-        out = batch.select(rest)
-        if payload.prediction in rest:
-            out = out.set_column(rest.index(payload.prediction), payload.prediction, column)
-        else:
-            out = out.append_column(payload.prediction, column)
-        yield out
+            yield pa.StructArray.from_arrays(columns, names=[n for n, _ in payload.outputs])
 
 
 def evaluate(payload: ScoringPayload, batches: Iterable[pa.RecordBatch]) -> pa.RecordBatch:
@@ -216,7 +207,7 @@ def _evaluate(
     if first is None:
         return 0, {}, {}
     inputs, outputs, weight = payload.columns()
-    check_widths(first, inputs, payload)
+    check_widths(first, inputs, payload)  # before the model loads: a wrong frame fails fast
     model = load_model(payload, compile=True)  # a worker's first load imports Keras
     from sparkdl import keras_io
     from sparkdl.executor.feed import Feed
@@ -244,8 +235,9 @@ def _evaluate(
 
     def blocks() -> Iterator[Any]:
         nonlocal rows
-        for batch in itertools.chain([first], batches):
-            check_widths(batch, inputs, payload)
+        for i, batch in enumerate(itertools.chain([first], batches)):
+            if i:  # the first was checked
+                check_widths(batch, inputs, payload)
             block = convert(batch, [*inputs, *outputs, *([weight] if weight else [])])
             rows += batch.num_rows
             for lo in range(0, batch.num_rows, payload.batch_size):

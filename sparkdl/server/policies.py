@@ -24,6 +24,7 @@ import abc
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
+from sparkdl.errors import ConfigError
 from sparkdl.server.errors import StoreError
 from sparkdl.sync.merges import Update
 from sparkdl.sync.modes import Asynchronous, Hogwild, Mode, Synchronous
@@ -92,7 +93,11 @@ def policy_for(mode: Mode) -> PushPolicy:
         name = getattr(cls, "name", "")
         if name and name in POLICIES:
             return POLICIES.get(name)()
-    return POLICIES.get(mode.name)()  # raises, naming the modes served
+    raise ConfigError(
+        f"No PushPolicy serves mode={mode.name!r} or its base classes (policies serve "
+        f"{tuple(POLICIES)}). Subclass one of their modes, or register a policy for it "
+        "with sparkdl.server.policies.register."
+    )
 
 
 @register

@@ -49,6 +49,7 @@ DRIVER = [
     "sparkdl.cluster",
     "sparkdl.config",
     "sparkdl.data",
+    "sparkdl.data_scan",
     "sparkdl.estimator",
     "sparkdl.evaluation",
     "sparkdl.fit",
@@ -105,9 +106,38 @@ def test_the_task_entry_and_its_payload_import_no_driver_module() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+SCORING = """
+import sys
+import cloudpickle
+predict = cloudpickle.loads(bytes.fromhex(sys.argv[1]))
+import sparkdl.executor.scoring
+loaded = sorted(m for m in sys.modules if m.startswith(("sparkdl", "pyspark.ml", "keras")))
+driver = set(sys.argv[2].split(","))
+assert not [m for m in loaded if m in driver or m.startswith(("pyspark.ml", "keras"))], loaded
+"""
+
+
+def test_the_scoring_tasks_import_no_driver_module() -> None:
+    """transform's and evaluate's tasks: their function and the scoring module."""
+    from sparkdl.payload import ScoringPayload, predict_function
+
+    scoring = ScoringPayload(b"", "digest", None, [(3,)], [False], [""], 8, outputs=[("y", True)])
+    pickled = cloudpickle.dumps(predict_function(scoring)).hex()
+    done = subprocess.run(
+        [sys.executable, "-c", SCORING, pickled, ",".join(DRIVER)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 def test_sparkdl_has_no_import_cycle() -> None:
     """Every import between sparkdl's modules, at the top or inside a function (not
-    under ``TYPE_CHECKING``), with a package's ``__init__`` counted: no cycle."""
+    under ``TYPE_CHECKING``), with a package's ``__init__`` counted: no cycle. (The
+    payload's task functions name their executor modules by string, on purpose, so
+    that the driver never imports them: that edge runs only on the executors.)"""
     graph = _import_graph()
     cycles = [c for c in _strongly_connected(graph) if len(c) > 1]
     assert not cycles, cycles
