@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from sparkdl.executor.blocks import Block, Csr, take_block
+from sparkdl.executor.blocks import Block, Csr
 from sparkdl.executor.cache import PartitionCache, epoch_batches
 from sparkdl.payload import Column
 
@@ -145,23 +145,11 @@ class Feed:
         rng: np.random.Generator,
         limit: int | None = None,
     ) -> Iterator[Block]:
-        """One epoch's batches: rows gathered in a full random order from memory, or
-        read block by block from disk (:func:`~sparkdl.executor.cache.epoch_batches`)."""
-        cache = self._data
-        if cache.mode == "disk":
-            yield from epoch_batches(
-                cache, start, stop, self.batch_size, shuffle=shuffle, rng=rng, limit=limit
-            )
-            return
-        # int32 and shuffled in place: the order costs 4 bytes a row, not 16.
-        order = np.arange(start, stop, dtype=np.int32 if stop < 2**31 else np.int64)
-        if shuffle:
-            rng.shuffle(order)
-        if limit is not None:
-            order = np.sort(order[:limit]) if not shuffle else order[:limit]
-        arrays = cache.arrays()  # views of the cache's memory: each batch is a copy
-        for lo in range(0, len(order), self.batch_size):
-            yield take_block(arrays, order[lo : lo + self.batch_size])
+        """One epoch's batches, in the order the cache's mode reads well
+        (:func:`~sparkdl.executor.cache.epoch_batches`)."""
+        yield from epoch_batches(
+            self._data, start, stop, self.batch_size, shuffle=shuffle, rng=rng, limit=limit
+        )
 
     def _generated(self, make: Any) -> tf.data.Dataset:
         """A dataset of the batches ``make()`` yields.
