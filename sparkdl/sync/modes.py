@@ -184,15 +184,10 @@ class Asynchronous(Mode):
 
 @register
 class Hogwild(Asynchronous):
-    """Asynchronous without a lock on the weights (Recht et al. 2011).
-
-    Only the bookkeeping (sequence numbers, version, samples) is done under the lock;
-    numpy then adds the push into the live center with no lock held, so pushes from
-    several request threads add at once. What may race: two adds to the same element
-    can interleave their read-modify-write and lose one of them, and a worker may pull
-    weights with another push half applied. Both are the bounded noise that Hogwild
-    shows SGD tolerates; every push is still applied at most once and the arrays'
-    shapes never change.
+    """Asynchronous without a lock on the weights (Recht et al. 2011): the service adds
+    each push into the live center with no lock held; what may race, and why that is
+    safe, is :class:`~sparkdl.server.policies.HogwildPolicy`'s to say. Workers schedule
+    their pushes as in asynchronous mode.
     """
 
     name: ClassVar[str] = "hogwild"

@@ -67,13 +67,15 @@ DRIVER = [
     "sparkdl.tracking",
 ]
 
-TASK = """
-import sys
+#: Run in a fresh interpreter: unpickle a task's function, import its executor module,
+#: and find no driver module, no ``pyspark.ml`` and no Keras loaded.
+UNPICKLE = """
+import importlib, sys
 import cloudpickle
-train = cloudpickle.loads(bytes.fromhex(sys.argv[1]))
-import sparkdl.executor.task
+function = cloudpickle.loads(bytes.fromhex(sys.argv[1]))
+importlib.import_module(sys.argv[2])
 loaded = sorted(m for m in sys.modules if m.startswith(("sparkdl", "pyspark.ml", "keras")))
-driver = set(sys.argv[2].split(","))
+driver = set(sys.argv[3].split(","))
 assert not [m for m in loaded if m in driver or m.startswith(("pyspark.ml", "keras"))], loaded
 """
 
@@ -95,36 +97,28 @@ def test_the_task_entry_and_its_payload_import_no_driver_module() -> None:
         input_shapes=[(3,)],
         label_kinds=["int"],
     )
-    pickled = cloudpickle.dumps(train_function(payload)).hex()
-    done = subprocess.run(
-        [sys.executable, "-c", TASK, pickled, ",".join(DRIVER)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-
-
-SCORING = """
-import sys
-import cloudpickle
-predict = cloudpickle.loads(bytes.fromhex(sys.argv[1]))
-import sparkdl.executor.scoring
-loaded = sorted(m for m in sys.modules if m.startswith(("sparkdl", "pyspark.ml", "keras")))
-driver = set(sys.argv[2].split(","))
-assert not [m for m in loaded if m in driver or m.startswith(("pyspark.ml", "keras"))], loaded
-"""
+    _check_fresh_task(train_function(payload), "sparkdl.executor.task")
 
 
 def test_the_scoring_tasks_import_no_driver_module() -> None:
-    """transform's and evaluate's tasks: their function and the scoring module."""
-    from sparkdl.payload import ScoringPayload, predict_function
+    """transform's and evaluate's tasks: their functions and the scoring module."""
+    from sparkdl.payload import ScoringPayload, evaluate_function, predict_function
 
     scoring = ScoringPayload(b"", "digest", None, [(3,)], [False], [""], 8, outputs=[("y", True)])
-    pickled = cloudpickle.dumps(predict_function(scoring)).hex()
+    _check_fresh_task(predict_function(scoring), "sparkdl.executor.scoring")
+    _check_fresh_task(evaluate_function(scoring), "sparkdl.executor.scoring")
+
+
+def _check_fresh_task(function: object, module: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-c", SCORING, pickled, ",".join(DRIVER)],
+        [
+            sys.executable,
+            "-c",
+            UNPICKLE,
+            cloudpickle.dumps(function).hex(),
+            module,
+            ",".join(DRIVER),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
