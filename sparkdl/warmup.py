@@ -29,7 +29,8 @@ warm workers the fit never uses. Spark stops the idle Python workers of a pool t
 no activity for a minute, so a warm-up helps a fit that starts soon after it.
 
 The import leaves out what Keras would load for features a worker never runs
-(:func:`import_executor`), and :func:`warm_up` called by the user (not a fit's own)
+(:func:`sparkdl.executor.imports.import_executor`), and :func:`warm_up` called by the
+user (not a fit's own)
 may also run one small aggregate on the driver, so that the fit's data checks find
 Spark's query engine compiled (the ``engine`` argument).
 
@@ -44,10 +45,8 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -55,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from sparkdl.compat.imports import global_import_lock, modules_hidden
+from sparkdl.compat.imports import global_import_lock
 from sparkdl.tf_logs import TensorFlowLogs
 
 if TYPE_CHECKING:
@@ -64,10 +63,8 @@ if TYPE_CHECKING:
 __all__ = [
     "JOB_DESCRIPTION",
     "REWARM_AFTER",
-    "UNUSED_ON_WORKERS",
     "WarmUp",
     "gpus_requested",
-    "import_executor",
     "tensorflow_logs",
     "warm_up",
 ]
@@ -79,12 +76,8 @@ REWARM_AFTER = 45.0
 #: The warm-up job's description in the Spark UI.
 JOB_DESCRIPTION = "sparkdl warm-up"
 
-#: Packages Keras imports as it loads, when they are installed, for features a Spark
-#: worker never runs: scikit-learn for ``keras.wrappers``, matplotlib for
-#: ``keras.visualization``. :func:`import_executor` loads Keras without them (about 2 of
-#: the 7 seconds a worker took to import TensorFlow and Keras on a 2-core machine).
-UNUSED_ON_WORKERS = ("sklearn", "matplotlib")
-
+#: :data:`sparkdl.executor.imports.EXECUTOR_MODULE`, named here, not imported: the driver
+#: does not import the executor side.
 _EXECUTOR_MODULE = "sparkdl.executor.training"
 
 _log = logging.getLogger(__name__)
@@ -203,31 +196,6 @@ def warm_up(
     if wait:
         handle.wait()
     return handle
-
-
-def import_executor(module: str = _EXECUTOR_MODULE) -> None:
-    """Imports the executor's training module (TensorFlow and Keras) in this worker,
-    without the packages of :data:`UNUSED_ON_WORKERS`.
-
-    Keras imports scikit-learn and matplotlib, when it finds them, for its sklearn
-    wrappers and image galleries. While the import runs, those not yet loaded are
-    marked missing (:func:`sparkdl.compat.imports.modules_hidden`), so Keras takes them
-    as not installed (its ``try: import sklearn / except ImportError`` path); the marks
-    are removed after, so later code of this worker imports them as usual. Keras's
-    sklearn wrappers and ``keras.visualization`` then do not work in this worker process
-    (the driver is untouched); pandas, which Keras's data adapters use, is imported as
-    usual.
-
-    Args:
-        module: The module to import.
-
-    Example:
-        >>> import_executor("json")
-    """
-    if module in sys.modules:
-        return
-    with modules_hidden(UNUSED_ON_WORKERS):
-        importlib.import_module(module)
 
 
 def tensorflow_logs(sc: Any) -> TensorFlowLogs:
@@ -390,6 +358,8 @@ def _import_holding_lock(module: str, locked: threading.Event, logs: TensorFlowL
     with global_import_lock():
         locked.set()
         try:
+            from sparkdl.executor.imports import import_executor  # runs on an executor
+
             logs.load(lambda: import_executor(module))
             _imported[module] = True
         except Exception:  # the fit's own import raises it again, in its task

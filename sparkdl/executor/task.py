@@ -3,7 +3,7 @@
 :func:`sparkdl.payload.train_function` names :func:`run` by module, so the driver never
 imports this side. The task streams its partition into the worker's cache
 (:mod:`sparkdl.executor.cache`), one record batch at a time, while a thread imports
-TensorFlow and Keras (seconds, on a cold worker: :func:`sparkdl.warmup.import_executor`);
+TensorFlow and Keras (seconds, on a cold worker: :func:`sparkdl.executor.imports.import_executor`);
 then it joins the parameter service and trains (:mod:`sparkdl.executor.training`).
 Importing this module imports no Keras, no TensorFlow and no ``pyspark.ml``.
 
@@ -27,11 +27,11 @@ from pyspark import TaskContext
 from sparkdl import gpu
 from sparkdl.errors import ServiceError
 from sparkdl.executor.cache import PartitionCache
+from sparkdl.executor.imports import import_executor
 from sparkdl.executor.spool import Budget
 from sparkdl.payload import RESULT_SCHEMA, VALIDATION, Column, WorkerPayload
 from sparkdl.reports import WorkerReport
 from sparkdl.server.client import ServiceClient
-from sparkdl.warmup import import_executor
 
 __all__ = ["RESULT_SCHEMA", "run"]
 

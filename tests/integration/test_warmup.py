@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 
 from sparkdl import warmup
+from sparkdl.executor import imports
 from sparkdl.tf_logs import TensorFlowLogs
 from sparkdl.warmup import WarmUp, warm_up
 
@@ -40,8 +41,8 @@ def test_the_executor_import_leaves_out_the_packages_workers_never_use(
         "import json\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(warmup, "UNUSED_ON_WORKERS", ("unused_mod", "unused_pkg"))
-    warmup.import_executor("optional_user")
+    monkeypatch.setattr(imports, "UNUSED_ON_WORKERS", ("unused_mod", "unused_pkg"))
+    imports.import_executor("optional_user")
     user = sys.modules["optional_user"]
     assert user.unused_mod is None and user.plt is None and user.json is not None
     assert "unused_mod" not in sys.modules and "unused_pkg" not in sys.modules
@@ -49,10 +50,11 @@ def test_the_executor_import_leaves_out_the_packages_workers_never_use(
     import unused_pkg.pyplot
 
     assert unused_mod is not None and unused_pkg.pyplot is not None
-    warmup.import_executor("optional_user")  # imported already: nothing happens
+    imports.import_executor("optional_user")  # imported already: nothing happens
     assert sys.modules["optional_user"] is user
     for name in ("optional_user", "unused_mod", "unused_pkg", "unused_pkg.pyplot"):
         monkeypatch.delitem(sys.modules, name)
+    assert warmup._EXECUTOR_MODULE == imports.EXECUTOR_MODULE  # the warm-up's import is the task's
 
 
 @pytest.mark.parametrize("filtered", [False, True])

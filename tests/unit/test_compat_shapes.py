@@ -617,7 +617,7 @@ def test_keras_imports_with_sklearn_and_matplotlib_hidden(fresh_process) -> None
     assert fresh_process["loaded"] == [], (
         f"keras {keras.__version__} now needs {fresh_process['loaded']} at import (or no "
         "longer catches their ImportError); update sparkdl/compat/imports.py and "
-        "sparkdl.warmup.UNUSED_ON_WORKERS"
+        "sparkdl.executor.imports.UNUSED_ON_WORKERS"
     )
     assert fresh_process["marks_left"] == []
 

@@ -65,6 +65,7 @@ DRIVER = [
     "sparkdl.server.store",
     "sparkdl.spark_ui",
     "sparkdl.tracking",
+    "sparkdl.warmup",
 ]
 
 #: Run in a fresh interpreter: unpickle a task's function, import its executor module,
