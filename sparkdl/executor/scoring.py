@@ -51,14 +51,20 @@ def predict(payload: ScoringPayload, batches: Iterable[pa.RecordBatch]) -> Itera
     """
     inputs, _, _ = payload.columns()
     model = None
+    takes_sparse: list[bool] = []
     for batch in batches:
         present = _present(batch, inputs)
         kept = batch if present.all() else batch.filter(pa.array(present))
         check_widths(kept, inputs, payload)
         predictions: list[np.ndarray] = []
         if kept.num_rows:
-            model = load_model(payload) if model is None else model
-            predictions = _predict(model, convert(kept, inputs), inputs, payload)
+            if model is None:  # loaded once a row needs it; its inputs read once
+                from sparkdl.keras_io import sparse_inputs
+
+                model = load_model(payload)
+                takes_sparse = sparse_inputs(model) or [False] * len(inputs)
+            block = convert(kept, inputs)
+            predictions = _predict(model, block, inputs, takes_sparse, payload)
         columns = [
             _output_array(predictions[j] if predictions else None, present, scalar)
             for j, (_, scalar) in enumerate(payload.outputs)
@@ -142,14 +148,15 @@ def _present(batch: pa.RecordBatch, inputs: Sequence[Column]) -> np.ndarray:
 
 
 def _predict(
-    model: Any, block: Block, inputs: Sequence[Column], payload: ScoringPayload
+    model: Any,
+    block: Block,
+    inputs: Sequence[Column],
+    takes_sparse: Sequence[bool],
+    payload: ScoringPayload,
 ) -> list[np.ndarray]:
     """Predicts ``block`` in chunks of ``batch_size`` rows; one array per output, one
-    row per block row. A CSR input becomes a ``tf.SparseTensor`` (a sparse model input)
-    or dense rows one chunk at a time."""
-    from sparkdl.keras_io import sparse_inputs
-
-    takes_sparse = sparse_inputs(model) or [False] * len(inputs)
+    row per block row. A CSR input becomes a ``tf.SparseTensor`` (``takes_sparse``: a
+    sparse model input) or dense rows one chunk at a time."""
     rows = len(block[inputs[0].name])
     chunks: list[list[np.ndarray]] = [[] for _ in payload.outputs]
     for start in range(0, rows, payload.batch_size):
