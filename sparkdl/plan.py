@@ -165,8 +165,9 @@ class FitPlan:
             mode=mode,
             merge=merge,
             compression=resolve_compression(sync.compression, sync.compression_ratio, num_workers),
-            lr_recipe=LearningRateRecipe.resolve(
+            lr_recipe=LearningRateRecipe.of_resolved(
                 sync.lr_scaling,
+                scaling,
                 sync.warmup_epochs,
                 lr_factor=merge.lr_factor(num_workers, mode.barrier),
                 optimizer=optimizer,

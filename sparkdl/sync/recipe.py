@@ -112,9 +112,42 @@ class LearningRateRecipe:
             optimizer: The model's optimizer kind (one of :data:`OPTIMIZER_KINDS`).
         """
         check(scaling, warmup_epochs)
-        asked = scaling
-        if scaling == "auto":
-            scaling = resolve_scaling(scaling, optimizer)
+        return cls.of_resolved(
+            scaling,
+            resolve_scaling(scaling, optimizer),
+            warmup_epochs,
+            lr_factor=lr_factor,
+            optimizer=optimizer,
+        )
+
+    @classmethod
+    def of_resolved(
+        cls,
+        asked: str | None,
+        scaling: str | None,
+        warmup_epochs: float,
+        *,
+        lr_factor: float,
+        optimizer: str,
+    ) -> LearningRateRecipe:
+        """The recipe of a checked ``lr_scaling`` whose ``"auto"`` is already resolved.
+
+        :class:`~sparkdl.plan.FitPlan` resolves ``"auto"`` once
+        (:func:`resolve_scaling`), since the merge needs the answer too, and passes both.
+
+        Args:
+            asked: The user's ``lr_scaling``, for the reason.
+            scaling: What it resolved to for this model's optimizer.
+            warmup_epochs: The user's ``warmup_epochs``.
+            lr_factor: The merge's factor (:meth:`~sparkdl.sync.merges.Merge.lr_factor`).
+            optimizer: The model's optimizer kind (one of :data:`OPTIMIZER_KINDS`).
+
+        Example:
+            >>> LearningRateRecipe.of_resolved(
+            ...     "auto", "sqrt", 0.0, lr_factor=4.0, optimizer="adaptive").factor
+            2.0
+        """
+        if asked == "auto":
             if scaling is None and warmup_epochs:
                 # Kept so check_model refuses it: there is no rate to ramp.
                 return cls(warmup_epochs=float(warmup_epochs))
