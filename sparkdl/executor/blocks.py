@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from sparkdl.errors import SchemaError
-from sparkdl.payload import Column
+from sparkdl.payload import Column, check_row_widths
 
 __all__ = ["Block", "Csr", "concat_blocks", "convert", "rows_of", "slice_block", "take_block"]
 
@@ -132,6 +132,27 @@ def convert(batch: pa.RecordBatch, columns: Sequence[Column]) -> Block:
     return out
 
 
+def row_widths(column: pa.Array) -> np.ndarray:
+    """Values per row of a feature column: list lengths, or ML vectors' sizes (nulls
+    left out).
+
+    Example:
+        >>> row_widths(pa.array([[1.0, 2.0], None, [3.0]])).tolist()
+        [2, 1]
+    """
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if pa.types.is_struct(column.type):
+        kinds = column.field("type").to_numpy(zero_copy_only=False)
+        lengths = column.field("values").value_lengths().to_numpy(zero_copy_only=False)
+        sizes = column.field("size").to_numpy(zero_copy_only=False)
+        widths = np.where(kinds == 1, lengths, sizes)
+    else:
+        widths = column.value_lengths().to_numpy(zero_copy_only=False)
+    valid = column.is_valid().to_numpy(zero_copy_only=False)
+    return np.asarray(widths, dtype=np.float64)[valid].astype(np.int64)
+
+
 def rows_of(block: Block) -> int:
     first = next(iter(block.values()))
     return len(first)
@@ -170,10 +191,11 @@ def _dense_rows(values: pa.Array, width: int) -> np.ndarray:
     flat = values.flatten().to_numpy(zero_copy_only=False)
     if not width and len(values):
         width = flat.size // len(values)
-    if flat.size != len(values) * width:
+    _check(row_widths(values), width)
+    if values.null_count:
         raise SchemaError(
-            f"Expected rows of {width} values each; the partition holds {flat.size} "
-            f"values in {len(values)} rows."
+            f"Found {values.null_count} null row(s) in a column of arrays. Drop them "
+            "(df.dropna()) or impute them first."
         )
     return flat.astype(np.float32, copy=False).reshape(len(values), width)
 
@@ -207,11 +229,14 @@ def _vector_rows(vectors: pa.Array, width: int) -> tuple[np.ndarray, np.ndarray,
         indices = vectors.field("indices").flatten().to_numpy(zero_copy_only=False)
         indices = indices.astype(np.int32, copy=False)
     sizes = np.where(dense, lengths, vectors.field("size").to_numpy(zero_copy_only=False))
-    if len(sizes) and (sizes.min() != width or sizes.max() != width):
-        raise SchemaError(
-            f"Expected every feature vector to have size {width}. Received sizes between "
-            f"{int(sizes.min())} and {int(sizes.max())}."
-        )
+    _check(sizes, width)
     if indices.size and (indices.min() < 0 or indices.max() >= width):
         raise SchemaError(f"A sparse vector has an index outside [0, {width}).")
     return indptr, indices, values
+
+
+def _check(widths: np.ndarray, width: int) -> None:
+    """The one row-width rule (:func:`~sparkdl.payload.check_row_widths`) on rows of
+    ``widths`` values for a column of ``width``."""
+    if len(widths):
+        check_row_widths(int(widths.min()), int(widths.max()), (width,))

@@ -11,11 +11,6 @@ null feature), never row by row.
 Each Python worker loads a model once and keeps it for later batches and tasks (a
 small LRU keyed by the model's digest); its first load imports Keras as the driver
 said (:mod:`sparkdl.tf_logs`).
-
-Example:
-    >>> import pyarrow as pa
-    >>> row_widths(pa.array([[1.0, 2.0], None, [3.0]])).tolist()
-    [2, 1]
 """
 
 from __future__ import annotations
@@ -32,11 +27,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from sparkdl.executor.blocks import Block, Csr, convert, slice_block
+from sparkdl.executor.blocks import Block, Csr, convert, row_widths, slice_block
 from sparkdl.payload import Column, ScoringPayload, check_row_widths
 from sparkdl.tf_logs import TensorFlowLogs
 
-__all__ = ["check_widths", "evaluate", "load_model", "predict", "row_widths"]
+__all__ = ["check_widths", "evaluate", "load_model", "predict"]
 
 _CACHE_SIZE = 4
 _cache: OrderedDict[str, Any] = OrderedDict()
@@ -98,22 +93,6 @@ def check_widths(batch: pa.RecordBatch, inputs: Sequence[Column], payload: Scori
         widths = row_widths(batch.column(column.name))
         if len(widths):
             check_row_widths(int(widths.min()), int(widths.max()), tuple(shape), label)
-
-
-def row_widths(column: pa.Array) -> np.ndarray:
-    """Values per row of a feature column: list lengths, or ML vectors' sizes (nulls
-    left out)."""
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    if pa.types.is_struct(column.type):
-        kinds = column.field("type").to_numpy(zero_copy_only=False)
-        lengths = column.field("values").value_lengths().to_numpy(zero_copy_only=False)
-        sizes = column.field("size").to_numpy(zero_copy_only=False)
-        widths = np.where(kinds == 1, lengths, sizes)
-    else:
-        widths = column.value_lengths().to_numpy(zero_copy_only=False)
-    valid = column.is_valid().to_numpy(zero_copy_only=False)
-    return np.asarray(widths, dtype=np.float64)[valid].astype(np.int64)
 
 
 def load_model(payload: ScoringPayload, *, compile: bool = False) -> Any:
