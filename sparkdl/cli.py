@@ -83,32 +83,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
     ``namespace.settings`` holds the TrainConfig settings given, validated.
     """
-    parser = argparse.ArgumentParser(
-        prog="python -m sparkdl",
-        description="Train a Keras model on a Spark DataFrame and save the fitted model.",
-        epilog=_EXAMPLE,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    io = parser.add_argument_group("data, model and output")
-    io.add_argument("--config", help="JSON file with any of these options (flags override it)")
-    io.add_argument("--data", help="input path (Parquet or CSV; any path Spark reads)")
-    io.add_argument("--format", choices=["parquet", "csv"], help="input format (default parquet)")
-    io.add_argument("--model", help="module:function that returns a compiled keras.Model")
-    io.add_argument("--features-col", nargs="+", help="feature column, or several numeric columns")
-    io.add_argument("--label-col", help="label column (default label)")
-    io.add_argument("--output", help="where to save the fitted KerasModel")
-    io.add_argument("--overwrite", action="store_true", help="replace an existing output")
-    io.add_argument("--master", help="Spark master (spark-submit passes its own)")
-    io.add_argument("--app-name", default="sparkdl-train", help="Spark application name")
-    training = parser.add_argument_group("training settings (sparkdl.TrainConfig)")
-    docs = setting_docs()
-    for field in setting_fields():
-        training.add_argument(
-            "--" + field.name.replace("_", "-"),
-            dest=f"setting_{field.name}",
-            type=_converter(field.name),
-            help=f"{_first_sentence(docs[field.name])} (default: {field.default!r})",
-        )
+    parser = _parser()
     args = parser.parse_args(argv)
     config: dict[str, Any] = {}
     if args.config:
@@ -143,6 +118,37 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if missing:
         parser.error("missing " + ", ".join(f"--{n}" for n in missing))
     return args
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line: data, model and output, then one flag per TrainConfig setting."""
+    parser = argparse.ArgumentParser(
+        prog="python -m sparkdl",
+        description="Train a Keras model on a Spark DataFrame and save the fitted model.",
+        epilog=_EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    io = parser.add_argument_group("data, model and output")
+    io.add_argument("--config", help="JSON file with any of these options (flags override it)")
+    io.add_argument("--data", help="input path (Parquet or CSV; any path Spark reads)")
+    io.add_argument("--format", choices=["parquet", "csv"], help="input format (default parquet)")
+    io.add_argument("--model", help="module:function that returns a compiled keras.Model")
+    io.add_argument("--features-col", nargs="+", help="feature column, or several numeric columns")
+    io.add_argument("--label-col", help="label column (default label)")
+    io.add_argument("--output", help="where to save the fitted KerasModel")
+    io.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    io.add_argument("--master", help="Spark master (spark-submit passes its own)")
+    io.add_argument("--app-name", default="sparkdl-train", help="Spark application name")
+    training = parser.add_argument_group("training settings (sparkdl.TrainConfig)")
+    docs = setting_docs()
+    for field in setting_fields():
+        training.add_argument(
+            "--" + field.name.replace("_", "-"),
+            dest=f"setting_{field.name}",
+            type=_converter(field.name),
+            help=f"{_first_sentence(docs[field.name])} (default: {field.default!r})",
+        )
+    return parser
 
 
 def _converter(name: str) -> Any:

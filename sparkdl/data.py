@@ -136,24 +136,7 @@ def prepare(
     shapes = tuple(
         keras_io.resolve_input_shape(model, width, i) for i, width in enumerate(summary.widths)
     )
-    for j, kind in enumerate(kinds):
-        keras_io.check_labels(
-            model,
-            kind,
-            summary.label_widths[j],
-            summary.label_mins[j],
-            summary.label_maxs[j],
-            index=j,
-        )
-    label_shapes = tuple(
-        keras_io.label_shape(model, kind, summary.label_widths[j], j)
-        for j, kind in enumerate(kinds)
-    )
-    if class_weight and len(label_shapes[0]) > 1:
-        raise SchemaError(
-            f"class_weight weighs a row by its one class; these labels have the shape "
-            f"{label_shapes[0]} (a class per position). Use weight_col with per-row weights."
-        )
+    label_shapes = _label_shapes(model, kinds, summary, bool(class_weight))
     return Prepared(
         frame,
         summary,
@@ -164,6 +147,37 @@ def prepare(
         weighted=weight is not None,
         label_shapes=label_shapes,
     )
+
+
+def _label_shapes(
+    model: Any, kinds: tuple[str, ...], summary: DataSummary, class_weighted: bool
+) -> tuple[tuple[int, ...], ...]:
+    """Each output's per-sample label shape, its labels checked against the model's
+    loss and output.
+
+    Raises:
+        SchemaError: Labels that do not fit, or ``class_weight`` on labels with a class
+            per position.
+    """
+    for j, kind in enumerate(kinds):
+        keras_io.check_labels(
+            model,
+            kind,
+            summary.label_widths[j],
+            summary.label_mins[j],
+            summary.label_maxs[j],
+            index=j,
+        )
+    shapes = tuple(
+        keras_io.label_shape(model, kind, summary.label_widths[j], j)
+        for j, kind in enumerate(kinds)
+    )
+    if class_weighted and len(shapes[0]) > 1:
+        raise SchemaError(
+            f"class_weight weighs a row by its one class; these labels have the shape "
+            f"{shapes[0]} (a class per position). Use weight_col with per-row weights."
+        )
+    return shapes
 
 
 def weight_column(

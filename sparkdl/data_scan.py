@@ -92,19 +92,7 @@ def summarize(
     rows = int(stats["rows"])
     if rows == 0:
         raise SchemaError("The DataFrame is empty: there are no rows to train on.")
-    problems = []
-    for i in range(inputs):
-        where = f" (input {i})" if inputs > 1 else ""
-        if stats[f"f_null{i}"]:
-            problems.append(f"{stats[f'f_null{i}']} row(s) with null features{where}")
-        if stats.get(f"f_nan{i}"):
-            problems.append(f"{stats[f'f_nan{i}']} row(s) with NaN or null feature values{where}")
-    for j in range(len(kinds)):
-        where = f" (output {j})" if len(kinds) > 1 else ""
-        if stats[f"y_null{j}"]:
-            problems.append(f"{stats[f'y_null{j}']} row(s) with a null label{where}")
-        if stats.get(f"y_nan{j}"):
-            problems.append(f"{stats[f'y_nan{j}']} row(s) with a NaN label{where}")
+    problems = _problems(stats, inputs, len(kinds))
     if problems:
         raise SchemaError(
             f"Found {', '.join(problems)} among {rows} rows. Drop them "
@@ -134,6 +122,24 @@ def summarize(
             None if k == "array" else float(stats[f"y_max{j}"]) for j, k in enumerate(kinds)
         ),
     )
+
+
+def _problems(stats: dict[str, Any], inputs: int, outputs: int) -> list[str]:
+    """The scan's nulls and NaNs, per input and output, in words."""
+    problems = []
+    for i in range(inputs):
+        where = f" (input {i})" if inputs > 1 else ""
+        if stats[f"f_null{i}"]:
+            problems.append(f"{stats[f'f_null{i}']} row(s) with null features{where}")
+        if stats.get(f"f_nan{i}"):
+            problems.append(f"{stats[f'f_nan{i}']} row(s) with NaN or null feature values{where}")
+    for j in range(outputs):
+        where = f" (output {j})" if outputs > 1 else ""
+        if stats[f"y_null{j}"]:
+            problems.append(f"{stats[f'y_null{j}']} row(s) with a null label{where}")
+        if stats.get(f"y_nan{j}"):
+            problems.append(f"{stats[f'y_nan{j}']} row(s) with a NaN label{where}")
+    return problems
 
 
 def _summary_aggregates(

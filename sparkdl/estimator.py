@@ -159,46 +159,13 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
         # warm_up(spark) ran earlier in the session).
         config = self.train_config()
         warm_up(dataset.sparkSession, workers=config.num_workers, engine=False)
-        found = None
-        if config.resume and config.checkpoint_dir:
-            found = checkpoints.latest(config.checkpoint_dir)
-            if found is not None and found.epoch >= config.epochs:
-                raise ConfigError(
-                    f"The newest checkpoint ({found.path}) is at epoch {found.epoch}, not "
-                    f"before epochs={config.epochs}: raise epochs to train further."
-                )
+        found = _checkpoint_to_resume(config)
         model = self._model_to_train(found.weights if found else None)
         keras_io.check_training_settings(model)
         # Every custom object the model names, registered or not, for the executors.
         custom = custom_objects.collect(model, self.custom_objects)
         initial_epoch, history = (found.epoch, found.history) if found else (0, None)
-        if config.class_weight and self.weight_col:
-            raise ConfigError(
-                "class_weight and weight_col were both given; Keras's fit takes one of "
-                "class_weight and sample_weight. Fold the class weights into the weight "
-                "column, or pass one of them."
-            )
-        prepared = data.prepare(
-            dataset,
-            model,
-            self.features_col,
-            self.label_col,
-            validate=config.validate,
-            weight_col=self.weight_col or None,
-            class_weight=config.class_weight,
-        )
-        validation = None
-        if self.validation_data is not None:
-            validation = data.prepare(
-                self.validation_data,
-                model,
-                self.features_col,
-                self.label_col,
-                validate=config.validate,
-                sparse=prepared.sparse,  # the training data's choice: the rows travel together
-                weight_col=self.weight_col or None,  # class weights are for training only
-                weighted=prepared.weighted,
-            )
+        prepared, validation = self._prepare(dataset, model, config)
         tracker = None
         callbacks = list(self.callbacks)
         if tracking.wanted(config.mlflow_run):
@@ -233,6 +200,40 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
         if tracker:
             tracker.finish(fitted.get_model())
         return fitted
+
+    def _prepare(
+        self, dataset: DataFrame, model: keras.Model, config: TrainConfig
+    ) -> tuple[data.Prepared, data.Prepared | None]:
+        """The training data and the validation data (or ``None``), prepared and
+        checked for ``model``."""
+        if config.class_weight and self.weight_col:
+            raise ConfigError(
+                "class_weight and weight_col were both given; Keras's fit takes one of "
+                "class_weight and sample_weight. Fold the class weights into the weight "
+                "column, or pass one of them."
+            )
+        prepared = data.prepare(
+            dataset,
+            model,
+            self.features_col,
+            self.label_col,
+            validate=config.validate,
+            weight_col=self.weight_col or None,
+            class_weight=config.class_weight,
+        )
+        validation = None
+        if self.validation_data is not None:
+            validation = data.prepare(
+                self.validation_data,
+                model,
+                self.features_col,
+                self.label_col,
+                validate=config.validate,
+                sparse=prepared.sparse,  # the training data's choice: the rows travel together
+                weight_col=self.weight_col or None,  # class weights are for training only
+                weighted=prepared.weighted,
+            )
+        return prepared, validation
 
     def _model_to_train(self, weights: list[Any] | None = None) -> keras.Model:
         """The model, or one copy of it with ``learningRate`` and/or resumed ``weights``
@@ -275,3 +276,20 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
         custom = loading.custom(pickled)  # unpickled once, outside safe mode only
         model = loading.load_model(model_bytes, custom, pickled, path)
         return cls(model=model, custom_objects=custom)
+
+
+def _checkpoint_to_resume(config: TrainConfig) -> checkpoints.Checkpoint | None:
+    """The newest checkpoint of ``checkpoint_dir`` when ``resume`` asks for it.
+
+    Raises:
+        ConfigError: It is already at (or past) ``epochs``.
+    """
+    if not (config.resume and config.checkpoint_dir):
+        return None
+    found = checkpoints.latest(config.checkpoint_dir)
+    if found is not None and found.epoch >= config.epochs:
+        raise ConfigError(
+            f"The newest checkpoint ({found.path}) is at epoch {found.epoch}, not "
+            f"before epochs={config.epochs}: raise epochs to train further."
+        )
+    return found

@@ -126,23 +126,9 @@ class Fit:
         spark = self.prepared.frame.sparkSession
         sc = spark.sparkContext
         plan = self._plan(sc)
-        scheduled = keras_io.scheduled_rate(self.model)
-        plan.lr_recipe.check_model(scheduled=scheduled)
-        resolved = plan.describe(None if scheduled else keras_io.learning_rate(self.model))
-        block = format_resolved(resolved)
-        _log.info("%s", block)
-        if self.config.verbose:
-            print(block, flush=True)
-        prepared = self.prepared
+        resolved = self._announce(plan)
         model_bytes = keras_io.model_to_bytes(self.model)
-        metrics = MetricStates(
-            lambda: keras_io.model_from_bytes(model_bytes, self.custom_objects),
-            prepared.input_shapes,
-            prepared.label_kinds,
-            prepared.label_shapes,
-        )
-        metrics.prefetch()
-        store = self._store(plan, metrics)
+        store = self._store(plan, model_bytes)
         runner = self._driver_callbacks(model_bytes, store)
         # The fitted model is rebuilt while the workers train, or is the callbacks'
         # master model, which already exists.
@@ -155,44 +141,12 @@ class Fit:
         )
         group = f"sparkdl-fit-{store.started:.0f}-{id(store):x}"
         with interrupt_raises(), contextlib.ExitStack() as stack:
-            certificate = Certificate.make(plan.service_host) if plan.service_tls else None
-            service = stack.enter_context(
-                ParameterService(
-                    store,
-                    host=plan.service_host,
-                    port=plan.port,
-                    attempts=SparkAttempts(sc, group),
-                    tls=certificate,
-                )
+            payload = self._payload(
+                plan,
+                *_serve(stack, store, plan, SparkAttempts(sc, group)),
+                stack.enter_context(_broadcast(sc, model_bytes)),
             )
-            payload = WorkerPayload(
-                plan=plan,
-                url=service.url,
-                token=service.token,
-                tls_cert=certificate.pem if certificate else None,
-                model_bytes=stack.enter_context(_broadcast(sc, model_bytes)),
-                custom_objects=custom_objects.dumps(self.custom_objects),
-                input_shapes=list(prepared.input_shapes),
-                label_kinds=list(prepared.label_kinds),
-                label_widths=list(prepared.summary.label_widths),
-                sparse_columns=list(prepared.sparse or [False] * len(prepared.input_shapes)),
-                sparse_inputs=keras_io.sparse_inputs(self.model),
-                validation=self.validation is not None,
-                weighted=prepared.weighted,
-                label_shapes=list(prepared.label_shapes),
-                initial_steps=keras_io.optimizer_steps(self.model),
-                class_weighted=bool(self.config.class_weight),
-            )
-            marks = EpochMarks(sc, store, group, name, plan.epochs, plan.initial_epoch)
-            _follow(stack, marks.start, marks.stop)
-            stack.enter_context(_cancel_on_abort(sc, store, group))
-            if self.config.verbose:
-                progress = Progress(
-                    store, epochs=plan.epochs, rows=rows, verbose=self.config.verbose
-                )
-                _follow(stack, progress.start, progress.stop)
-            if runner:
-                _follow(stack, runner.start, runner.abandon)  # (a no-op after finish)
+            self._follow_fit(stack, sc, store, group, name, plan, rows, runner)
             prepare_seconds = time.perf_counter() - started + self._checks_seconds()
             reports = run_job(
                 sc,
@@ -205,28 +159,88 @@ class Fit:
             weights = runner.finish() if runner else store.weights()
             history, status = store.history(), store.status()
         trained = runner.master if runner else built.result()  # type: ignore[union-attr]
-        trained.set_weights(weights)
-        # A fitted model's learning-rate schedule goes on from the steps a worker took.
-        steps = max((r.optimizer_steps for r in reports), default=0)
-        keras_io.set_optimizer_steps(trained, steps, only_scheduled=True)
+        report = FitReport(
+            seconds=time.perf_counter() - started,
+            rows=self.prepared.summary.rows,
+            job_group=group,
+            service_url=payload.url,
+            workers=reports,
+            service={key: status.get(key) for key in SERVICE_KEYS},
+            prepare_seconds=prepare_seconds,
+            resolved=resolved,
+        )
         return FitResult(
             weights=weights,
-            model_bytes=keras_io.model_to_bytes(trained),
+            model_bytes=_fitted_bytes(trained, weights, reports),
             history=history,
-            report=FitReport(
-                seconds=time.perf_counter() - started,
-                rows=self.prepared.summary.rows,
-                job_group=group,
-                service_url=payload.url,
-                workers=reports,
-                service={key: status.get(key) for key in SERVICE_KEYS},
-                prepare_seconds=prepare_seconds,
-                resolved=resolved,
-            ),
+            report=report,
             input_shapes=self.prepared.input_shapes,
         )
 
     # ---------------------------------------------------------------- set-up
+    def _announce(self, plan: FitPlan) -> dict[str, str]:
+        """Checks the recipe against the model's rate and logs (and with ``verbose``
+        prints) what the fit resolved; returns it for the report."""
+        scheduled = keras_io.scheduled_rate(self.model)
+        plan.lr_recipe.check_model(scheduled=scheduled)
+        resolved = plan.describe(None if scheduled else keras_io.learning_rate(self.model))
+        block = format_resolved(resolved)
+        _log.info("%s", block)
+        if self.config.verbose:
+            print(block, flush=True)
+        return resolved
+
+    def _payload(
+        self,
+        plan: FitPlan,
+        service: ParameterService,
+        certificate: Certificate | None,
+        model_bytes: Any,
+    ) -> WorkerPayload:
+        """What every training task receives (``model_bytes`` broadcast)."""
+        prepared = self.prepared
+        return WorkerPayload(
+            plan=plan,
+            url=service.url,
+            token=service.token,
+            tls_cert=certificate.pem if certificate else None,
+            model_bytes=model_bytes,
+            custom_objects=custom_objects.dumps(self.custom_objects),
+            input_shapes=list(prepared.input_shapes),
+            label_kinds=list(prepared.label_kinds),
+            label_widths=list(prepared.summary.label_widths),
+            sparse_columns=list(prepared.sparse or [False] * len(prepared.input_shapes)),
+            sparse_inputs=keras_io.sparse_inputs(self.model),
+            validation=self.validation is not None,
+            weighted=prepared.weighted,
+            label_shapes=list(prepared.label_shapes),
+            initial_steps=keras_io.optimizer_steps(self.model),
+            class_weighted=bool(self.config.class_weight),
+        )
+
+    def _follow_fit(
+        self,
+        stack: contextlib.ExitStack,
+        sc: SparkContext,
+        store: WeightStore,
+        group: str,
+        name: str,
+        plan: FitPlan,
+        rows: int,
+        runner: DriverCallbacks | None,
+    ) -> None:
+        """Starts what follows the fit's events on the driver (the Spark UI's epoch
+        marks, cancelling the job on an abort, the progress bar, the driver callbacks),
+        each stopped by ``stack``."""
+        marks = EpochMarks(sc, store, group, name, plan.epochs, plan.initial_epoch)
+        _follow(stack, marks.start, marks.stop)
+        stack.enter_context(_cancel_on_abort(sc, store, group))
+        if self.config.verbose:
+            progress = Progress(store, epochs=plan.epochs, rows=rows, verbose=self.config.verbose)
+            _follow(stack, progress.start, progress.stop)
+        if runner:
+            _follow(stack, runner.start, runner.abandon)  # (a no-op after finish)
+
     def _plan(self, sc: SparkContext) -> FitPlan:
         spark = self.prepared.frame.sparkSession
         return FitPlan.resolve(
@@ -247,7 +261,17 @@ class Fit:
         """Seconds :func:`sparkdl.data.prepare` took (training and validation data)."""
         return self.prepared.seconds + (self.validation.seconds if self.validation else 0.0)
 
-    def _store(self, plan: FitPlan, metrics: MetricStates) -> WeightStore:
+    def _store(self, plan: FitPlan, model_bytes: bytes) -> WeightStore:
+        """The service's state, with the metric states' merge (its model loads in the
+        background meanwhile)."""
+        prepared = self.prepared
+        metrics = MetricStates(
+            lambda: keras_io.model_from_bytes(model_bytes, self.custom_objects),
+            prepared.input_shapes,
+            prepared.label_kinds,
+            prepared.label_shapes,
+        )
+        metrics.prefetch()
         return WeightStore(
             self.model.get_weights(),
             num_workers=plan.num_workers,
@@ -366,6 +390,26 @@ def _run_barrier_job(frame: DataFrame, payload: WorkerPayload) -> list[Any]:
     _log.info("barrier stage needs a shuffle for this DataFrame; repartitioning")
     frame = frame.repartition(payload.plan.num_workers)
     return frame.mapInArrow(train, RESULT_SCHEMA, barrier=True).repartition(1).collect()
+
+
+def _serve(
+    stack: contextlib.ExitStack, store: WeightStore, plan: FitPlan, attempts: SparkAttempts
+) -> tuple[ParameterService, Certificate | None]:
+    """The fit's parameter service, started (TLS as the plan says), stopped by ``stack``."""
+    certificate = Certificate.make(plan.service_host) if plan.service_tls else None
+    service = ParameterService(
+        store, host=plan.service_host, port=plan.port, attempts=attempts, tls=certificate
+    )
+    return stack.enter_context(service), certificate
+
+
+def _fitted_bytes(trained: keras.Model, weights: list[np.ndarray], reports: list[Any]) -> bytes:
+    """The fitted model as ``.keras`` bytes: ``trained`` with the fit's weights, its
+    learning-rate schedule going on from the steps a worker took."""
+    trained.set_weights(weights)
+    steps = max((r.optimizer_steps for r in reports), default=0)
+    keras_io.set_optimizer_steps(trained, steps, only_scheduled=True)
+    return keras_io.model_to_bytes(trained)
 
 
 def _follow(stack: contextlib.ExitStack, start: Any, stop: Any) -> None:

@@ -29,7 +29,7 @@ from sparkdl.sync.schedule import steps_for, train_rows
 from sparkdl.tf_logs import TensorFlowLogs
 
 if TYPE_CHECKING:
-    from sparkdl.config import TrainConfig
+    from sparkdl.config import SyncConfig, TrainConfig
 
 __all__ = ["DEFAULT_CACHE_BUDGET", "FitPlan", "format_resolved"]
 
@@ -140,27 +140,15 @@ class FitPlan:
             ConfigError: ``backup_workers`` leaves no worker for a round.
         """
         sync, run = config.sync, config.run
-        if sync.backup_workers >= num_workers:
-            raise ConfigError(
-                f"backup_workers={sync.backup_workers} must be smaller than the number of "
-                f"workers ({num_workers}): a round needs at least one worker."
-            )
+        _check_backups(sync.backup_workers, num_workers)
         mode = mode_class(sync.mode)()
         frequency = sync.resolved_frequency
         split = 0.0 if validation_data else float(run.validation_split)
         per_worker = train_rows(math.ceil(rows / max(num_workers, 1)), split)
         whole_epoch = frequency is None or frequency >= steps_for(per_worker, run.batch_size)
-        # A merge that divides its pushes when the recipe makes up for it (asynchronous
-        # delta) sees the scaling "auto" resolves to for this model's optimizer.
         scaling = resolve_scaling(sync.lr_scaling, optimizer)
-        merge = merge_class(str(sync.merge)).resolve(
-            num_workers=num_workers,
-            synchronous=mode.barrier,
-            whole_epoch=whole_epoch,
-            settings=sync
-            if scaling == sync.lr_scaling
-            else dataclasses.replace(sync, lr_scaling=scaling, warmup_epochs=0.0),
-        )
+        merge = _merge(sync, scaling, num_workers, mode.barrier, whole_epoch)
+        tls = config.service.service_tls  # None: on unless the master is local
         return cls(
             mode=mode,
             merge=merge,
@@ -190,11 +178,7 @@ class FitPlan:
             backup_workers=sync.backup_workers,
             service_host=config.service_host or service_host,
             port=config.port,
-            service_tls=(
-                config.service.service_tls
-                if config.service.service_tls is not None
-                else not local_master
-            ),
+            service_tls=not local_master if tls is None else tls,
             data_cache=config.scaling.data_cache,
             cache_budget=cache_budget,
             tf_logs=tf_logs or TensorFlowLogs(),
@@ -253,6 +237,35 @@ class FitPlan:
         scheme = "HTTPS (per-fit certificate)" if self.service_tls else "HTTP"
         lines["service"] = f"{self.service_host}, {scheme}"
         return lines
+
+
+def _check_backups(backup_workers: int, num_workers: int) -> None:
+    """Refuses ``backup_workers`` that leave a round no worker to wait for.
+
+    Raises:
+        ConfigError: ``backup_workers >= num_workers``.
+    """
+    if backup_workers >= num_workers:
+        raise ConfigError(
+            f"backup_workers={backup_workers} must be smaller than the number of "
+            f"workers ({num_workers}): a round needs at least one worker."
+        )
+
+
+def _merge(
+    sync: SyncConfig, scaling: str | None, num_workers: int, synchronous: bool, whole_epoch: bool
+) -> Merge:
+    """The fit's merge. One that divides its pushes when the recipe makes up for it
+    (asynchronous delta) sees ``scaling``, what ``"auto"`` resolved to for this model's
+    optimizer."""
+    return merge_class(str(sync.merge)).resolve(
+        num_workers=num_workers,
+        synchronous=synchronous,
+        whole_epoch=whole_epoch,
+        settings=sync
+        if scaling == sync.lr_scaling
+        else dataclasses.replace(sync, lr_scaling=scaling, warmup_epochs=0.0),
+    )
 
 
 def format_resolved(lines: dict[str, str]) -> str:

@@ -65,24 +65,16 @@ def _train_task(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> Wo
     _reset_peak_rss()
     worker = ctx.partitionId()
     gpu_ids = gpu.assign_gpus(ctx) or []  # before TensorFlow starts
-    plan = payload.plan
     # Import TensorFlow and Keras (the executor modules) while the partition is read:
     # the import dominates a cold worker.
     importer = threading.Thread(
-        target=plan.tf_logs.load, args=(import_executor,), name="sparkdl-import", daemon=True
+        target=payload.plan.tf_logs.load,
+        args=(import_executor,),
+        name="sparkdl-import",
+        daemon=True,
     )
     importer.start()
-    client = ServiceClient(
-        payload.url,
-        payload.token,
-        worker=worker,
-        timeout=plan.request_timeout,
-        retries=plan.request_retries,
-        # Spark numbers task attempts uniquely and in launch order within a
-        # SparkContext, stage retries included: a newer attempt has a larger id.
-        attempt=int(ctx.taskAttemptId()),
-        tls_cert=payload.tls_cert,
-    )
+    client = _client(payload, worker, int(ctx.taskAttemptId()))
     phase = "cache"
     try:
         with contextlib.ExitStack() as caches:
@@ -122,6 +114,22 @@ def _train_task(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> Wo
     report.started_at, report.ended_at = started_at, time.time()
     report.task_seconds = time.perf_counter() - started
     return report
+
+
+def _client(payload: WorkerPayload, worker: int, attempt: int) -> ServiceClient:
+    """The task's service client. Spark numbers task attempts (``attempt``) uniquely and
+    in launch order within a SparkContext, stage retries included: a newer attempt has
+    a larger id, which the service's fencing relies on."""
+    plan = payload.plan
+    return ServiceClient(
+        payload.url,
+        payload.token,
+        worker=worker,
+        timeout=plan.request_timeout,
+        retries=plan.request_retries,
+        attempt=attempt,
+        tls_cert=payload.tls_cert,
+    )
 
 
 def _open_caches(

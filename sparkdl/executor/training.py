@@ -74,28 +74,10 @@ def train(
     model = _build_model(payload, worker)
     # With compression the first pull starts this task's copy of the center (full).
     weights, version = client.pull(0, replica=FULL if plan.compression else None)
-    replica = client.control.get("replica") if plan.compression else None
     model.set_weights(weights)
-    rows = data.rows
-    held_in = plan.held_in(rows)  # rows model.fit trains on
-    every_rows = [plan.held_in(n) for n in joined["rows"]]
-    schedule = Schedule(
-        rows=held_in,
-        batch_size=plan.batch_size,
-        frequency=plan.frequency,
-        rounds=plan.mode.rounds_per_epoch(
-            steps_for(held_in, plan.batch_size),
-            [steps_for(n, plan.batch_size) for n in every_rows],
-            plan.frequency,
-        ),
-    )
-    standing = Standing(plan.initial_epoch, int(joined["version"]), joined.get("position"))
-    epoch, skip, synced = plan.mode.resume(schedule, standing)
-    # The optimizer's step count (what a learning-rate schedule reads) goes on from
-    # where this worker's earlier epochs and attempts left it: syncs only set weights.
-    set_optimizer_steps(
-        model, payload.initial_steps + epoch * steps_for(held_in, plan.batch_size) + skip
-    )
+    held_in = plan.held_in(data.rows)  # rows model.fit trains on
+    schedule = _schedule(plan, held_in, joined["rows"])
+    epoch, skip, synced = _resume(payload, model, schedule, joined)
     access = WeightAccess(model)
     pusher = Pusher(
         client,
@@ -105,21 +87,14 @@ def train(
         version=version,
         overlap=plan.overlap,
         compression=plan.compression,
-        replica=replica,
+        replica=client.control.get("replica") if plan.compression else None,
     )
     feed, validation, val_rows = split(payload, data, held_out, held_in)
-    rate = (
-        ScaledRate(plan.lr_recipe, steps_for(held_in, plan.batch_size))
-        if plan.lr_recipe.active
-        else None
-    )
+    rate = _scaled_rate(plan, model, held_in)
     sync = SyncCallback(pusher, schedule, val_rows=val_rows, rate=rate, last_epoch=plan.epochs)
     sync.set_model(model)
-    if rate is not None:
-        rate.set_model(model)
     train_start = time.perf_counter()
-    setup_comm, setup_calls = client.comm_seconds, client.calls  # join and first pull
-    setup_bytes = client.bytes_received
+    setup = _Traffic.of(client)  # the join and the first pull
     try:
         _fit_epochs(model, sync, plan, worker, feed, validation, (epoch, skip, synced))
         sync.flush()  # the last push's answer (overlap)
@@ -127,21 +102,13 @@ def train(
         pusher.close()
     return WorkerReport(
         worker=worker,
-        rows=rows,
+        rows=data.rows,
         validation_rows=val_rows,
         gpus=len(gpus),
         train_seconds=time.perf_counter() - train_start,
-        comm_seconds=client.comm_seconds - setup_comm,
-        wait_seconds=pusher.wait_seconds,
         overlap=plan.overlap,
         fast_weights=access.fast,
-        calls=client.calls - setup_calls,
-        setup_comm_seconds=setup_comm,
-        syncs=pusher.pushes,
-        push_bytes=client.bytes_sent,
-        answer_bytes=client.bytes_received - setup_bytes,
-        whole_pushes=pusher.whole_pushes,
-        whole_push_bytes=pusher.whole_bytes,
+        **setup.report(client, pusher),
         epochs_run=sync.epochs_run,
         resumed_at=[epoch, skip] if (epoch, skip) != (plan.initial_epoch, 0) else None,
         delta_scale=getattr(plan.merge, "scale", None),
@@ -149,6 +116,73 @@ def train(
         learning_rate=learning_rate(model),
         optimizer_steps=optimizer_steps(model),
     )
+
+
+def _schedule(plan: FitPlan, held_in: int, every_rows: list[int]) -> Schedule:
+    """This worker's batches and syncs an epoch, for its ``held_in`` training rows and
+    every worker's rows (``every_rows``, the join's answer)."""
+    return Schedule(
+        rows=held_in,
+        batch_size=plan.batch_size,
+        frequency=plan.frequency,
+        rounds=plan.mode.rounds_per_epoch(
+            steps_for(held_in, plan.batch_size),
+            [steps_for(plan.held_in(n), plan.batch_size) for n in every_rows],
+            plan.frequency,
+        ),
+    )
+
+
+def _resume(
+    payload: WorkerPayload, model: keras.Model, schedule: Schedule, joined: dict[str, Any]
+) -> tuple[int, int, int]:
+    """Where this worker starts (epoch, batches to skip, syncs done), from the join's
+    answer; the optimizer's step count (what a learning-rate schedule reads) goes on
+    from where this worker's earlier epochs and attempts left it (syncs only set
+    weights)."""
+    plan = payload.plan
+    standing = Standing(plan.initial_epoch, int(joined["version"]), joined.get("position"))
+    epoch, skip, synced = plan.mode.resume(schedule, standing)
+    steps = payload.initial_steps + epoch * schedule.steps + skip
+    set_optimizer_steps(model, steps)
+    return epoch, skip, synced
+
+
+def _scaled_rate(plan: FitPlan, model: keras.Model, held_in: int) -> ScaledRate | None:
+    """The learning-rate recipe's callback on ``model``, or ``None`` when it scales
+    nothing."""
+    if not plan.lr_recipe.active:
+        return None
+    rate = ScaledRate(plan.lr_recipe, steps_for(held_in, plan.batch_size))
+    rate.set_model(model)
+    return rate
+
+
+@dataclasses.dataclass(frozen=True)
+class _Traffic:
+    """The client's counters when training starts (after the join and first pull)."""
+
+    comm_seconds: float
+    calls: int
+    bytes_received: int
+
+    @classmethod
+    def of(cls, client: ServiceClient) -> _Traffic:
+        return cls(client.comm_seconds, client.calls, client.bytes_received)
+
+    def report(self, client: ServiceClient, pusher: Pusher) -> dict[str, Any]:
+        """The report's traffic fields: training's share, and the set-up's apart."""
+        return {
+            "comm_seconds": client.comm_seconds - self.comm_seconds,
+            "wait_seconds": pusher.wait_seconds,
+            "calls": client.calls - self.calls,
+            "setup_comm_seconds": self.comm_seconds,
+            "syncs": pusher.pushes,
+            "push_bytes": client.bytes_sent,
+            "answer_bytes": client.bytes_received - self.bytes_received,
+            "whole_pushes": pusher.whole_pushes,
+            "whole_push_bytes": pusher.whole_bytes,
+        }
 
 
 def _build_model(payload: WorkerPayload, worker: int) -> keras.Model:
