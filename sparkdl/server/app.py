@@ -95,9 +95,38 @@ def create_app(
     app.config["PROPAGATE_EXCEPTIONS"] = False
     app.before_request(_authenticator(app, token))
     waiting = _WaitSlots(wait_slots if wait_slots is not None else 2 * store.num_workers)
+    _Routes(store, attempts, waiting).register(app)
+    _register_error_handlers(app)
+    return app
 
-    def vouched(worker: int, attempt: int) -> int:
+
+class _Routes:
+    """The route handlers of one app: each reads its request, asks the store, answers.
+
+    Args:
+        store: The training state served.
+        attempts: Confirms new task attempts (see :func:`create_app`).
+        waiting: The long polls' wait slots.
+    """
+
+    def __init__(
+        self, store: WeightStore, attempts: AttemptCheck | None, waiting: _WaitSlots
+    ) -> None:
+        self.store = store
+        self.attempts = attempts
+        self.waiting = waiting
+
+    def register(self, app: Flask) -> None:
+        """Adds every route to ``app`` (endpoints named after the handlers)."""
+        app.get("/status")(self._status)
+        app.get("/weights")(self._weights)
+        app.post("/push")(self._push)
+        app.post("/join")(self._join)
+        app.post("/fail")(self._fail)
+
+    def vouched(self, worker: int, attempt: int) -> int:
         """``attempt``, once confirmed when it is new for ``worker`` (a known worker)."""
+        store, attempts = self.store, self.attempts
         store.check_worker(worker)
         if (
             attempts is not None
@@ -111,15 +140,15 @@ def create_app(
             )
         return attempt
 
-    @app.get("/status")
-    def _status() -> Response:
-        return _json(200, _finite(store.status()))
+    def _status(self) -> Response:
+        return _json(200, _finite(self.store.status()))
 
-    def answer(min_version: int, copy: tuple[int, int, int] | None) -> Response:
+    def answer(self, min_version: int, copy: tuple[int, int, int] | None) -> Response:
         """The weights once their version is ``min_version`` (202 after the long poll):
         in full, or for ``copy = (worker, attempt, replica)`` under compression, the
         change since the copy that worker holds (:mod:`sparkdl.server.replicas`)."""
-        with waiting(_wait_arg()) as wait:
+        store = self.store
+        with self.waiting(_wait_arg()) as wait:
             if copy is None or store.replicas is None:
                 result = store.encoded(min_version, wait)
                 chunks = result[0] if result is not None else None
@@ -133,23 +162,22 @@ def create_app(
             return _json(202, {"pending": True, "version": store.version})
         return _weights_response(chunks)
 
-    @app.get("/weights")
-    def _weights() -> Response:
+    def _weights(self) -> Response:
         min_version = _int_arg("min_version", 0)
         copy = None
         if "replica" in request.args:
             worker = _int_arg("worker", 0)
-            attempt = vouched(worker, _int_arg("attempt", 0))
+            attempt = self.vouched(worker, _int_arg("attempt", 0))
             copy = (worker, attempt, _replica(request.args.get("replica")))
-        return answer(min_version, copy)
+        return self.answer(min_version, copy)
 
-    @app.post("/push")
-    def _push() -> Response:
+    def _push(self) -> Response:
+        store = self.store
         if request.mimetype != wire.CONTENT_TYPE:
             return _json_error(415, f"Expected Content-Type {wire.CONTENT_TYPE}.")
         arrays, meta = wire.decode(_read_body())
         worker = _meta_int(meta, "worker")
-        attempt = vouched(worker, _meta_int(meta, "attempt", 0))
+        attempt = self.vouched(worker, _meta_int(meta, "attempt", 0))
         copy = None
         if store.replicas is not None:  # compressed: decoded against the worker's copy
             copy = (worker, attempt, _replica(meta.get("replica")))
@@ -165,21 +193,19 @@ def create_app(
         )
         # An asynchronous push, or a late synchronous one, is answered at once; a
         # synchronous push waits (long poll) for its round to merge.
-        return answer(target, copy)
+        return self.answer(target, copy)
 
-    @app.post("/join")
-    def _join() -> Response:
+    def _join(self) -> Response:
         report = _json_body()
         worker = _meta_int(report, "worker")
-        attempt = vouched(worker, _meta_int(report, "attempt", 0))
-        with waiting(_wait_arg()) as wait:
-            joined = store.join(worker, _meta_int(report, "rows"), wait, attempt=attempt)
+        attempt = self.vouched(worker, _meta_int(report, "attempt", 0))
+        with self.waiting(_wait_arg()) as wait:
+            joined = self.store.join(worker, _meta_int(report, "rows"), wait, attempt=attempt)
         if joined is None:
             return _json(202, {"pending": True})
         return _json(200, joined)
 
-    @app.post("/fail")
-    def _fail() -> Response:
+    def _fail(self) -> Response:
         report = _json_body()
         if not isinstance(report.get("traceback"), str) or not isinstance(
             report.get("fatal", True), bool
@@ -190,16 +216,13 @@ def create_app(
                 "'fatal': bool}.",
             )
         worker = _meta_int(report, "worker")
-        store.report_failure(
+        self.store.report_failure(
             worker,
             report["traceback"],
-            attempt=vouched(worker, _meta_int(report, "attempt", 0)),
+            attempt=self.vouched(worker, _meta_int(report, "attempt", 0)),
             fatal=report.get("fatal", True),
         )
         return _json(200, {"ok": True})
-
-    _register_error_handlers(app)
-    return app
 
 
 class _WaitSlots:
