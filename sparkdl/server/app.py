@@ -49,14 +49,22 @@ from werkzeug.exceptions import HTTPException
 
 from sparkdl.server import wire
 from sparkdl.server.attempts import AttemptCheck
+from sparkdl.server.parse import (
+    MAX_WAIT_SECONDS,
+    int_arg,
+    json_body,
+    meta_int,
+    read_body,
+    replica_number,
+    wait_arg,
+    whole_flag,
+)
 from sparkdl.server.store import StoreError, WeightStore
 
 __all__ = ["BUSY_WAIT_SECONDS", "MAX_WAIT_SECONDS", "create_app", "max_body_bytes"]
 
-MAX_WAIT_SECONDS = 60.0
 #: How long a long poll waits when every wait slot is taken (the client asks again).
 BUSY_WAIT_SECONDS = 0.1
-_MAX_JSON_BYTES = 1 << 20
 _HEADER_SLACK = 1 << 20
 
 
@@ -95,9 +103,38 @@ def create_app(
     app.config["PROPAGATE_EXCEPTIONS"] = False
     app.before_request(_authenticator(app, token))
     waiting = _WaitSlots(wait_slots if wait_slots is not None else 2 * store.num_workers)
+    _Routes(store, attempts, waiting).register(app)
+    _register_error_handlers(app)
+    return app
 
-    def vouched(worker: int, attempt: int) -> int:
+
+class _Routes:
+    """The route handlers of one app: each reads its request, asks the store, answers.
+
+    Args:
+        store: The training state served.
+        attempts: Confirms new task attempts (see :func:`create_app`).
+        waiting: The long polls' wait slots.
+    """
+
+    def __init__(
+        self, store: WeightStore, attempts: AttemptCheck | None, waiting: _WaitSlots
+    ) -> None:
+        self.store = store
+        self.attempts = attempts
+        self.waiting = waiting
+
+    def register(self, app: Flask) -> None:
+        """Adds every route to ``app`` (endpoints named after the handlers)."""
+        app.get("/status")(self._status)
+        app.get("/weights")(self._weights)
+        app.post("/push")(self._push)
+        app.post("/join")(self._join)
+        app.post("/fail")(self._fail)
+
+    def vouched(self, worker: int, attempt: int) -> int:
         """``attempt``, once confirmed when it is new for ``worker`` (a known worker)."""
+        store, attempts = self.store, self.attempts
         store.check_worker(worker)
         if (
             attempts is not None
@@ -111,15 +148,15 @@ def create_app(
             )
         return attempt
 
-    @app.get("/status")
-    def _status() -> Response:
-        return _json(200, _finite(store.status()))
+    def _status(self) -> Response:
+        return _json(200, _finite(self.store.status()))
 
-    def answer(min_version: int, copy: tuple[int, int, int] | None) -> Response:
+    def answer(self, min_version: int, copy: tuple[int, int, int] | None) -> Response:
         """The weights once their version is ``min_version`` (202 after the long poll):
         in full, or for ``copy = (worker, attempt, replica)`` under compression, the
         change since the copy that worker holds (:mod:`sparkdl.server.replicas`)."""
-        with waiting(_wait_arg()) as wait:
+        store = self.store
+        with self.waiting(wait_arg()) as wait:
             if copy is None or store.replicas is None:
                 result = store.encoded(min_version, wait)
                 chunks = result[0] if result is not None else None
@@ -133,54 +170,53 @@ def create_app(
             return _json(202, {"pending": True, "version": store.version})
         return _weights_response(chunks)
 
-    @app.get("/weights")
-    def _weights() -> Response:
-        min_version = _int_arg("min_version", 0)
+    def _weights(self) -> Response:
+        min_version = int_arg("min_version", 0)
         copy = None
         if "replica" in request.args:
-            worker = _int_arg("worker", 0)
-            attempt = vouched(worker, _int_arg("attempt", 0))
-            copy = (worker, attempt, _replica(request.args.get("replica")))
-        return answer(min_version, copy)
+            worker = int_arg("worker", 0)
+            attempt = self.vouched(worker, int_arg("attempt", 0))
+            copy = (worker, attempt, replica_number(request.args.get("replica")))
+        return self.answer(min_version, copy)
 
-    @app.post("/push")
-    def _push() -> Response:
+    def _push(self) -> Response:
+        store = self.store
         if request.mimetype != wire.CONTENT_TYPE:
             return _json_error(415, f"Expected Content-Type {wire.CONTENT_TYPE}.")
-        arrays, meta = wire.decode(_read_body())
-        worker = _meta_int(meta, "worker")
-        attempt = vouched(worker, _meta_int(meta, "attempt", 0))
+        arrays, meta = wire.decode(read_body())
+        worker = meta_int(meta, "worker")
+        attempt = self.vouched(worker, meta_int(meta, "attempt", 0))
         copy = None
         if store.replicas is not None:  # compressed: decoded against the worker's copy
-            copy = (worker, attempt, _replica(meta.get("replica")))
-            arrays = store.replicas.unpack(*copy, arrays, whole=_whole(meta.get("whole", False)))
+            copy = (worker, attempt, replica_number(meta.get("replica")))
+            arrays = store.replicas.unpack(
+                *copy, arrays, whole=whole_flag(meta.get("whole", False))
+            )
         target = store.push(
             worker,
-            seq=_meta_int(meta, "seq"),
+            seq=meta_int(meta, "seq"),
             attempt=attempt,
-            base_version=_meta_int(meta, "base_version"),
+            base_version=meta_int(meta, "base_version"),
             arrays=arrays,
-            samples=_meta_int(meta, "samples"),
+            samples=meta_int(meta, "samples"),
             meta=meta,
         )
         # An asynchronous push, or a late synchronous one, is answered at once; a
         # synchronous push waits (long poll) for its round to merge.
-        return answer(target, copy)
+        return self.answer(target, copy)
 
-    @app.post("/join")
-    def _join() -> Response:
-        report = _json_body()
-        worker = _meta_int(report, "worker")
-        attempt = vouched(worker, _meta_int(report, "attempt", 0))
-        with waiting(_wait_arg()) as wait:
-            joined = store.join(worker, _meta_int(report, "rows"), wait, attempt=attempt)
+    def _join(self) -> Response:
+        report = json_body()
+        worker = meta_int(report, "worker")
+        attempt = self.vouched(worker, meta_int(report, "attempt", 0))
+        with self.waiting(wait_arg()) as wait:
+            joined = self.store.join(worker, meta_int(report, "rows"), wait, attempt=attempt)
         if joined is None:
             return _json(202, {"pending": True})
         return _json(200, joined)
 
-    @app.post("/fail")
-    def _fail() -> Response:
-        report = _json_body()
+    def _fail(self) -> Response:
+        report = json_body()
         if not isinstance(report.get("traceback"), str) or not isinstance(
             report.get("fatal", True), bool
         ):
@@ -189,17 +225,14 @@ def create_app(
                 "Expected a JSON body {'worker': int, 'traceback': str, 'attempt': int, "
                 "'fatal': bool}.",
             )
-        worker = _meta_int(report, "worker")
-        store.report_failure(
+        worker = meta_int(report, "worker")
+        self.store.report_failure(
             worker,
             report["traceback"],
-            attempt=vouched(worker, _meta_int(report, "attempt", 0)),
+            attempt=self.vouched(worker, meta_int(report, "attempt", 0)),
             fatal=report.get("fatal", True),
         )
         return _json(200, {"ok": True})
-
-    _register_error_handlers(app)
-    return app
 
 
 class _WaitSlots:
@@ -263,11 +296,6 @@ def _register_error_handlers(app: Flask) -> None:
         return _json_error(500, f"Internal error: {type(exc).__name__}")
 
 
-class _BadArg(StoreError):
-    def __init__(self, message: str) -> None:
-        super().__init__(400, message)
-
-
 def _json(status: int, payload: dict[str, Any]) -> Response:
     # allow_nan=False: NaN and Infinity are not JSON (the store never holds them).
     body = json.dumps(payload, allow_nan=False)
@@ -294,93 +322,3 @@ def _weights_response(chunks: list[Any]) -> Response:
     response = Response(chunks, status=200, mimetype=wire.CONTENT_TYPE)
     response.content_length = sum(memoryview(c).nbytes for c in chunks)
     return response
-
-
-def _read_body(limit: int | None = None) -> Any:
-    """Reads the whole request body (its Content-Length, at most ``limit`` bytes)."""
-    length = request.content_length
-    if length is None:
-        raise StoreError(
-            411, "Send the body with a Content-Length header; chunked bodies are not accepted."
-        )
-    if limit is not None and length > limit:
-        raise StoreError(413, f"Request body of {length} bytes exceeds the {limit}-byte bound.")
-    try:
-        body = request.environ["wsgi.input"].read(length) if length else b""
-    except TimeoutError:
-        raise StoreError(408, "Timed out waiting for the request body.") from None
-    if len(body) != length:
-        raise StoreError(
-            400,
-            f"Body truncated: received {len(body)} of the {length} bytes its Content-Length "
-            "announced.",
-        )
-    return body
-
-
-def _json_body() -> dict[str, Any]:
-    body = _read_body(_MAX_JSON_BYTES)
-    try:
-        value = json.loads(bytes(body))
-    except (ValueError, RecursionError):
-        raise _BadArg("Expected a JSON object body.") from None
-    if not isinstance(value, dict):
-        raise _BadArg("Expected a JSON object body.")
-    return value
-
-
-def _meta_int(meta: dict[str, Any], key: str, default: int | None = None) -> int:
-    value = meta.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**62:
-        raise _BadArg(f"Expected '{key}' to be a non-negative int. Received: {repr(value)[:60]}")
-    return value
-
-
-def _int_arg(name: str, default: int) -> int:
-    raw = request.args.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise _BadArg(f"Expected query '{name}' to be an int. Received: {raw!r}") from None
-    if not 0 <= value < 2**62:
-        raise _BadArg(f"Expected query '{name}' >= 0. Received: {raw!r}")
-    return value
-
-
-def _replica(value: Any) -> int:
-    """A worker's copy number (:mod:`sparkdl.server.replicas`): an int >= -1."""
-    if isinstance(value, str):
-        with contextlib.suppress(ValueError):
-            value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not -1 <= value < 2**62:
-        raise _BadArg(
-            "Expected 'replica' (the copy of the center the worker holds) to be an int >= "
-            f"-1. Received: {repr(value)[:60]}"
-        )
-    return value
-
-
-def _whole(value: Any) -> bool:
-    """Whether a compressed push sends its update whole (a worker's closing push)."""
-    if not isinstance(value, bool):
-        raise _BadArg(f"Expected 'whole' to be true or false. Received: {repr(value)[:60]}")
-    return value
-
-
-def _wait_arg() -> float:
-    return min(_float_arg("wait", 0.0), MAX_WAIT_SECONDS)
-
-
-def _float_arg(name: str, default: float) -> float:
-    raw = request.args.get(name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise _BadArg(f"Expected query '{name}' to be a number. Received: {raw!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise _BadArg(f"Expected query '{name}' >= 0. Received: {raw!r}")
-    return value

@@ -3,9 +3,11 @@
 A :class:`~sparkdl.sync.modes.Mode` (in :mod:`sparkdl.sync`, shared with the workers)
 says how pushes are scheduled: its traits and its worker half. Its service half lives
 here, inside the parameter service, as the :class:`~sparkdl.server.store.WeightStore`'s
-per-mode policy: a synchronous round collects one push per worker and merges when its
-quorum pushed; asynchronous merges each push at once under the lock; hogwild keeps
-only the bookkeeping under the lock and adds the push into the live center with none.
+per-mode policy, composed of the steps of its
+:class:`~sparkdl.server.state.TrainingState`: a synchronous round collects one push per
+worker and merges when its quorum pushed; asynchronous merges each push at once under
+the lock; hogwild keeps only the bookkeeping under the lock and adds the push into the
+live center with none.
 
 A policy is found by its mode's name, walking the mode's base classes, so a new mode
 that subclasses one of these schedules needs no policy of its own; a new schedule is
@@ -31,7 +33,7 @@ from sparkdl.sync.modes import Asynchronous, Hogwild, Mode, Synchronous
 from sparkdl.sync.registry import Registry
 
 if TYPE_CHECKING:
-    from sparkdl.server.store import WeightStore
+    from sparkdl.server.state import TrainingState
 
 __all__ = [
     "POLICIES",
@@ -56,7 +58,7 @@ class PushPolicy(abc.ABC):
         return f"{type(self).__name__}()"
 
     @abc.abstractmethod
-    def push(self, store: WeightStore, update: Update, *, seq: int, attempt: int) -> int:
+    def push(self, store: TrainingState, update: Update, *, seq: int, attempt: int) -> int:
         """Takes one push; returns the version whose weights answer it.
 
         The route answers once that version is visible (a synchronous round may still
@@ -66,14 +68,14 @@ class PushPolicy(abc.ABC):
             StoreError: The push is refused; nothing changed.
         """
 
-    def epoch_quorum(self, store: WeightStore) -> int:
+    def epoch_quorum(self, store: TrainingState) -> int:
         """Reports that close an epoch."""
         return store.num_workers
 
-    def rejoin(self, store: WeightStore, worker: int, attempt: int) -> None:  # noqa: B027
+    def rejoin(self, store: TrainingState, worker: int, attempt: int) -> None:  # noqa: B027
         """A worker joins (again); called with the lock held before it is admitted."""
 
-    def join_complete(self, store: WeightStore) -> bool:
+    def join_complete(self, store: TrainingState) -> bool:
         """Whether a join may be answered (the lock is held)."""
         return True
 
@@ -113,7 +115,7 @@ class SynchronousPolicy(PushPolicy):
 
     name: ClassVar[str] = Synchronous.name
 
-    def push(self, store: WeightStore, update: Update, *, seq: int, attempt: int) -> int:
+    def push(self, store: TrainingState, update: Update, *, seq: int, attempt: int) -> int:
         worker, round_no = update.worker, update.base_version
         with store.lock:
             store.control.check_aborted()
@@ -143,14 +145,14 @@ class SynchronousPolicy(PushPolicy):
                 store.merge_round()
         return round_no + 1
 
-    def epoch_quorum(self, store: WeightStore) -> int:
+    def epoch_quorum(self, store: TrainingState) -> int:
         return store.rounds.quorum
 
-    def rejoin(self, store: WeightStore, worker: int, attempt: int) -> None:
+    def rejoin(self, store: TrainingState, worker: int, attempt: int) -> None:
         if worker in store.rounds.joined and attempt > store.ledger.newest_attempt(worker):
             store.new_generation(worker, attempt)
 
-    def join_complete(self, store: WeightStore) -> bool:
+    def join_complete(self, store: TrainingState) -> bool:
         return len(store.rounds.joined) >= store.num_workers
 
 
@@ -164,7 +166,7 @@ class AsynchronousPolicy(PushPolicy):
 
     name: ClassVar[str] = Asynchronous.name
 
-    def push(self, store: WeightStore, update: Update, *, seq: int, attempt: int) -> int:
+    def push(self, store: TrainingState, update: Update, *, seq: int, attempt: int) -> int:
         with store.lock:
             store.control.check_aborted()
             duplicate = store.screen(update, seq, attempt)
@@ -189,15 +191,15 @@ class AsynchronousPolicy(PushPolicy):
         self._apply_unlocked(store, update, version - 1)
         return version
 
-    def _pending(self, store: WeightStore) -> Callable[[], list[float]] | None:
+    def _pending(self, store: TrainingState) -> Callable[[], list[float]] | None:
         """What :meth:`~sparkdl.server.center.Center.reserve` adds to a recomputed
         bound: nothing, the center holds every admitted push."""
         return None
 
-    def _apply_locked(self, store: WeightStore, update: Update, version: int) -> None:
+    def _apply_locked(self, store: TrainingState, update: Update, version: int) -> None:
         store.center.commit(store.merge.apply(store.center.weights, update, version))
 
-    def _apply_unlocked(self, store: WeightStore, update: Update, version: int) -> None:
+    def _apply_unlocked(self, store: TrainingState, update: Update, version: int) -> None:
         """Hogwild's step outside the lock; nothing here."""
 
 
@@ -217,15 +219,15 @@ class HogwildPolicy(AsynchronousPolicy):
     name: ClassVar[str] = Hogwild.name
     live_center: ClassVar[bool] = True
 
-    def _pending(self, store: WeightStore) -> Callable[[], list[float]] | None:
+    def _pending(self, store: TrainingState) -> Callable[[], list[float]] | None:
         return lambda: list(store.in_flight)  # steps admitted, still being added
 
-    def _apply_locked(self, store: WeightStore, update: Update, version: int) -> None:
+    def _apply_locked(self, store: TrainingState, update: Update, version: int) -> None:
         store.center.bump()  # only the count: the step is taken outside the lock
         for i, m in enumerate(update.magnitudes):
             store.in_flight[i] += m
 
-    def _apply_unlocked(self, store: WeightStore, update: Update, version: int) -> None:
+    def _apply_unlocked(self, store: TrainingState, update: Update, version: int) -> None:
         try:
             store.merge.apply_in_place(store.center.weights, update, version)
         finally:

@@ -1,25 +1,17 @@
-"""The service's training state of one fit, behind one lock.
+"""The service's training state of one fit, behind one lock: the thread-safe API.
 
-The state is split by job, each part a small class of its own module:
-:class:`~sparkdl.server.center.Center` (weights and versions),
-:class:`~sparkdl.server.rounds.Rounds` (synchronous rounds, generations, fencing),
-:class:`~sparkdl.server.ledger.WorkerLedger` (what is known of each worker),
-:class:`~sparkdl.server.history.EpochHistory` (per-epoch logs) and
-:class:`~sparkdl.server.control.ControlChannel` (stop, learning rate, epoch gate,
-abort). The store owns the lock, the fit's :class:`~sparkdl.sync.merges.Merge` and the
-policy of its :class:`~sparkdl.sync.modes.Mode` (:mod:`sparkdl.server.policies`); a push
-is the policy's to run. Nothing here knows
+The state and the steps a push goes through live in
+:class:`~sparkdl.server.state.TrainingState` (its parts, each a small class of its own
+module: the center, rounds, the ledger, the history, the control channel); this class
+adds what the routes and the driver call, each method taking the lock itself. A push is
+the policy of the fit's mode to run (:mod:`sparkdl.server.policies`). Nothing here knows
 about HTTP: a refused request raises :class:`StoreError` with the status to answer.
 
 Every push carries the worker's id, a sequence number and its task attempt: a push
 whose sequence number the worker already used (a retry after a lost answer) is
 acknowledged without being applied again; a push from an attempt older than the
 worker's newest one (a zombie task) is refused. A push is checked whole before it
-changes anything (:meth:`WeightStore.screen`): the worker joined, its samples are at
-most the rows it joined with, its sequence number lies within :data:`SEQ_WINDOW` of
-the last one applied (a number far ahead would make every later honest push look like
-a repeat), its metadata can be recorded (:mod:`sparkdl.server.meta`) and the center
-cannot overflow (:meth:`~sparkdl.server.center.Center.reserve`).
+changes anything (:meth:`~sparkdl.server.state.TrainingState.screen`).
 
 A retried task rejoins under the same id and learns where training stands (the last
 sequence number applied, the version, its own position), so it continues there with
@@ -44,100 +36,28 @@ Example:
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from sparkdl.server.center import Center
-from sparkdl.server.control import ControlChannel
 from sparkdl.server.errors import StoreError
-from sparkdl.server.history import EpochHistory
-from sparkdl.server.ledger import WorkerLedger, WorkerRecord
 from sparkdl.server.meta import check_push_meta
-from sparkdl.server.policies import PushPolicy, policy_for
-from sparkdl.server.replicas import Replicas
-from sparkdl.server.rounds import DEFAULT_ROUND_TIMEOUT, Rounds
-from sparkdl.sync.codecs import Compression
-from sparkdl.sync.merges import Merge, Update
-from sparkdl.sync.modes import Mode, Synchronous, mode_class
+from sparkdl.server.state import SEQ_WINDOW, TrainingState
+from sparkdl.sync.merges import Update
 
 __all__ = ["SEQ_WINDOW", "StoreError", "WeightStore"]
 
-MAX_WORKERS = 100_000
-#: How far past the last applied sequence number a worker's next push may be
-#: numbered (workers number their pushes 1, 2, 3...; retries repeat a number).
-SEQ_WINDOW = 16
 
-_log = logging.getLogger(__name__)
+class WeightStore(TrainingState):
+    """Center weights plus the bookkeeping of one fit, thread-safe.
 
-
-class WeightStore:
-    """Center weights plus the bookkeeping of one fit. Every method is thread-safe.
-
-    Args:
-        weights: Initial center weights (the model's weights on the driver).
-        num_workers: Workers of the fit.
-        merge: The merge rule.
-        mode: The mode (or its name).
-        round_timeout: Seconds a synchronous round waits for missing workers before
-            it closes with the pushes present (a warning is logged).
-        history: Per-epoch logs of epochs done before (a resumed fit); the workers'
-            epoch numbers continue after them.
-        backup_workers: A synchronous round closes once ``num_workers - backup_workers``
-            workers pushed; later pushes for it are dropped. Epochs close on the same
-            quorum, and once ``epochs`` epochs closed every answer says stop.
-        epochs: The epoch count the fit ends at (with ``backup_workers``).
-        gate_epochs: Synchronous mode with driver callbacks: the answer to the round
-            that closes an epoch waits until :meth:`release`.
-        metric_merge: Reads exact per-epoch metrics from the workers' summed metric
-            states (:meth:`sparkdl.metric_states.MetricStates.results`); ``None``:
-            metrics averaged by rows.
-        compression: Updates travel compressed both ways (:mod:`sparkdl.sync.codecs`);
-            the store then keeps each worker's copy of the center (:attr:`replicas`).
+    Every method defined here takes the lock itself. It takes the arguments of
+    :class:`~sparkdl.server.state.TrainingState`, whose steps (what a policy runs for a
+    push) assume the lock held.
     """
-
-    def __init__(
-        self,
-        weights: Sequence[np.ndarray],
-        *,
-        num_workers: int,
-        merge: Merge,
-        mode: Mode | str = Synchronous.name,
-        round_timeout: float = DEFAULT_ROUND_TIMEOUT,
-        history: dict[str, list[float]] | None = None,
-        backup_workers: int = 0,
-        epochs: int | None = None,
-        gate_epochs: bool = False,
-        metric_merge: Callable[[Sequence[Any]], dict[str, float]] | None = None,
-        compression: Compression | None = None,
-    ) -> None:
-        self.mode: Mode = mode_class(mode)() if isinstance(mode, str) else mode
-        #: The mode's service half: how pushes are taken.
-        self.policy: PushPolicy = policy_for(self.mode)
-        self.merge = merge
-        self.num_workers = num_workers
-        self.epochs = epochs
-        self.lock = threading.Condition()
-        self.center = Center(weights)
-        #: Each worker's copy of the center when updates are compressed, else None.
-        self.replicas = (
-            Replicas(compression, merge, self.center.weights, newest_attempt=self.newest_attempt)
-            if compression
-            else None
-        )
-        self.rounds = Rounds(quorum=max(num_workers - backup_workers, 1), timeout=round_timeout)
-        self.ledger = WorkerLedger()
-        self.control = ControlChannel(gate_epochs=gate_epochs and self.mode.barrier)
-        self._history = EpochHistory(history, metric_merge)
-        self._failures: dict[int, str] = {}
-        self._rows: dict[int, int] = {}
-        #: Summed magnitudes of hogwild steps admitted but not yet added in.
-        self.in_flight = [0.0] * len(self.center.weights)
-        self.started = time.time()
 
     # ------------------------------------------------------------------ reads
     @property
@@ -399,140 +319,3 @@ class WeightStore:
             if fatal:
                 self.control.abort(f"worker {worker} failed")
                 self.lock.notify_all()
-
-    # -------------------------------------- the policies' steps (lock held)
-    def screen(self, update: Update, seq: int, attempt: int) -> bool:
-        """Checks a push against what the service knows; returns whether ``seq`` repeats.
-
-        Changes nothing: the policy admits the push (:meth:`admit`) once every check
-        passed.
-
-        Raises:
-            StoreError: 409 for a superseded attempt or a worker that has not joined;
-                400 for more samples than the worker's rows or a sequence number
-                beyond :data:`SEQ_WINDOW`.
-        """
-        worker = update.worker
-        self.rounds.check_fenced(worker, attempt, self.ledger.newest_attempt(worker))
-        rows = self._rows.get(worker)
-        if rows is None:
-            raise StoreError(409, f"Worker {worker} pushed before it joined: POST /join first.")
-        if update.samples > rows:
-            raise StoreError(
-                400,
-                f"Worker {worker} claims {update.samples} samples in one push, but it "
-                f"joined with {rows} rows.",
-            )
-        last = self.ledger.last_seq(worker)
-        if seq > last + SEQ_WINDOW:
-            raise StoreError(
-                400,
-                f"Worker {worker} sent sequence number {seq}, but its last applied push "
-                f"was {last}: the next one must be at most {last + SEQ_WINDOW}.",
-            )
-        return seq <= last
-
-    def pending_round(self) -> list[float]:
-        """Summed magnitudes of the open synchronous round's pushes, per array."""
-        return _summed(self.rounds.open_updates(), len(self.in_flight))
-
-    def admit(self, worker: int, seq: int | None, attempt: int) -> tuple[WorkerRecord, bool]:
-        """Fences old attempts; returns the worker's record and whether ``seq`` repeats."""
-        self.rounds.check_fenced(worker, attempt, self.ledger.newest_attempt(worker))
-        return self.ledger.admit(worker, seq, attempt)
-
-    def record(
-        self, record: WorkerRecord, update: Update, *, seq: int, applied: bool = True
-    ) -> None:
-        """Records a push in the ledger, and its epoch logs in the history."""
-        meta = update.meta
-        self.ledger.record_push(record, seq=seq, samples=update.samples, meta=meta, applied=applied)
-        epoch, logs = meta.get("epoch"), meta.get("epoch_logs")
-        if not (isinstance(logs, dict) and isinstance(epoch, int) and 0 <= epoch < 1_000_000):
-            return
-        record.epoch = epoch + 1
-        closed = self._history.report(
-            update.worker,
-            epoch=epoch,
-            rows=_count(meta.get("epoch_samples")),
-            val_rows=_count(meta.get("val_samples")),
-            logs=logs,
-            quorum=self.policy.epoch_quorum(self),
-            states=meta.get("epoch_states"),
-        )
-        for done in closed:
-            self.control.epoch_closed(done)
-        if closed:
-            self.lock.notify_all()
-        if (
-            self.rounds.quorum < self.num_workers
-            and self.epochs is not None
-            and self._history.done >= self.epochs
-            and not self.control.finished
-        ):
-            # Backup workers: the quorum did every epoch. Close the open round and
-            # tell the stragglers to stop (the stop flag travels with every answer).
-            self.control.finished = True
-            self.merge_round()
-            self.center.forget_encoding()
-            self.lock.notify_all()
-
-    def merge_round(self) -> None:
-        """Merges the open synchronous round into the next version."""
-        updates = self.rounds.take()
-        if not updates:
-            return
-        self.center.commit(self.merge.combine(self.center.weights, updates))
-        self.control.round_merged(self.center.version)
-        self.lock.notify_all()
-
-    def new_generation(self, worker: int, attempt: int) -> None:
-        """Spark retried the barrier stage: fence the old attempts, drop the open round."""
-        newest = max((r.attempt for r in self.ledger.records.values()), default=0)
-        dropped = self.rounds.new_generation(newest, attempt)
-        _log.warning(
-            "worker %d rejoined with attempt %d: the training stage was retried; every "
-            "worker resumes at round %d (dropped the open round's pushes from %s)",
-            worker,
-            attempt,
-            self.center.version,
-            dropped,
-        )
-        self.lock.notify_all()
-
-    # ---------------------------------------------------------------- helpers
-    def check_worker(self, worker: int) -> None:
-        """Refuses a worker id outside ``0 <= worker < num_workers`` (400)."""
-        if not 0 <= worker < max(self.num_workers, 1) or worker >= MAX_WORKERS:
-            raise StoreError(
-                400, f"Unknown worker id {worker}: expected 0 <= worker < {self.num_workers}."
-            )
-
-    def _close_overdue_round(self) -> None:
-        if not self.rounds.overdue():
-            return
-        pushed = self.rounds.pushed()
-        missing = sorted(set(range(self.num_workers)) - set(pushed))
-        _log.warning(
-            "round %d waited more than round_timeout=%ss for workers %s; it closes with "
-            "workers %s, and the late pushes will be dropped. Raise round_timeout if "
-            "their steps are that slow, or set backup_workers= for stragglers.",
-            self.center.version,
-            self.rounds.timeout,
-            missing,
-            pushed,
-        )
-        self.rounds.timed_out_rounds += 1
-        self.merge_round()
-
-
-def _summed(updates: Sequence[Update], arrays: int) -> list[float]:
-    total = [0.0] * arrays
-    for update in updates:
-        for i, m in enumerate(update.magnitudes):
-            total[i] += m
-    return total
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
