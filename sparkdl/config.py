@@ -342,8 +342,11 @@ class TrainConfig:
             to MLflow (see :mod:`sparkdl.tracking`); ``None``: only when MLflow's Keras
             autologging is on; ``False``: never.
         mixed_precision: Workers compute in float16 with float32 variables (Keras's
-            ``mixed_float16``; output layers stay float32, the loss is scaled). Worth it
-            on GPUs with tensor cores; the fitted model computes in float32.
+            ``mixed_float16``; the loss is scaled). A Sequential or functional model
+            keeps its output layers in float32; a subclassed model is built with
+            ``mixed_float16`` as the default policy, so give its output layer
+            ``dtype="float32"``. Worth it on GPUs with tensor cores; the fitted model
+            computes in float32.
         data_cache: Where each worker keeps its partition while it trains.
             ``"memory"``: in memory (its float32 bytes, no more), batches gathered in
             a full random order each epoch. ``"disk"``: in an unnamed file under

@@ -39,7 +39,6 @@ __all__ = [
     "copy_model",
     "input_names",
     "learning_rate",
-    "mixed_precision_bytes",
     "model_from_bytes",
     "model_to_bytes",
     "output_names",
@@ -437,70 +436,6 @@ def model_from_bytes(
                     "Lambda with a registered custom layer."
                 ) from exc
         return model
-
-
-def mixed_precision_bytes(data: bytes) -> bytes:
-    """The same ``.keras`` model, computing in float16 with float32 variables.
-
-    Every layer but the model's output layers gets Keras's ``mixed_float16`` policy
-    (outputs stay in float32 for numerically stable losses), and so does the model, so
-    ``compile`` wraps its optimizer in a ``LossScaleOptimizer``. Variables keep their
-    float32 shapes and dtypes: the weights exchanged with the service do not change.
-
-    Example:
-        >>> import keras
-        >>> net = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4),
-        ...                         keras.layers.Dense(1)])
-        >>> net.compile(optimizer="sgd", loss="mse")
-        >>> mixed = model_from_bytes(mixed_precision_bytes(model_to_bytes(net)))
-        >>> [layer.compute_dtype for layer in mixed.layers]
-        ['float16', 'float32']
-    """
-    import json
-
-    source = zipfile.ZipFile(io.BytesIO(data))
-    config = json.loads(source.read("config.json"))
-    inner = config.get("config", {})
-    layers = inner.get("layers", [])
-    outputs = {str(ref[0]) for ref in _output_refs(inner.get("output_layers"))}
-    if not outputs and layers:  # Sequential: the last layer is the output
-        outputs = {layers[-1].get("config", {}).get("name")}
-    for layer in layers:
-        layer_config = layer.get("config", {})
-        if layer.get("class_name") == "InputLayer" or layer_config.get("name") in outputs:
-            continue
-        layer_config["dtype"] = _mixed_policy()
-    inner["dtype"] = _mixed_policy()
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED) as target:
-        for item in source.infolist():
-            payload = (
-                json.dumps(config).encode()
-                if item.filename == "config.json"
-                else (source.read(item.filename))
-            )
-            target.writestr(item, payload)
-    return out.getvalue()
-
-
-def _mixed_policy() -> dict[str, Any]:
-    return {
-        "module": "keras",
-        "class_name": "DTypePolicy",
-        "config": {"name": "mixed_float16"},
-        "registered_name": None,
-    }
-
-
-def _output_refs(value: Any) -> list[Any]:
-    """``[[layer_name, node, tensor], ...]`` of a functional config's outputs."""
-    if not value:
-        return []
-    if isinstance(value, list) and value and isinstance(value[0], str):
-        return [value]
-    if isinstance(value, dict):
-        return [v for v in value.values() if isinstance(v, list)]
-    return [v for v in value if isinstance(v, list)]
 
 
 def _inner_optimizer(model: Any) -> Any:

@@ -68,7 +68,9 @@ class WorkerReport:
         epochs_run: The epoch it ended in (1-based).
         resumed_at: ``[epoch, batches]`` where a retried task resumed, or ``None``.
         delta_scale: The factor of its deltas (a merge with one), else ``None``.
-        compute_dtypes: The layers' compute dtypes.
+        compute_dtypes: The compute dtypes of its model's layers (nested ones included).
+        loss_scaled: Whether its optimizer scaled the loss (``mixed_precision``: a
+            ``LossScaleOptimizer`` around the model's own).
         learning_rate: The optimizer's learning rate at the end.
         optimizer_steps: The optimizer's step count at the end (what a learning-rate
             schedule counts): its steps, resumes included.
@@ -106,6 +108,7 @@ class WorkerReport:
     resumed_at: list[int] | None = None
     delta_scale: float | None = None
     compute_dtypes: list[str] = field(default_factory=list)
+    loss_scaled: bool = False
     learning_rate: float | None = None
     optimizer_steps: int = 0
     gpu_ids: list[str] = field(default_factory=list)

@@ -10,7 +10,10 @@ optimizer, but sparkdl sometimes needs the *live* objects behind them:
   (``Trainer._compile_config.config``): a custom loss object, not its config;
 * :func:`raw_learning_rate`: the learning rate an optimizer was built with
   (``BaseOptimizer._learning_rate``): a schedule or a callable as such, where the
-  public ``learning_rate`` evaluates it at the current step.
+  public ``learning_rate`` evaluates it at the current step;
+* :func:`graph_model`: whether a model is Sequential or functional
+  (``keras.src.models.functional.Functional``, which Keras does not export), the
+  models ``keras.models.clone_model`` can rebuild layer by layer.
 
 Keras is imported by the callers, never here: this module costs nothing to import.
 ``tests/unit/test_compat_shapes.py`` checks each against the installed Keras.
@@ -25,13 +28,15 @@ Example:
     'mse'
     >>> float(raw_learning_rate(net.optimizer))
     0.5
+    >>> graph_model(net)
+    True
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["compile_arguments", "flatten_layers", "raw_learning_rate"]
+__all__ = ["compile_arguments", "flatten_layers", "graph_model", "raw_learning_rate"]
 
 
 def flatten_layers(model: Any) -> list[Any]:
@@ -100,3 +105,35 @@ def raw_learning_rate(optimizer: Any) -> Any:
         The raw learning rate, or ``None``.
     """
     return getattr(optimizer, "_learning_rate", None)
+
+
+def graph_model(model: Any) -> bool:
+    """Whether ``model`` is a Sequential or functional model (a functional subclass
+    included), not a subclassed one: a graph of layers ``keras.models.clone_model`` can
+    rebuild one by one.
+
+    Reaches ``keras.src.models.functional.Functional``, the class of every functional
+    model, which Keras does not export (``clone_model`` itself tests for it). When it is
+    gone, falls back to the public config: a functional model's lists its
+    ``output_layers``.
+
+    Args:
+        model: A Keras model (or layer).
+
+    Returns:
+        ``True`` for a Sequential or functional model.
+    """
+    import keras
+
+    if isinstance(model, keras.Sequential):
+        return True
+    try:
+        from keras.src.models.functional import Functional
+    except ImportError:
+        if not isinstance(model, keras.Model):
+            return False
+        try:
+            return "output_layers" in model.get_config()
+        except Exception:  # a subclassed model without get_config
+            return False
+    return isinstance(model, Functional)

@@ -27,14 +27,15 @@ import numpy as np
 import tensorflow as tf
 
 from sparkdl import gpu
+from sparkdl.compat.keras import flatten_layers
 from sparkdl.executor.cache import PartitionCache
 from sparkdl.executor.callback import SyncCallback
 from sparkdl.executor.feed import Feed
+from sparkdl.executor.precision import loss_scaled, mixed_precision_model
 from sparkdl.executor.pusher import Pusher
 from sparkdl.executor.rate import ScaledRate
 from sparkdl.keras_io import (
     learning_rate,
-    mixed_precision_bytes,
     model_from_bytes,
     optimizer_steps,
     set_optimizer_steps,
@@ -48,7 +49,7 @@ from sparkdl.sync.modes import Standing
 from sparkdl.sync.schedule import Schedule, steps_for
 from sparkdl.weight_access import WeightAccess
 
-__all__ = ["payload_feed", "split", "train"]
+__all__ = ["compute_dtypes", "payload_feed", "split", "train"]
 
 
 def train(
@@ -112,7 +113,8 @@ def train(
         epochs_run=sync.epochs_run,
         resumed_at=[epoch, skip] if (epoch, skip) != (plan.initial_epoch, 0) else None,
         delta_scale=getattr(plan.merge, "scale", None),
-        compute_dtypes=sorted({str(layer.compute_dtype) for layer in model.layers}),
+        compute_dtypes=compute_dtypes(model),
+        loss_scaled=loss_scaled(model),
         learning_rate=learning_rate(model),
         optimizer_steps=optimizer_steps(model),
     )
@@ -191,10 +193,21 @@ def _build_model(payload: WorkerPayload, worker: int) -> keras.Model:
     if plan.seed is not None:
         keras.utils.set_random_seed(plan.seed + 7919 * worker)
     custom = cloudpickle.loads(payload.custom_objects) if payload.custom_objects else None
-    model_bytes = payload.model_bytes.value
     if plan.mixed_precision:
-        model_bytes = mixed_precision_bytes(model_bytes)
-    return model_from_bytes(model_bytes, custom)
+        return mixed_precision_model(payload.model_bytes.value, custom)
+    return model_from_bytes(payload.model_bytes.value, custom)
+
+
+def compute_dtypes(model: keras.Model) -> list[str]:
+    """The compute dtypes of the model's layers, those of nested models and the layers a
+    custom layer holds included (models and input layers not counted)."""
+    return sorted(
+        {
+            str(layer.compute_dtype)
+            for layer in flatten_layers(model)
+            if not isinstance(layer, (keras.Model, keras.layers.InputLayer))
+        }
+    )
 
 
 def split(

@@ -106,6 +106,8 @@ def test_mixed_precision_workers_compute_in_float16(digits) -> None:
     ).fit(train_df)
     for worker in fitted.fit_report["workers"]:
         assert worker["compute_dtypes"] == ["float16", "float32"]  # hidden / output layer
+        assert worker["loss_scaled"]  # a LossScaleOptimizer around the model's Adam
     model = fitted.get_model()
     assert {layer.compute_dtype for layer in model.layers} == {"float32"}
+    assert type(model.optimizer).__name__ == "Adam"
     assert accuracy(model, x_test, y_test) >= 0.95

@@ -5,7 +5,8 @@
 * cheroot's socket reader / writer, connection, request and WSGI gateway, subclassed by
   :mod:`sparkdl.server.transport`, and their private ``_pyio`` buffers and selector,
   reached only through :mod:`sparkdl.compat.cheroot`;
-* Keras's ``_flatten_layers``, ``_compile_config`` and ``_learning_rate``
+* Keras's ``_flatten_layers``, ``_compile_config``, ``_learning_rate`` and its
+  ``Functional`` class
   (:mod:`sparkdl.compat.keras`);
 * TensorFlow's eager ``_context_handle`` (:mod:`sparkdl.compat.tensorflow`);
 * CPython's ``_imp`` import lock and ``sys.modules`` marks (:mod:`sparkdl.compat.imports`);
@@ -554,6 +555,36 @@ def test_keras_raw_learning_rate_keeps_a_schedule() -> None:
     )
     assert float(fixed) == pytest.approx(0.25)
     assert compat_keras.raw_learning_rate(None) is None
+
+
+def test_keras_graph_model_tells_functional_from_subclassed() -> None:
+    import keras
+
+    try:
+        from keras.src.models.functional import Functional
+    except ImportError:
+        pytest.fail(_keras_changed("keras.src.models.functional.Functional (gone)"))
+
+    class Subclassed(keras.Model):
+        def __init__(self) -> None:
+            super().__init__()
+            self.dense = keras.layers.Dense(1)
+
+        def call(self, x: Any) -> Any:
+            return self.dense(x)
+
+    inputs = keras.Input((2,))
+    functional = keras.Model(inputs, keras.layers.Dense(1)(inputs))
+    assert isinstance(functional, Functional), _keras_changed(
+        f"functional models: {type(functional).__name__}, not a Functional"
+    )
+    assert not isinstance(Subclassed(), Functional), _keras_changed(
+        "subclassed models: now a Functional"
+    )
+    sequential = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    assert compat_keras.graph_model(sequential) and compat_keras.graph_model(functional)
+    assert not compat_keras.graph_model(Subclassed())
+    assert not compat_keras.graph_model(keras.layers.Dense(1))
 
 
 # --- a fresh process: TensorFlow's context, the import lock's effect on Keras ----------
