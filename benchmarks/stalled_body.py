@@ -15,8 +15,11 @@ Servers: ``gated``, the service as shipped (cheroot, bulk I/O, the head gate);
 alternate server by server. Everything runs on 127.0.0.1; every loop is bounded in
 count and in time (``--hold``).
 
+``--idle N`` also holds N idle connections without the token open meanwhile.
+
 Run:
     .venv/bin/python benchmarks/stalled_body.py                    # 4 and 16 stalled
+    .venv/bin/python benchmarks/stalled_body.py --servers gated --stalled 64 --idle 128
     .venv/bin/python benchmarks/stalled_body.py --stalled 16 --hold 40 --requests 50
 """
 
@@ -155,6 +158,9 @@ def main() -> None:
     parser.add_argument("--hold", type=float, default=35.0, help="longest wait for the drops")
     parser.add_argument("--servers", nargs="+", default=["gated", "waitress"])
     parser.add_argument(
+        "--idle", type=int, default=0, help="idle connections without the token held meanwhile"
+    )
+    parser.add_argument(
         "--cases",
         nargs="+",
         default=["token,stall", "none,stall", "token,trickle"],
@@ -174,7 +180,9 @@ def main() -> None:
 
 
 def _measure(server: str, count: int, with_token: bool, trickle: bool, args: argparse.Namespace):
-    with service(server=server) as running:
+    with service(server=server) as running, contextlib.ExitStack() as idle:
+        for _ in range(args.idle):  # connected, sending nothing
+            idle.enter_context(socket.create_connection(("127.0.0.1", running.port), timeout=5))
         token = running.token if with_token else "wrong-" + running.token[:8]
         with Stalled(
             running.port, token, count=count, trickle=trickle, seconds=args.hold

@@ -130,6 +130,25 @@ def append_unread(reader: Any, data: bytes) -> None:
             raise _changed("StreamReader._read_buf / _read_pos", exc) from exc
 
 
+def split_unread(reader: Any, keep: int) -> bytes:
+    """Keeps the first ``keep`` unread bytes of a cheroot ``StreamReader`` in its
+    buffer and returns (removing them) the bytes after those; takes the buffer's lock.
+
+    Raises:
+        CherootChanged: The reader has no ``_read_lock`` / ``_read_buf`` / ``_read_pos``.
+    """
+    with reader_lock(reader):
+        try:
+            pos = int(reader._read_pos)
+            buffered = reader._read_buf
+            rest = bytes(buffered[pos + keep :])
+            reader._read_buf = buffered[pos : pos + keep]
+            reader._read_pos = 0
+        except AttributeError as exc:
+            raise _changed("StreamReader._read_buf / _read_pos", exc) from exc
+    return rest
+
+
 def take_unread(reader: Any, view: memoryview) -> int:
     """Moves up to ``len(view)`` buffered bytes of a cheroot ``StreamReader`` into
     ``view`` (consuming them) and returns how many; the caller holds

@@ -47,6 +47,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import hmac
 import ipaddress
 import logging
 import socket
@@ -56,21 +57,48 @@ import time
 from collections import OrderedDict
 from typing import Any
 
+import numpy as np
 from cheroot import wsgi
 
-from sparkdl.compat.cheroot import append_unread, park_in_selector, unread_bytes, unread_size
+from sparkdl.compat.cheroot import (
+    append_unread,
+    park_in_selector,
+    split_unread,
+    unread_bytes,
+    unread_size,
+)
+from sparkdl.server.framing import FramingError, Head, parse_head
 from sparkdl.server.transport import READ_BUFFER_BYTES, use_bulk_io
 
-__all__ = ["HEAD_SECONDS", "PEER_CAP", "UNTRUSTED_CAP", "GatedServer", "HeadGate"]
+__all__ = [
+    "BODY_SECONDS",
+    "HEAD_SECONDS",
+    "MIN_BODY_RATE",
+    "PEER_CAP",
+    "UNTRUSTED_CAP",
+    "BodyPolicy",
+    "GatedServer",
+    "HeadGate",
+    "PendingBody",
+]
 
 #: Seconds a request's line and headers may take to arrive, from the first byte.
 HEAD_SECONDS = 10.0
+#: Seconds a token holder's body may take beyond its transfer at :data:`MIN_BODY_RATE`,
+#: from the end of its head.
+BODY_SECONDS = 5.0
+#: The slowest body transfer waited for, in bytes per second: a body of ``n`` bytes
+#: must be whole within ``BODY_SECONDS + n / MIN_BODY_RATE`` of its head, else the
+#: connection is answered 408 and closed. 1 MiB/s is a hundredth of a slow cluster
+#: network's rate; a 400 MB push may take up to 386 s.
+MIN_BODY_RATE = 1 << 20
 #: Waiting connections without an authenticated request, per peer address.
 PEER_CAP = 128
 #: Waiting connections without an authenticated request, in all.
 UNTRUSTED_CAP = 512
 
 _HEAD_END = b"\r\n\r\n"
+_BARE_END = b"\n\n"
 _log = logging.getLogger(__name__)
 _CRLF = b"\r\n"
 
@@ -83,10 +111,10 @@ class GatedServer(wsgi.Server):
         **kwargs: As :class:`cheroot.wsgi.Server`.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, bodies: BodyPolicy | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         use_bulk_io(self)
-        self.gate = HeadGate(self)
+        self.gate = HeadGate(self, bodies=bodies)
         # cheroot counts every connection in its selector against this limit (10),
         # waiting ones included; the gate bounds those that lack the token instead.
         self.keep_alive_conn_limit = None  # type: ignore[assignment]
@@ -118,6 +146,8 @@ class HeadGate:
         head_seconds: See :data:`HEAD_SECONDS` (the default).
         peer_cap: See :data:`PEER_CAP` (the default).
         untrusted_cap: See :data:`UNTRUSTED_CAP` (the default).
+        bodies: Which requests' bodies are read at the gate before a thread sees
+            them (:class:`BodyPolicy`); ``None`` reads none there.
     """
 
     def __init__(
@@ -127,8 +157,11 @@ class HeadGate:
         head_seconds: float | None = None,
         peer_cap: int | None = None,
         untrusted_cap: int | None = None,
+        bodies: BodyPolicy | None = None,
     ) -> None:
         self.server = http_server
+        #: Which bodies wait at the gate (``None``: none; a thread reads every body).
+        self.bodies = bodies
         self.head_seconds = HEAD_SECONDS if head_seconds is None else head_seconds
         self.peer_cap = PEER_CAP if peer_cap is None else peer_cap
         self.untrusted_cap = UNTRUSTED_CAP if untrusted_cap is None else untrusted_cap
@@ -142,25 +175,20 @@ class HeadGate:
 
     def admit(self, conn: Any) -> bool:
         """Whether ``conn`` may go to the pool now; if not, it waits or is closed."""
-        limit = self._head_limit()
-        closed = getattr(conn, "evicted", False) or (
-            not head_complete(conn.rfile, limit) and not fill(conn, limit)
-        )
-        if closed or head_complete(conn.rfile, limit):
+        ready = self._progress(conn)
+        if ready is None or ready:
             self._leave(conn)
-            if closed:
+            if ready is None:
                 conn.close()
-            return not closed
+            return bool(ready)
         self._wait(conn)
         return False
 
     def ready_now(self, conn: Any) -> bool | None:
         """For a connection lingering on its thread between requests: ``True`` once its
-        next head is in, ``False`` when it must wait at the gate, ``None`` if closed."""
-        limit = self._head_limit()
-        if not fill(conn, limit):
-            return None
-        return head_complete(conn.rfile, limit)
+        next request can be served (head, and a token holder's body), ``False`` when it
+        must wait at the gate, ``None`` if closed."""
+        return self._progress(conn)
 
     def forget(self, conn: Any) -> None:
         """Drops a closed connection from the caps."""
@@ -176,6 +204,38 @@ class HeadGate:
     def _head_limit(self) -> int:
         return int(self.server.max_request_header_size or 64 * 1024) + 4096
 
+    def _progress(self, conn: Any) -> bool | None:
+        """Reads what ``conn`` has ready: ``True`` once its request can be served
+        without waiting, ``False`` while it must wait, ``None`` when it closed."""
+        if getattr(conn, "evicted", False):
+            return None
+        if getattr(conn, "body", None) is None:
+            limit = self._head_limit()
+            if not head_complete(conn.rfile, limit) and not fill(conn, limit):
+                return None
+            if not head_complete(conn.rfile, limit) or not self._awaits_body(conn):
+                return head_complete(conn.rfile, limit)
+        return conn.body.fill(conn)
+
+    def _awaits_body(self, conn: Any) -> bool:
+        """Reads the whole head's framing: a refused one is marked for a 400 answer
+        (``conn.refusal``); a token holder's body not yet in gets a
+        :class:`PendingBody` (``conn.body``), which the gate then fills."""
+        data = unread_bytes(conn.rfile)
+        try:
+            head = parse_head(data)
+        except FramingError as exc:
+            conn.refusal = str(exc)
+            return False
+        if head is None or self.bodies is None:
+            return False  # a head over the bound: cheroot refuses it
+        wanted = self.bodies.wanted(head)
+        if wanted <= len(data) - head.size:
+            return False
+        conn.body = PendingBody(wanted, split_unread(conn.rfile, head.size))
+        conn.trusted = True  # it carries the token: no untrusted cap applies
+        return True
+
     def _wait(self, conn: Any) -> None:
         # The head's clock runs from the accept, or from the first wake-up of a kept-alive
         # connection (connections idle between requests wait in cheroot's selector
@@ -184,9 +244,14 @@ class HeadGate:
         started = getattr(conn, "head_started", None) or now
         conn.head_started = started
         # cheroot's selector loop closes a connection once it has not been used for the
-        # server timeout: date it so that this happens at the head's deadline.
-        conn.last_used = min(started + self.head_seconds - self.server.timeout, now)
-        if not getattr(conn, "trusted", False):
+        # server timeout: date it so that this happens at the head's (or the body's)
+        # deadline. A body's closing answers 408 (BulkConnection.close).
+        body = getattr(conn, "body", None)
+        deadline = body.deadline if body is not None else started + self.head_seconds
+        conn.last_used = min(deadline - self.server.timeout, now)
+        if body is not None:
+            self._leave(conn)
+        elif not getattr(conn, "trusted", False):
             self._enlist(conn)
         park_in_selector(self.server, conn)
 
@@ -228,6 +293,82 @@ class HeadGate:
             del self._per_peer[peer]
 
 
+class BodyPolicy:
+    """Which bodies the gate reads before a thread sees the request: those of requests
+    with the fit's token announcing at most ``max_body`` bytes. Others go to a thread at
+    once, where the app refuses them (401, 413) without reading the body.
+
+    Args:
+        token: The fit's token (the ``Authorization: Bearer`` value).
+        max_body: The model's body bound (:func:`sparkdl.server.app.max_body_bytes`).
+
+    Example:
+        >>> policy = BodyPolicy("secret", max_body=100)
+        >>> policy.wanted(Head(size=40, length=64, authorization=b"Bearer secret"))
+        64
+        >>> policy.wanted(Head(size=40, length=64, authorization=b"Bearer guess"))
+        0
+    """
+
+    def __init__(self, token: str, max_body: int) -> None:
+        self._expected = f"Bearer {token}".encode()
+        self.max_body = max_body
+
+    def wanted(self, head: Head) -> int:
+        """Body bytes to read at the gate for ``head`` (0: none)."""
+        if not head.length or head.length > self.max_body or head.authorization is None:
+            return 0
+        return head.length if hmac.compare_digest(head.authorization, self._expected) else 0
+
+
+class PendingBody:
+    """A token holder's body, read at the gate into one buffer as it arrives.
+
+    The bytes that came with the head start it; the rest are read without blocking in
+    cheroot's selector thread. Once whole, the buffer goes to the connection's reader
+    (:class:`sparkdl.server.transport.BulkReader` serves the body from it, without a
+    copy), and the request to a thread.
+
+    Args:
+        size: The body's announced bytes.
+        first: Bytes of it already read with the head.
+    """
+
+    def __init__(self, size: int, first: bytes) -> None:
+        self.view = memoryview(np.empty(size, dtype=np.uint8).data)
+        self.filled = len(first)
+        self.view[: self.filled] = first
+        #: When the connection is answered 408 and closed if the body is not whole.
+        self.deadline = time.time() + BODY_SECONDS + size / MIN_BODY_RATE
+
+    def fill(self, conn: Any) -> bool | None:
+        """Reads what ``conn`` has ready: ``True`` once whole, or once the peer stopped
+        sending (handed to the reader; the app answers a truncated body 400), ``False``
+        while more is to come, ``None`` when the connection failed."""
+        sock = conn.socket
+        timeout = sock.gettimeout()
+        sock.settimeout(0.0)
+        try:
+            while self.filled < len(self.view):
+                try:
+                    n = sock.recv_into(self.view[self.filled :])
+                except (BlockingIOError, InterruptedError, ssl.SSLWantReadError):
+                    return False
+                except ssl.SSLWantWriteError:
+                    return False
+                except (OSError, ValueError, AttributeError):
+                    return None
+                if not n:  # the peer stopped sending: the app answers the truncation
+                    break
+                self.filled += n
+        finally:
+            with contextlib.suppress(OSError):
+                sock.settimeout(timeout)
+        conn.body = None
+        conn.rfile.prefetched = self.view[: self.filled]
+        return True
+
+
 def peer_key(address: Any) -> str:
     """The peer a connection counts against: its IPv4 address, or its IPv6 /64 (one
     host usually holds a whole /64)."""
@@ -248,7 +389,7 @@ def head_complete(rfile: Any, limit: int) -> bool:
     data = unread_bytes(rfile)
     if data.startswith(_CRLF):  # cheroot skips one empty line before a request
         data = data[2:]
-    return _HEAD_END in data or len(data) >= limit
+    return _HEAD_END in data or _BARE_END in data or len(data) >= limit
 
 
 def fill(conn: Any, limit: int) -> bool:

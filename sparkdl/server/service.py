@@ -28,9 +28,9 @@ from cheroot import wsgi
 
 from sparkdl.errors import ServiceError
 from sparkdl.server import tls
-from sparkdl.server.app import create_app
+from sparkdl.server.app import create_app, max_body_bytes
 from sparkdl.server.attempts import AttemptCheck
-from sparkdl.server.gate import GatedServer, HeadGate
+from sparkdl.server.gate import BodyPolicy, GatedServer, HeadGate
 from sparkdl.server.store import WeightStore
 from sparkdl.server.tls import Certificate
 
@@ -133,11 +133,13 @@ class ParameterService:
             attempts=self._attempts,
             wait_slots=max(self._threads - RESERVED_THREADS, self.store.num_workers + 1),
         )
-        # Connections wait at a gate, not in a thread, until their request head is in
-        # (sparkdl.server.gate): idle or trickling clients cannot hold the pool.
+        # Connections wait at a gate, not in a thread, until their request head is in,
+        # and a token holder's body too (sparkdl.server.gate): idle, trickling or
+        # stalled clients cannot hold the pool.
         server = GatedServer(
             (self._host, self._port),
             app,
+            bodies=BodyPolicy(self.token, max_body_bytes(self.store)),
             numthreads=self._threads,
             server_name=SERVER_NAME,
             request_queue_size=1024,  # the listen backlog: a burst of connects is not dropped

@@ -45,6 +45,7 @@ from sparkdl.compat.cheroot import (
     flush_unlocked,
     reader_lock,
     take_unread,
+    unread_size,
     write_buffer,
     writer_lock,
 )
@@ -134,9 +135,20 @@ class BulkReader(makefile.StreamReader):
     numpy buffer (no zero-filling, no intermediate copies); smaller reads behave as in
     cheroot and return ``bytes``. Fewer bytes than asked come back only at end of
     stream, as with any file object.
+
+    A body the gate read before the request reached a thread
+    (:class:`sparkdl.server.gate.PendingBody`) is served from its buffer
+    (``prefetched``): ``memoryview`` slices of it from :data:`BULK_BYTES` up, ``bytes``
+    below.
     """
 
+    #: The request body the gate read, not yet returned (``None``: read the socket).
+    prefetched: memoryview | None = None
+
     def read(self, size: int | None = -1) -> Any:
+        # (The head is read first, from the buffer: cheroot's readline reads through here.)
+        if self.prefetched is not None and not unread_size(self):
+            return self._read_prefetched(size)
         if size is None or size < BULK_BYTES:
             return super().read(size)
         view = memoryview(np.empty(size, dtype=np.uint8).data)
@@ -149,6 +161,15 @@ class BulkReader(makefile.StreamReader):
                 got += n
         self.bytes_read += got
         return view[:got]
+
+    def _read_prefetched(self, size: int | None) -> Any:
+        body = self.prefetched
+        assert body is not None
+        take = len(body) if size is None or size < 0 else min(size, len(body))
+        out, rest = body[:take], body[take:]
+        self.prefetched = rest if len(rest) else None
+        self.bytes_read += take
+        return out if take >= BULK_BYTES else bytes(out)
 
 
 class BulkWriter(makefile.StreamWriter):
@@ -212,6 +233,7 @@ class JSONErrorRequest(server.HTTPRequest):
         ]
         if code in ("413", "414"):
             self.close_connection = True  # the rest of the request is never read
+        if self.close_connection:
             lines.append("Connection: close")
         head = "\r\n".join(lines).encode("latin-1") + b"\r\n\r\n"
         with contextlib.suppress(OSError):  # the client is gone
@@ -279,9 +301,19 @@ class BulkConnection(server.HTTPConnection):
         gate = getattr(self.server, "gate", None)
         if gate is not None:
             gate.forget(self)
+        if getattr(self, "body", None) is not None:  # the gate's body deadline passed
+            self.body = None
+            _send_now(self.socket, _timeout_answer(self.server.protocol))
         super().close()
 
     def _serve_one(self) -> bool:
+        refusal = getattr(self, "refusal", None)
+        if refusal is not None:  # the gate found the head's framing ambiguous
+            self.refusal = None
+            request = self.RequestHandlerClass(self.server, self)
+            request.close_connection = True
+            request.simple_response("400 Bad Request", refusal)
+            return False
         keep = bool(super().communicate())
         return keep and self.trusted
 
@@ -314,6 +346,24 @@ class BulkConnection(server.HTTPConnection):
         except (OSError, ValueError):
             return False
         return True if gate is None else gate.ready_now(self)
+
+
+def _timeout_answer(protocol: str) -> bytes:
+    """The 408 answer for a body that did not arrive in time (JSON, as every answer)."""
+    body = json.dumps({"error": "Timed out waiting for the request body.", "status": 408}).encode()
+    head = (
+        f"{protocol} 408 Request Timeout\r\nContent-Length: {len(body)}\r\n"
+        "Content-Type: application/json\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode("latin-1") + body
+
+
+def _send_now(sock: Any, data: bytes) -> None:
+    """Sends ``data`` if the socket takes it at once (a short answer before a close,
+    from the selector thread, which must never block)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        sock.settimeout(0.0)
+        sock.send(data)
 
 
 def _bulk_makefile(sock: socket.socket, mode: str = "r", bufsize: int = 8192) -> Any:
