@@ -75,6 +75,8 @@ __all__ = [
     "HEAD_SECONDS",
     "MIN_BODY_RATE",
     "PEER_CAP",
+    "STALL_SECONDS",
+    "THREAD_BODY_RATE",
     "UNTRUSTED_CAP",
     "BodyPolicy",
     "GatedServer",
@@ -87,6 +89,11 @@ HEAD_SECONDS = 10.0
 #: Seconds a token holder's body may take beyond its transfer at :data:`MIN_BODY_RATE`,
 #: from the end of its head.
 BODY_SECONDS = 5.0
+#: Seconds a thread waits for a body's next bytes before it leaves the body to the gate.
+STALL_SECONDS = 0.01
+#: A thread reads a body for at most ``STALL_SECONDS + n / THREAD_BODY_RATE`` (``n``
+#: bytes still to come) before it leaves the body to the gate.
+THREAD_BODY_RATE = 50 << 20
 #: The slowest body transfer waited for, in bytes per second: a body of ``n`` bytes
 #: must be whole within ``BODY_SECONDS + n / MIN_BODY_RATE`` of its head, else the
 #: connection is answered 408 and closed. 1 MiB/s is a hundredth of a slow cluster
@@ -209,13 +216,15 @@ class HeadGate:
         without waiting, ``False`` while it must wait, ``None`` when it closed."""
         if getattr(conn, "evicted", False):
             return None
-        if getattr(conn, "body", None) is None:
+        body = getattr(conn, "body", None)
+        if body is None:
             limit = self._head_limit()
             if not head_complete(conn.rfile, limit) and not fill(conn, limit):
                 return None
             if not head_complete(conn.rfile, limit) or not self._awaits_body(conn):
                 return head_complete(conn.rfile, limit)
-        return conn.body.fill(conn)
+            return True  # a thread reads a new body first (PendingBody.read_on_thread)
+        return body.fill(conn) if body.at_gate else True
 
     def _awaits_body(self, conn: Any) -> bool:
         """Reads the whole head's framing: a refused one is marked for a 400 answer
@@ -322,12 +331,17 @@ class BodyPolicy:
 
 
 class PendingBody:
-    """A token holder's body, read at the gate into one buffer as it arrives.
+    """A token holder's body, read into one buffer as it arrives, by a thread while it
+    streams and by the gate once it stalls.
 
-    The bytes that came with the head start it; the rest are read without blocking in
-    cheroot's selector thread. Once whole, the buffer goes to the connection's reader
+    The bytes that came with the head start it. A pool thread reads the rest first
+    (:meth:`read_on_thread`), as fast as it comes; if the body stalls for
+    :data:`STALL_SECONDS`, or comes slower than :data:`THREAD_BODY_RATE`, the thread
+    leaves it to the gate, which reads the rest without blocking in cheroot's selector
+    thread (:meth:`fill`) and hands the request to a thread once it is whole. The
+    buffer then goes to the connection's reader
     (:class:`sparkdl.server.transport.BulkReader` serves the body from it, without a
-    copy), and the request to a thread.
+    copy).
 
     Args:
         size: The body's announced bytes.
@@ -340,21 +354,39 @@ class PendingBody:
         self.view[: self.filled] = first
         #: When the connection is answered 408 and closed if the body is not whole.
         self.deadline = time.time() + BODY_SECONDS + size / MIN_BODY_RATE
+        #: A thread left it to the gate, which reads the rest.
+        self.at_gate = False
 
     def fill(self, conn: Any) -> bool | None:
-        """Reads what ``conn`` has ready: ``True`` once whole, or once the peer stopped
-        sending (handed to the reader; the app answers a truncated body 400), ``False``
-        while more is to come, ``None`` when the connection failed."""
+        """Reads what ``conn`` has ready, without blocking: ``True`` once whole, or once
+        the peer stopped sending (handed to the reader; the app answers a truncated
+        body 400), ``False`` while more is to come, ``None`` when the connection
+        failed."""
+        return self._read(conn, 0.0, None)
+
+    def read_on_thread(self, conn: Any) -> bool | None:
+        """As :meth:`fill`, waiting for the body on the calling thread while it keeps
+        coming; ``False`` leaves it to the gate (``at_gate``)."""
+        remaining = len(self.view) - self.filled
+        until = min(self.deadline, time.time() + STALL_SECONDS + remaining / THREAD_BODY_RATE)
+        ready = self._read(conn, STALL_SECONDS, until)
+        if ready is False:
+            self.at_gate = True
+        return ready
+
+    def _read(self, conn: Any, wait: float, until: float | None) -> bool | None:
         sock = conn.socket
         timeout = sock.gettimeout()
-        sock.settimeout(0.0)
+        sock.settimeout(wait)
         try:
             while self.filled < len(self.view):
+                if until is not None and time.time() > until:
+                    return False
                 try:
                     n = sock.recv_into(self.view[self.filled :])
-                except (BlockingIOError, InterruptedError, ssl.SSLWantReadError):
+                except (BlockingIOError, InterruptedError, TimeoutError):
                     return False
-                except ssl.SSLWantWriteError:
+                except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
                     return False
                 except (OSError, ValueError, AttributeError):
                     return None

@@ -287,15 +287,21 @@ class BulkConnection(server.HTTPConnection):
     def communicate(self) -> bool:
         if not self._handshake():
             return False  # cheroot closes the connection
-        keep = self._serve_one()
-        while keep:
+        while True:
+            body = getattr(self, "body", None)  # a token holder's body the gate found
+            if body is not None:
+                ready = body.read_on_thread(self)
+                if ready is None:
+                    return False
+                if not ready:
+                    return True  # it stalled: the gate reads the rest (put_conn)
+            if not self._serve_one():
+                return False
             ready = self._next_request_within(LINGER_SECONDS)
             if ready is None:
                 return False
             if not ready:
-                break
-            keep = self._serve_one()
-        return keep
+                return True
 
     def close(self) -> None:
         gate = getattr(self.server, "gate", None)
