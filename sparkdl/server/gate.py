@@ -68,6 +68,7 @@ from sparkdl.compat.cheroot import (
     unread_size,
 )
 from sparkdl.server.framing import FramingError, Head, parse_head
+from sparkdl.server.handshakes import Handshakes
 from sparkdl.server.transport import READ_BUFFER_BYTES, use_bulk_io
 
 __all__ = [
@@ -126,6 +127,13 @@ class GatedServer(wsgi.Server):
         # waiting ones included; the gate bounds those that lack the token instead.
         self.keep_alive_conn_limit = None  # type: ignore[assignment]
 
+    def stop(self) -> None:
+        """cheroot's ``stop``, and the gate's handshake thread."""
+        try:
+            super().stop()
+        finally:
+            self.gate.close()
+
     def process_conn(self, conn: Any) -> None:
         """Hands ``conn`` to the pool once its request head is in (else it waits).
 
@@ -179,9 +187,13 @@ class HeadGate:
         self._lock = threading.Lock()
         self._waiting: OrderedDict[Any, str] = OrderedDict()  # untrusted, oldest first
         self._per_peer: dict[str, OrderedDict[Any, None]] = {}  # the same, by peer
+        self._handshakes: Handshakes | None = None  # started at the first TLS connection
 
     def admit(self, conn: Any) -> bool:
         """Whether ``conn`` may go to the pool now; if not, it waits or is closed."""
+        if not getattr(conn, "_tls_ready", True) and not getattr(conn, "evicted", False):
+            self._handshake(conn)  # the handshake thread goes on with it
+            return False
         ready = self._progress(conn)
         if ready is None or ready:
             self._leave(conn)
@@ -201,6 +213,19 @@ class HeadGate:
         """Drops a closed connection from the caps."""
         self._leave(conn)
 
+    def close(self) -> None:
+        """Stops the handshake thread (the server stopped)."""
+        with self._lock:
+            handshakes, self._handshakes = self._handshakes, None
+        if handshakes is not None:
+            handshakes.stop()
+
+    @property
+    def handshakes_completed(self) -> int:
+        """TLS handshakes the gate's handshake thread completed."""
+        handshakes = self._handshakes
+        return handshakes.completed if handshakes is not None else 0
+
     @property
     def waiting_untrusted(self) -> int:
         """Connections without an authenticated request waiting at the gate now."""
@@ -210,6 +235,32 @@ class HeadGate:
     # ------------------------------------------------------------------ helpers
     def _head_limit(self) -> int:
         return int(self.server.max_request_header_size or 64 * 1024) + 4096
+
+    def _handshake(self, conn: Any) -> None:
+        """Queues ``conn``'s next TLS handshake step on the handshake thread, which
+        takes one peer's connections in turn with the others'; it counts against the
+        caps meanwhile, and its head's clock runs."""
+        conn.head_started = getattr(conn, "head_started", None) or time.time()
+        self._enlist(conn)
+        with self._lock:
+            if self._handshakes is None:
+                self._handshakes = Handshakes(
+                    self._handshaken, self._handshake_failed, self.head_seconds
+                )
+            handshakes = self._handshakes
+        handshakes.submit(peer_key(getattr(conn, "remote_addr", None)), conn)
+
+    def _handshaken(self, conn: Any) -> None:
+        """On the handshake thread: a step done. Whole: on as any connection (its head
+        may be in already); else it waits for the peer's next bytes."""
+        if getattr(conn, "_tls_ready", True):
+            self.server.process_conn(conn)
+        else:
+            self._wait(conn)
+
+    def _handshake_failed(self, conn: Any) -> None:
+        with contextlib.suppress(Exception):
+            conn.close()
 
     def _progress(self, conn: Any) -> bool | None:
         """Reads what ``conn`` has ready: ``True`` once its request can be served
@@ -427,8 +478,9 @@ def head_complete(rfile: Any, limit: int) -> bool:
 def fill(conn: Any, limit: int) -> bool:
     """Reads what ``conn`` has ready, without blocking, into its read buffer.
 
-    Completes a TLS handshake first when one is under way. Stops at a whole head, at
-    ``limit`` buffered bytes, or when nothing more is ready.
+    Reads nothing while a TLS handshake is under way (:class:`~sparkdl.server.
+    handshakes.Handshakes` completes it). Stops at a whole head, at ``limit`` buffered
+    bytes, or when nothing more is ready.
 
     Returns:
         ``False`` when the peer closed or the connection failed (nothing to serve).
@@ -439,13 +491,7 @@ def fill(conn: Any, limit: int) -> bool:
     chunks: list[bytes] = []
     try:
         if not getattr(conn, "_tls_ready", True):
-            try:
-                sock.do_handshake()
-            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
-                return True  # (a handshake that must write waits for the peer's next bytes)
-            except (OSError, ValueError, AttributeError):  # not TLS, not our certificate
-                return False
-            conn._tls_ready = True
+            return True  # the handshake thread's (HeadGate._handshake)
         state: Any = conn.rfile
         held = unread_size(state)
         while held < limit:

@@ -70,3 +70,54 @@ def test_tls_is_on_by_default_only_off_a_local_master() -> None:
     assert FitPlan.resolve(forced, local_master=True, **common).service_tls
     off = config.replace(service_tls=False)
     assert not FitPlan.resolve(off, local_master=False, **common).service_tls
+
+
+def test_a_peers_handshake_flood_runs_off_the_selector_and_others_get_in(
+    tls_service: Any,
+) -> None:
+    """One peer (127.0.0.2) completes full handshakes as fast as 4 threads can; another
+    peer's new connections are all served meanwhile, and every handshake was done on the
+    gate's handshake thread (which takes peers in turn), not on cheroot's selector."""
+    import threading
+
+    from sparkdl.server.tls import client_context
+
+    service, cert = tls_service
+    context = client_context(cert.pem)
+    stop = threading.Event()
+    flooded = [0]
+
+    def flood() -> None:
+        deadline = time.monotonic() + 20
+        while not stop.is_set() and time.monotonic() < deadline:
+            sock = socket.create_connection(
+                ("127.0.0.1", service.port), timeout=5, source_address=("127.0.0.2", 0)
+            )
+            with context.wrap_socket(sock, server_hostname="127.0.0.1"):
+                flooded[0] += 1
+
+    attackers = [threading.Thread(target=flood, daemon=True) for _ in range(4)]
+    for attacker in attackers:
+        attacker.start()
+    try:
+        time.sleep(0.5)
+        pool = urllib3.HTTPSConnectionPool(
+            "127.0.0.1",
+            service.port,
+            ssl_context=context,
+            retries=False,
+            timeout=5,
+            assert_hostname=False,
+        )
+        for _ in range(30):
+            answer = pool.urlopen(
+                "GET", "/status", headers={"Authorization": f"Bearer {service.token}"}
+            )
+            assert answer.status == 200
+            pool.close()  # a new connection, and so a handshake, each time
+    finally:
+        stop.set()
+        for attacker in attackers:
+            attacker.join(timeout=10)
+    assert flooded[0] >= 30
+    assert service.gate.handshakes_completed >= 30  # the honest ones, at least
