@@ -4,7 +4,8 @@ A TLS service (``service_tls``, a per-fit certificate) runs in this process. An 
 process opens new connections from ``127.0.0.2`` as fast as its threads can, completes a
 full TLS handshake on each (the certificate pinned, as a worker's client does; no
 session reuse) and closes it: the most expensive thing a client without the token can
-make the service do. Meanwhile an honest client on ``127.0.0.1`` times authenticated
+make the service do (``--processes`` such processes of ``--threads`` threads).
+Meanwhile an honest client on ``127.0.0.1`` times authenticated
 ``GET /status`` requests, each on a new TLS connection (``new conn``: its own handshake
 included) and on one kept connection (``kept``). Printed: p50 / p99 per case, with and
 without the flood, and the handshakes per second the attacker completed.
@@ -13,7 +14,7 @@ Every loop is bounded in count and time; everything runs on 127.0.0.1 / 127.0.0.
 
 Run:
     .venv/bin/python benchmarks/tls_flood.py
-    .venv/bin/python benchmarks/tls_flood.py --threads 8 --requests 300
+    .venv/bin/python benchmarks/tls_flood.py --processes 4 --threads 8
 """
 
 from __future__ import annotations
@@ -41,14 +42,18 @@ ATTACKER = "127.0.0.2"
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--threads", type=int, default=4, help="attacker threads")
+    parser.add_argument("--threads", type=int, default=4, help="threads per attacker process")
+    parser.add_argument("--processes", type=int, default=1, help="attacker processes")
     parser.add_argument("--requests", type=int, default=200, help="honest requests per case")
     parser.add_argument("--seconds", type=float, default=60.0, help="longest flood")
     args = parser.parse_args()
     cert = Certificate.make("127.0.0.1")
     store = WeightStore([np.zeros(1000, np.float32)], num_workers=2, merge=Delta())
     with ParameterService(store, host="127.0.0.1", tls=cert) as service:
-        print(f"{'flood':6} {'request':9} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'handshakes/s':>13}")
+        print(
+            f"{'flood':6} {'request':9} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
+            f"{'handshakes/s':>13}"
+        )
         for flood in (False, True):
             _case(service, cert.pem, flood, args)
 
@@ -56,12 +61,14 @@ def main() -> None:
 def _case(service: ParameterService, pem: bytes, flood: bool, args: argparse.Namespace) -> None:
     stop = multiprocessing.Event()
     done = multiprocessing.Value("l", 0)
-    attacker = None
+    attackers = []
     if flood:
-        attacker = multiprocessing.Process(
-            target=_flood, args=(service.port, pem, args.threads, stop, done, args.seconds)
-        )
-        attacker.start()
+        for _ in range(args.processes):
+            attacker = multiprocessing.Process(
+                target=_flood, args=(service.port, pem, args.threads, stop, done, args.seconds)
+            )
+            attacker.start()
+            attackers.append(attacker)
         time.sleep(1.0)  # the flood under way
     started, before = time.monotonic(), done.value
     try:
@@ -76,7 +83,7 @@ def _case(service: ParameterService, pem: bytes, flood: bool, args: argparse.Nam
             )
     finally:
         stop.set()
-        if attacker is not None:
+        for attacker in attackers:
             attacker.join(timeout=10)
 
 
@@ -88,7 +95,9 @@ def _honest(service: ParameterService, pem: bytes, fresh: bool, requests: int) -
     for _ in range(requests):
         begun = time.perf_counter()
         if conn is None:
-            conn = http.client.HTTPSConnection("127.0.0.1", service.port, timeout=10, context=context)
+            conn = http.client.HTTPSConnection(
+                "127.0.0.1", service.port, timeout=10, context=context
+            )
         conn.request("GET", "/status", headers=headers)
         answer = conn.getresponse()
         answer.read()

@@ -130,9 +130,39 @@ def append_unread(reader: Any, data: bytes) -> None:
             raise _changed("StreamReader._read_buf / _read_pos", exc) from exc
 
 
-def split_unread(reader: Any, keep: int) -> bytes:
-    """Keeps the first ``keep`` unread bytes of a cheroot ``StreamReader`` in its
-    buffer and returns (removing them) the bytes after those; takes the buffer's lock.
+def unread_find(reader: Any, sub: bytes, start: int = 0) -> int:
+    """Where ``sub`` first occurs in a cheroot ``StreamReader``'s unread bytes, from
+    ``start`` on (-1: nowhere), without copying them.
+
+    Raises:
+        CherootChanged: The reader has no ``_read_buf`` / ``_read_pos``.
+    """
+    try:
+        pos = int(reader._read_pos)
+        found = int(reader._read_buf.find(sub, pos + start))
+    except AttributeError as exc:
+        raise _changed("StreamReader._read_buf / _read_pos", exc) from exc
+    return found - pos if found >= 0 else -1
+
+
+def unread_head(reader: Any, size: int) -> bytes:
+    """The first ``size`` unread bytes of a cheroot ``StreamReader`` (a copy of those
+    only), without consuming them.
+
+    Raises:
+        CherootChanged: The reader has no ``_read_buf`` / ``_read_pos``.
+    """
+    try:
+        pos = int(reader._read_pos)
+        return bytes(reader._read_buf[pos : pos + size])
+    except AttributeError as exc:
+        raise _changed("StreamReader._read_buf / _read_pos", exc) from exc
+
+
+def move_unread(reader: Any, keep: int, view: memoryview) -> int:
+    """Moves the unread bytes of a cheroot ``StreamReader`` that follow its first
+    ``keep`` ones into ``view`` (at most ``len(view)``; the buffer keeps the rest) and
+    returns how many; takes the buffer's lock.
 
     Raises:
         CherootChanged: The reader has no ``_read_lock`` / ``_read_buf`` / ``_read_pos``.
@@ -141,12 +171,16 @@ def split_unread(reader: Any, keep: int) -> bytes:
         try:
             pos = int(reader._read_pos)
             buffered = reader._read_buf
-            rest = bytes(buffered[pos + keep :])
-            reader._read_buf = buffered[pos : pos + keep]
+            tail = memoryview(buffered)[pos + keep : pos + keep + len(view)]
+            moved = len(tail)
+            view[:moved] = tail
+            reader._read_buf = bytes(buffered[pos : pos + keep]) + bytes(
+                buffered[pos + keep + moved :]
+            )
             reader._read_pos = 0
         except AttributeError as exc:
             raise _changed("StreamReader._read_buf / _read_pos", exc) from exc
-    return rest
+    return moved
 
 
 def take_unread(reader: Any, view: memoryview) -> int:

@@ -62,9 +62,10 @@ from cheroot import wsgi
 
 from sparkdl.compat.cheroot import (
     append_unread,
+    move_unread,
     park_in_selector,
-    split_unread,
-    unread_bytes,
+    unread_find,
+    unread_head,
     unread_size,
 )
 from sparkdl.server.framing import FramingError, Head, parse_head
@@ -281,18 +282,19 @@ class HeadGate:
         """Reads the whole head's framing: a refused one is marked for a 400 answer
         (``conn.refusal``); a token holder's body not yet in gets a
         :class:`PendingBody` (``conn.body``), which the gate then fills."""
-        data = unread_bytes(conn.rfile)
+        rfile = conn.rfile
         try:
-            head = parse_head(data)
+            head = parse_head(unread_head(rfile, _head_extent(rfile, self._head_limit())))
         except FramingError as exc:
             conn.refusal = str(exc)
             return False
         if head is None or self.bodies is None:
             return False  # a head over the bound: cheroot refuses it
         wanted = self.bodies.wanted(head)
-        if wanted <= len(data) - head.size:
+        if wanted <= unread_size(rfile) - head.size:
             return False
-        conn.body = PendingBody(wanted, split_unread(conn.rfile, head.size))
+        conn.body = body = PendingBody(wanted)
+        body.filled = move_unread(rfile, head.size, body.view)
         conn.trusted = True  # it carries the token: no untrusted cap applies
         return True
 
@@ -395,14 +397,13 @@ class PendingBody:
     copy).
 
     Args:
-        size: The body's announced bytes.
-        first: Bytes of it already read with the head.
+        size: The body's announced bytes (``filled``: how many are in, at first those
+            that came with the head).
     """
 
-    def __init__(self, size: int, first: bytes) -> None:
+    def __init__(self, size: int) -> None:
         self.view = memoryview(np.empty(size, dtype=np.uint8).data)
-        self.filled = len(first)
-        self.view[: self.filled] = first
+        self.filled = 0
         #: When the connection is answered 408 and closed if the body is not whole.
         self.deadline = time.time() + BODY_SECONDS + size / MIN_BODY_RATE
         #: A thread left it to the gate, which reads the rest.
@@ -469,10 +470,19 @@ def peer_key(address: Any) -> str:
 
 def head_complete(rfile: Any, limit: int) -> bool:
     """Whether ``rfile``'s buffer holds a whole request head (or ``limit`` bytes)."""
-    data = unread_bytes(rfile)
-    if data.startswith(_CRLF):  # cheroot skips one empty line before a request
-        data = data[2:]
-    return _HEAD_END in data or _BARE_END in data or len(data) >= limit
+    return _head_extent(rfile, limit) < limit or unread_size(rfile) >= limit
+
+
+def _head_extent(rfile: Any, limit: int) -> int:
+    """Bytes up to the end of the head in ``rfile``'s buffer (its blank line, or bare
+    line feeds), or ``limit`` when neither is in; nothing is copied."""
+    start = 2 if unread_head(rfile, 2) == _CRLF else 0  # cheroot skips one empty line
+    ends = [
+        found + len(end)
+        for end in (_HEAD_END, _BARE_END)
+        if (found := unread_find(rfile, end, start)) != -1
+    ]
+    return min(ends) if ends else limit
 
 
 def fill(conn: Any, limit: int) -> bool:

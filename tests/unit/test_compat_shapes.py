@@ -411,6 +411,32 @@ def test_compat_cheroot_reader_buffer(socket_pair) -> None:
         reader.close()
 
 
+def test_compat_cheroot_finds_and_moves_unread_bytes(socket_pair) -> None:
+    """unread_find / unread_head / move_unread on a real StreamReader: the gate finds a
+    head's end and moves the body bytes that came with it, and reads still see the
+    head (and only the head) afterwards."""
+    cls = "cheroot.makefile.StreamReader"
+    _, right = socket_pair
+    reader = makefile.StreamReader(right, "rb", 64)
+    try:
+        head = b"POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\n"
+        cheroot_compat.append_unread(reader, head + b"hel")
+        assert reader.read(2) == b"PO"
+        end = cheroot_compat.unread_find(reader, b"\r\n\r\n")
+        assert end == len(head) - 6, _cheroot_changed(cls, "_read_pos", "found at the wrong place")
+        assert cheroot_compat.unread_find(reader, b"nowhere") == -1
+        assert cheroot_compat.unread_head(reader, 4) == b"ST /"
+        view = memoryview(bytearray(5))
+        moved = cheroot_compat.move_unread(reader, len(head) - 2, view)
+        assert moved == 3 and bytes(view[:3]) == b"hel"
+        assert cheroot_compat.unread_bytes(reader) == head[2:], _cheroot_changed(
+            cls, "_read_buf", "move_unread left the wrong bytes"
+        )
+        assert reader.readline() == b"ST / HTTP/1.1\r\n"
+    finally:
+        reader.close()
+
+
 def test_compat_cheroot_writer_buffer(socket_pair) -> None:
     """writer_lock / write_buffer / flush_unlocked on a real StreamWriter."""
     left, right = socket_pair
@@ -462,6 +488,8 @@ def test_compat_cheroot_names_itself_when_an_internal_is_gone() -> None:
     for call in [
         lambda: cheroot_compat.unread_bytes(Bare()),
         lambda: cheroot_compat.unread_size(Bare()),
+        lambda: cheroot_compat.unread_find(Bare(), b"x"),
+        lambda: cheroot_compat.unread_head(Bare(), 1),
         lambda: cheroot_compat.reader_lock(Bare()),
         lambda: cheroot_compat.writer_lock(Bare()),
         lambda: cheroot_compat.write_buffer(Bare()),
