@@ -130,16 +130,17 @@ def append_unread(reader: Any, data: bytes) -> None:
             raise _changed("StreamReader._read_buf / _read_pos", exc) from exc
 
 
-def unread_find(reader: Any, sub: bytes, start: int = 0) -> int:
+def unread_find(reader: Any, sub: bytes, start: int = 0, end: int | None = None) -> int:
     """Where ``sub`` first occurs in a cheroot ``StreamReader``'s unread bytes, from
-    ``start`` on (-1: nowhere), without copying them.
+    ``start`` on and ending by ``end`` (-1: nowhere), without copying them.
 
     Raises:
         CherootChanged: The reader has no ``_read_buf`` / ``_read_pos``.
     """
     try:
         pos = int(reader._read_pos)
-        found = int(reader._read_buf.find(sub, pos + start))
+        stop = None if end is None else pos + end
+        found = int(reader._read_buf.find(sub, pos + start, stop))
     except AttributeError as exc:
         raise _changed("StreamReader._read_buf / _read_pos", exc) from exc
     return found - pos if found >= 0 else -1

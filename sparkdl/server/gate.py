@@ -271,11 +271,15 @@ class HeadGate:
         body = getattr(conn, "body", None)
         if body is None:
             limit = self._head_limit()
-            if not head_complete(conn.rfile, limit) and not fill(conn, limit):
-                return None
-            if not head_complete(conn.rfile, limit) or not self._awaits_body(conn):
-                return head_complete(conn.rfile, limit)
-            return True  # a thread reads a new body first (PendingBody.read_on_thread)
+            complete = head_complete(conn.rfile, limit)
+            if not complete:
+                if not fill(conn, limit):
+                    return None
+                complete = head_complete(conn.rfile, limit)
+            if complete:
+                # A thread reads a new body first (PendingBody.read_on_thread).
+                self._awaits_body(conn)
+            return complete
         return body.fill(conn) if body.at_gate else True
 
     def _awaits_body(self, conn: Any) -> bool:
@@ -477,12 +481,12 @@ def _head_extent(rfile: Any, limit: int) -> int:
     """Bytes up to the end of the head in ``rfile``'s buffer (its blank line, or bare
     line feeds), or ``limit`` when neither is in; nothing is copied."""
     start = 2 if unread_head(rfile, 2) == _CRLF else 0  # cheroot skips one empty line
-    ends = [
-        found + len(end)
-        for end in (_HEAD_END, _BARE_END)
-        if (found := unread_find(rfile, end, start)) != -1
-    ]
-    return min(ends) if ends else limit
+    crlf = unread_find(rfile, _HEAD_END, start)
+    # Bare line feeds count only before the blank line (the body may hold any bytes).
+    bare = unread_find(rfile, _BARE_END, start, None if crlf == -1 else crlf + 2)
+    if bare != -1:
+        return bare + len(_BARE_END)
+    return crlf + len(_HEAD_END) if crlf != -1 else limit
 
 
 def fill(conn: Any, limit: int) -> bool:
