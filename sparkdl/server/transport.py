@@ -42,9 +42,11 @@ from cheroot import makefile, server, wsgi
 from cheroot.ssl.builtin import BuiltinSSLAdapter
 
 from sparkdl.compat.cheroot import (
+    discard_unread,
     flush_unlocked,
     reader_lock,
     take_unread,
+    uncache_peer_creds,
     write_buffer,
     writer_lock,
 )
@@ -257,6 +259,7 @@ class BulkConnection(server.HTTPConnection):
 
     def __init__(self, http_server: server.HTTPServer, sock: socket.socket, makefile: Any = None):
         super().__init__(http_server, sock, _bulk_makefile)
+        uncache_peer_creds(self)  # no self-cycle: a closed connection is freed at once
         self._tls_ready = not isinstance(sock, ssl.SSLSocket)
         #: The app answered a request of this connection with anything but a 401.
         self.trusted = False
@@ -280,6 +283,7 @@ class BulkConnection(server.HTTPConnection):
         if gate is not None:
             gate.forget(self)
         super().close()
+        discard_unread(self.rfile)  # an unfinished head's bytes are freed now
 
     def _serve_one(self) -> bool:
         keep = bool(super().communicate())

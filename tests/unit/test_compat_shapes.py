@@ -19,6 +19,7 @@ Each failure names the dependency's version, what changed and the module to upda
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import http.client
 import http.server
@@ -27,6 +28,7 @@ import json
 import socket
 import sys
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -454,6 +456,48 @@ def test_compat_cheroot_parks_a_connection_in_the_selector(socket_pair) -> None:
         http_server.stop()
 
 
+def test_compat_cheroot_discards_a_readers_unread_bytes(socket_pair) -> None:
+    """discard_unread empties a real StreamReader's buffer; later reads go to the socket."""
+    left, right = socket_pair
+    reader = makefile.StreamReader(right, "rb", 64)
+    try:
+        cheroot_compat.append_unread(reader, b"x" * 1000)
+        cheroot_compat.discard_unread(reader)
+        assert cheroot_compat.unread_size(reader) == 0 and not reader.has_data()
+        left.sendall(b"next")
+        assert reader.read(4) == b"next", _cheroot_changed(
+            "cheroot.makefile.StreamReader", "_read_buf", "a read after a discard"
+        )
+    finally:
+        reader.close()
+
+
+def test_compat_cheroot_a_connection_without_its_peer_creds_caches_has_no_cycle(
+    socket_pair,
+) -> None:
+    """cheroot wraps two methods of each connection in an ``lru_cache`` of the bound method
+    (a reference cycle); without the wrappers, the last reference frees the connection."""
+    cls = "cheroot.server.HTTPConnection"
+    http_server = wsgi.Server(("127.0.0.1", 0), lambda environ, start: [])
+    _, right = socket_pair
+    conn = server.HTTPConnection(http_server, right)
+    for name in cheroot_compat.PEER_CREDS_CACHES:
+        if name not in vars(conn):
+            pytest.fail(_cheroot_changed(cls, name, "no longer cached per instance"))
+    cheroot_compat.uncache_peer_creds(conn)
+    _require_callable(conn, cls, list(cheroot_compat.PEER_CREDS_CACHES))
+    gone = weakref.ref(conn)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        del conn
+        if gone() is not None:
+            pytest.fail(_cheroot_changed(cls, "__init__", "a connection is in another cycle"))
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def test_compat_cheroot_names_itself_when_an_internal_is_gone() -> None:
     class Bare:
         pass
@@ -466,6 +510,8 @@ def test_compat_cheroot_names_itself_when_an_internal_is_gone() -> None:
         lambda: cheroot_compat.write_buffer(Bare()),
         lambda: cheroot_compat.flush_unlocked(Bare()),
         lambda: cheroot_compat.park_in_selector(Bare(), Bare()),
+        lambda: cheroot_compat.discard_unread(Bare()),
+        lambda: cheroot_compat.uncache_peer_creds(Bare()),
     ]:
         with pytest.raises(cheroot_compat.CherootChanged, match=CHEROOT_MODULE):
             call()
