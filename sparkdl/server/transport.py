@@ -47,9 +47,11 @@ from sparkdl.compat.cheroot import (
     reader_lock,
     take_unread,
     uncache_peer_creds,
+    unread_size,
     write_buffer,
     writer_lock,
 )
+from sparkdl.server.trim import TRIMMER
 
 __all__ = [
     "BULK_BYTES",
@@ -283,7 +285,12 @@ class BulkConnection(server.HTTPConnection):
         if gate is not None:
             gate.forget(self)
         super().close()
-        discard_unread(self.rfile)  # an unfinished head's bytes are freed now
+        # An unfinished head's bytes (up to the gate's bound) are freed now, and once
+        # enough were, the allocator hands them back to the system (server/trim.py).
+        unread = unread_size(self.rfile)
+        discard_unread(self.rfile)
+        if unread:
+            TRIMMER.released(unread)
 
     def _serve_one(self) -> bool:
         keep = bool(super().communicate())

@@ -25,6 +25,7 @@ import http.client
 import http.server
 import inspect
 import json
+import platform
 import socket
 import sys
 import threading
@@ -39,6 +40,7 @@ from cheroot import makefile, server, wsgi
 from sparkdl.compat import cheroot as cheroot_compat
 from sparkdl.compat import imports as compat_imports
 from sparkdl.compat import keras as compat_keras
+from sparkdl.compat import libc as compat_libc
 from sparkdl.compat import mlflow as compat_mlflow
 from sparkdl.compat import spark as compat_spark
 from sparkdl.compat.http_client import COALESCE_BYTES, CoalescingConnection
@@ -515,6 +517,18 @@ def test_compat_cheroot_names_itself_when_an_internal_is_gone() -> None:
     ]:
         with pytest.raises(cheroot_compat.CherootChanged, match=CHEROOT_MODULE):
             call()
+
+
+# --- glibc through sparkdl.compat.libc ------------------------------------------------
+
+
+def test_compat_libc_trims_on_glibc_and_is_a_no_op_elsewhere() -> None:
+    on_glibc = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
+    found = compat_libc._malloc_trim() is not None
+    assert found == on_glibc, (
+        f"glibc {platform.libc_ver()[1]}: malloc_trim found={found}; update sparkdl/compat/libc.py"
+    )
+    assert isinstance(compat_libc.malloc_trim(), bool)
 
 
 # --- Keras through sparkdl.compat.keras -----------------------------------------------
