@@ -11,7 +11,8 @@ The service runs in a child process (``--serve``), so that its resident memory
 (``VmRSS`` of ``/proc/<pid>/status``) and open descriptors are its own. Sampled every
 half second: before the attack, during it (``--seconds``), and for ``--after`` seconds
 after it ends. Printed: RSS at start, peak, at the attack's end and at the end of the
-watch, the gate's evictions, and the service's descriptors at each of those times.
+watch, how soon after the attack it was back within 10% of the start, the gate's
+evictions, the service's trims of freed memory, and its descriptors.
 ``--probe`` then asks the service to run ``gc.collect()`` and glibc's
 ``malloc_trim(0)``, and prints the RSS after each: memory that ``gc`` gives back was
 held by garbage, memory only ``malloc_trim`` gives back was free but kept by the
@@ -75,6 +76,18 @@ class ChurnFigures:
         taken = [s for s in self.samples if s.at <= when] or self.samples[:1]
         return taken[-1]
 
+    def back_within(self, fraction: float, start_mib: float) -> float | None:
+        """Seconds from the attack's end until RSS was within ``fraction`` of
+        ``start_mib`` (and stayed there), ``None`` if it never was."""
+        after = [s for s in self.samples if s.at >= self.attack_ended]
+        back = None
+        for sample in after:
+            if sample.rss_mib > start_mib * (1 + fraction):
+                back = None
+            elif back is None:
+                back = round(sample.at - self.attack_ended, 1)
+        return back
+
     def summary(self) -> dict[str, Any]:
         start = self.at(self.attack_started)
         end = self.at(self.attack_ended)
@@ -85,6 +98,7 @@ class ChurnFigures:
             "rss_attack_end_mib": round(end.rss_mib, 1),
             "rss_after_mib": round(last.rss_mib, 1),
             "after_seconds": round(last.at - self.attack_ended, 1),
+            "back_within_10pct_s": self.back_within(0.10, start.rss_mib),
             "fds_start": start.fds,
             "fds_max": max(s.fds for s in self.samples),
             "fds_after": last.fds,
