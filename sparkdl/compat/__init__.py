@@ -12,7 +12,8 @@ breaks one known module rather than code spread over the package:
   slots, an empty job, Hadoop's FileSystem, the ``AppStatusStore``'s task list), the
   text of Spark's job-failure exceptions, and ``Params._dummy`` / ``_resetUid``.
 * :mod:`sparkdl.compat.cheroot`: the ``_pyio`` read / write buffers of cheroot's socket
-  streams and the selector of its ``ConnectionManager`` (``server._connections``).
+  streams, the selector of its ``ConnectionManager`` (``server._connections``) and the
+  per-connection ``lru_cache`` wrappers of ``HTTPConnection``.
 * :mod:`sparkdl.compat.keras`: ``Layer._flatten_layers``, ``Trainer._compile_config``
   and ``BaseOptimizer._learning_rate``.
 * :mod:`sparkdl.compat.tensorflow`: the eager context's ``_context_handle``.
@@ -21,6 +22,8 @@ breaks one known module rather than code spread over the package:
 * :mod:`sparkdl.compat.mlflow`: ``mlflow.utils.autologging_utils``.
 * :mod:`sparkdl.compat.http_client`: ``http.client.HTTPConnection._send_output`` and
   its ``_buffer`` of header lines.
+* :mod:`sparkdl.compat.libc`: glibc's ``malloc_trim`` through ``ctypes`` (a no-op on
+  other C libraries).
 
 :mod:`sparkdl.server.transport` subclasses cheroot's public connection, stream and
 gateway classes and reaches their buffers only through :mod:`sparkdl.compat.cheroot`.

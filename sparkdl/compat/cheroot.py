@@ -11,10 +11,12 @@ sparkdl needs both:
 
 * :mod:`sparkdl.server.transport` moves large bodies without copying them in Python
   (:func:`reader_lock`, :func:`take_unread`, :func:`writer_lock`,
-  :func:`write_buffer`, :func:`flush_unlocked`);
+  :func:`write_buffer`, :func:`flush_unlocked`), and frees a closed connection at once
+  (:func:`uncache_peer_creds`, :func:`discard_unread`);
 * :mod:`sparkdl.server.gate` reads a waiting connection's bytes into its buffer without
   blocking and parks it in cheroot's selector until its request head is whole
-  (:func:`unread_bytes`, :func:`unread_size`, :func:`append_unread`,
+  (:func:`unread_bytes`, :func:`unread_size`, :func:`unread_find`, :func:`unread_head`,
+  :func:`move_unread`, :func:`append_unread`,
   :func:`park_in_selector`).
 
 No function here falls back silently: a buffer of another shape would corrupt requests,
@@ -44,11 +46,16 @@ from typing import Any
 __all__ = [
     "CherootChanged",
     "append_unread",
+    "discard_unread",
     "flush_unlocked",
+    "move_unread",
     "park_in_selector",
     "reader_lock",
     "take_unread",
+    "uncache_peer_creds",
     "unread_bytes",
+    "unread_find",
+    "unread_head",
     "unread_size",
     "write_buffer",
     "writer_lock",
@@ -182,6 +189,46 @@ def move_unread(reader: Any, keep: int, view: memoryview) -> int:
         except AttributeError as exc:
             raise _changed("StreamReader._read_buf / _read_pos", exc) from exc
     return moved
+
+
+def discard_unread(reader: Any) -> None:
+    """Drops the bytes a cheroot ``StreamReader`` holds unread (``_read_buf``), so a
+    closed connection's buffer is freed now rather than with its reader; takes the
+    buffer's lock.
+
+    Raises:
+        CherootChanged: The reader has no ``_read_lock`` / ``_read_buf`` / ``_read_pos``.
+    """
+    with reader_lock(reader):
+        try:
+            reader._read_buf, reader._read_pos = b"", 0
+        except AttributeError as exc:
+            raise _changed("StreamReader._read_buf / _read_pos", exc) from exc
+
+
+#: The methods cheroot's ``HTTPConnection.__init__`` wraps, per instance, in an
+#: ``lru_cache`` of the bound method.
+PEER_CREDS_CACHES = ("resolve_peer_creds", "get_peer_creds")
+
+
+def uncache_peer_creds(conn: Any) -> None:
+    """Removes the ``lru_cache`` wrappers cheroot's ``HTTPConnection.__init__`` puts on
+    each connection (:data:`PEER_CREDS_CACHES`), leaving the class's own methods.
+
+    Each wrapper holds a bound method of the connection: a reference cycle, so a closed
+    connection (its socket object and read buffer with it) is freed only by Python's
+    cyclic collector, which under a churn of connections runs long after thousands have
+    closed. Without the wrappers, a connection is freed when its last reference goes.
+    The peer credentials they cache exist for UNIX sockets only (unused here).
+
+    Raises:
+        CherootChanged: ``conn`` does not hold the wrappers as instance attributes.
+    """
+    try:
+        for name in PEER_CREDS_CACHES:
+            delattr(conn, name)
+    except AttributeError as exc:
+        raise _changed(f"HTTPConnection.__init__'s cached {PEER_CREDS_CACHES}", exc) from exc
 
 
 def take_unread(reader: Any, view: memoryview) -> int:

@@ -42,13 +42,16 @@ from cheroot import makefile, server, wsgi
 from cheroot.ssl.builtin import BuiltinSSLAdapter
 
 from sparkdl.compat.cheroot import (
+    discard_unread,
     flush_unlocked,
     reader_lock,
     take_unread,
+    uncache_peer_creds,
     unread_size,
     write_buffer,
     writer_lock,
 )
+from sparkdl.server.trim import TRIMMER
 
 __all__ = [
     "BULK_BYTES",
@@ -279,6 +282,7 @@ class BulkConnection(server.HTTPConnection):
 
     def __init__(self, http_server: server.HTTPServer, sock: socket.socket, makefile: Any = None):
         super().__init__(http_server, sock, _bulk_makefile)
+        uncache_peer_creds(self)  # no self-cycle: a closed connection is freed at once
         self._tls_ready = not isinstance(sock, ssl.SSLSocket)
         #: The app answered a request of this connection with anything but a 401.
         self.trusted = False
@@ -311,6 +315,12 @@ class BulkConnection(server.HTTPConnection):
             self.body = None
             _send_now(self.socket, _timeout_answer(self.server.protocol))
         super().close()
+        # An unfinished head's bytes (up to the gate's bound) are freed now, and once
+        # enough were, the allocator hands them back to the system (server/trim.py).
+        unread = unread_size(self.rfile)
+        discard_unread(self.rfile)
+        if unread:
+            TRIMMER.released(unread)
 
     def _serve_one(self) -> bool:
         refusal = getattr(self, "refusal", None)

@@ -20,14 +20,17 @@ Each failure names the dependency's version, what changed and the module to upda
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import http.client
 import http.server
 import inspect
 import json
+import platform
 import socket
 import sys
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -38,6 +41,7 @@ from cheroot import makefile, server, wsgi
 from sparkdl.compat import cheroot as cheroot_compat
 from sparkdl.compat import imports as compat_imports
 from sparkdl.compat import keras as compat_keras
+from sparkdl.compat import libc as compat_libc
 from sparkdl.compat import mlflow as compat_mlflow
 from sparkdl.compat import spark as compat_spark
 from sparkdl.compat.http_client import COALESCE_BYTES, CoalescingConnection
@@ -481,6 +485,48 @@ def test_compat_cheroot_parks_a_connection_in_the_selector(socket_pair) -> None:
         http_server.stop()
 
 
+def test_compat_cheroot_discards_a_readers_unread_bytes(socket_pair) -> None:
+    """discard_unread empties a real StreamReader's buffer; later reads go to the socket."""
+    left, right = socket_pair
+    reader = makefile.StreamReader(right, "rb", 64)
+    try:
+        cheroot_compat.append_unread(reader, b"x" * 1000)
+        cheroot_compat.discard_unread(reader)
+        assert cheroot_compat.unread_size(reader) == 0 and not reader.has_data()
+        left.sendall(b"next")
+        assert reader.read(4) == b"next", _cheroot_changed(
+            "cheroot.makefile.StreamReader", "_read_buf", "a read after a discard"
+        )
+    finally:
+        reader.close()
+
+
+def test_compat_cheroot_a_connection_without_its_peer_creds_caches_has_no_cycle(
+    socket_pair,
+) -> None:
+    """cheroot wraps two methods of each connection in an ``lru_cache`` of the bound method
+    (a reference cycle); without the wrappers, the last reference frees the connection."""
+    cls = "cheroot.server.HTTPConnection"
+    http_server = wsgi.Server(("127.0.0.1", 0), lambda environ, start: [])
+    _, right = socket_pair
+    conn = server.HTTPConnection(http_server, right)
+    for name in cheroot_compat.PEER_CREDS_CACHES:
+        if name not in vars(conn):
+            pytest.fail(_cheroot_changed(cls, name, "no longer cached per instance"))
+    cheroot_compat.uncache_peer_creds(conn)
+    _require_callable(conn, cls, list(cheroot_compat.PEER_CREDS_CACHES))
+    gone = weakref.ref(conn)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        del conn
+        if gone() is not None:
+            pytest.fail(_cheroot_changed(cls, "__init__", "a connection is in another cycle"))
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def test_compat_cheroot_names_itself_when_an_internal_is_gone() -> None:
     class Bare:
         pass
@@ -495,9 +541,23 @@ def test_compat_cheroot_names_itself_when_an_internal_is_gone() -> None:
         lambda: cheroot_compat.write_buffer(Bare()),
         lambda: cheroot_compat.flush_unlocked(Bare()),
         lambda: cheroot_compat.park_in_selector(Bare(), Bare()),
+        lambda: cheroot_compat.discard_unread(Bare()),
+        lambda: cheroot_compat.uncache_peer_creds(Bare()),
     ]:
         with pytest.raises(cheroot_compat.CherootChanged, match=CHEROOT_MODULE):
             call()
+
+
+# --- glibc through sparkdl.compat.libc ------------------------------------------------
+
+
+def test_compat_libc_trims_on_glibc_and_is_a_no_op_elsewhere() -> None:
+    on_glibc = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
+    found = compat_libc._malloc_trim() is not None
+    assert found == on_glibc, (
+        f"glibc {platform.libc_ver()[1]}: malloc_trim found={found}; update sparkdl/compat/libc.py"
+    )
+    assert isinstance(compat_libc.malloc_trim(), bool)
 
 
 # --- Keras through sparkdl.compat.keras -----------------------------------------------
