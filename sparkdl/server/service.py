@@ -30,7 +30,8 @@ from sparkdl.errors import ServiceError
 from sparkdl.server import tls
 from sparkdl.server.app import create_app, max_body_bytes
 from sparkdl.server.attempts import AttemptCheck
-from sparkdl.server.gate import BodyPolicy, GatedServer, HeadGate
+from sparkdl.server.bodies import BodyPolicy
+from sparkdl.server.gate import GatedServer, HeadGate
 from sparkdl.server.store import WeightStore
 from sparkdl.server.tls import Certificate
 

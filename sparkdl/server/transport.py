@@ -140,7 +140,7 @@ class BulkReader(makefile.StreamReader):
     stream, as with any file object.
 
     A body the gate read before the request reached a thread
-    (:class:`sparkdl.server.gate.PendingBody`) is served from its buffer
+    (:class:`sparkdl.server.bodies.PendingBody`) is served from its buffer
     (``prefetched``): ``memoryview`` slices of it from :data:`BULK_BYTES` up, ``bytes``
     below.
     """

@@ -18,7 +18,7 @@ import pytest
 
 from benchmarks.idle_connections import SHAPES, round_trips
 from benchmarks.stalled_body import Stalled
-from sparkdl.server import gate as gate_module
+from sparkdl.server import bodies
 from sparkdl.server.service import ParameterService
 from sparkdl.server.store import WeightStore
 from sparkdl.sync.merges import Delta
@@ -92,7 +92,7 @@ def test_stalled_bodies_of_token_holders_hold_no_thread(service: ParameterServic
 def test_a_trickling_body_is_answered_408_at_its_deadline(
     service: ParameterService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(gate_module, "BODY_SECONDS", 1.0)
+    monkeypatch.setattr(bodies, "BODY_SECONDS", 1.0)
     with Stalled(service.port, service.token, count=4, trickle=True, seconds=10) as stalled:
         _opened(stalled, 4)
         stalled.wait_dropped(stalled.started + 8)
