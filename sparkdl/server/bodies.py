@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import hmac
 import ssl
+import threading
 import time
 from typing import Any
 
@@ -31,6 +32,8 @@ from sparkdl.server.framing import Head
 
 __all__ = [
     "BODY_SECONDS",
+    "BUDGET_BODIES",
+    "BUDGET_FLOOR",
     "MIN_BODY_RATE",
     "STALL_SECONDS",
     "THREAD_BODY_RATE",
@@ -41,10 +44,15 @@ __all__ = [
 #: Seconds a token holder's body may take beyond its transfer at :data:`MIN_BODY_RATE`,
 #: from the end of its head.
 BODY_SECONDS = 5.0
+#: The gate holds bodies not yet whole of at most this many times the model's bound at
+#: once (and at least :data:`BUDGET_FLOOR` bytes); past it, a body is left to the thread
+#: serving its request. Bounds what token holders can make the driver allocate.
+BUDGET_BODIES = 4
+BUDGET_FLOOR = 64 << 20
 #: Seconds a thread waits for a body's next bytes before it leaves the body to the gate.
 STALL_SECONDS = 0.01
-#: A thread reads a body for at most ``STALL_SECONDS + n / THREAD_BODY_RATE`` (``n``
-#: bytes still to come) before it leaves the body to the gate.
+#: A thread keeps reading a body while, ``t`` seconds after it began, it has read at
+#: least ``(t - STALL_SECONDS) * THREAD_BODY_RATE`` bytes; else it leaves it to the gate.
 THREAD_BODY_RATE = 50 << 20
 #: The slowest body transfer waited for, in bytes per second: a body of ``n`` bytes
 #: must be whole within ``BODY_SECONDS + n / MIN_BODY_RATE`` of its head, else the
@@ -70,15 +78,35 @@ class BodyPolicy:
         0
     """
 
-    def __init__(self, token: str, max_body: int) -> None:
+    def __init__(self, token: str, max_body: int, budget: int | None = None) -> None:
         self._expected = f"Bearer {token}".encode()
         self.max_body = max_body
+        #: Bytes of bodies not yet whole the gate may hold at once (past it, a body is
+        #: left to the thread that serves its request, as before the gate read bodies).
+        self.budget = max(BUDGET_BODIES * max_body, BUDGET_FLOOR) if budget is None else budget
+        #: Bytes of the bodies now held (announced sizes).
+        self.held = 0
+        self._lock = threading.Lock()
 
     def wanted(self, head: Head) -> int:
-        """Body bytes to read at the gate for ``head`` (0: none)."""
+        """Body bytes to read at the gate for ``head`` (0: none), reserved against the
+        budget (:meth:`release` gives them back)."""
         if not head.length or head.length > self.max_body or head.authorization is None:
             return 0
-        return head.length if hmac.compare_digest(head.authorization, self._expected) else 0
+        if head.expects_continue:  # the client waits for cheroot's 100 first
+            return 0
+        if not hmac.compare_digest(head.authorization, self._expected):
+            return 0
+        with self._lock:
+            if self.held + head.length > self.budget:
+                return 0
+            self.held += head.length
+        return head.length
+
+    def release(self, size: int) -> None:
+        """Gives back ``size`` reserved bytes (a body whole, or its connection closed)."""
+        with self._lock:
+            self.held -= size
 
 
 class PendingBody:
@@ -96,12 +124,14 @@ class PendingBody:
 
     Args:
         size: The body's announced bytes (``filled``: how many are in, at first those
-            that came with the head).
+            that came with the head), reserved with ``policy``.
+        policy: Released when the body is whole or its connection closes.
     """
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, policy: BodyPolicy | None = None) -> None:
         self.view = memoryview(np.empty(size, dtype=np.uint8).data)
         self.filled = 0
+        self._policy = policy
         #: When the connection is answered 408 and closed if the body is not whole.
         self.deadline = time.time() + BODY_SECONDS + size / MIN_BODY_RATE
         #: A thread left it to the gate, which reads the rest.
@@ -116,21 +146,32 @@ class PendingBody:
 
     def read_on_thread(self, conn: Any) -> bool | None:
         """As :meth:`fill`, waiting for the body on the calling thread while it keeps
-        coming; ``False`` leaves it to the gate (``at_gate``)."""
-        remaining = len(self.view) - self.filled
-        until = min(self.deadline, time.time() + STALL_SECONDS + remaining / THREAD_BODY_RATE)
-        ready = self._read(conn, STALL_SECONDS, until)
+        coming at :data:`THREAD_BODY_RATE` or faster (after :data:`STALL_SECONDS`);
+        ``False`` leaves it to the gate (``at_gate``)."""
+        ready = self._read(conn, STALL_SECONDS, time.time())
         if ready is False:
             self.at_gate = True
         return ready
 
-    def _read(self, conn: Any, wait: float, until: float | None) -> bool | None:
+    def release(self) -> None:
+        """Gives the body's reservation back (once)."""
+        policy, self._policy = self._policy, None
+        if policy is not None:
+            policy.release(len(self.view))
+
+    def _read(self, conn: Any, wait: float, started: float | None) -> bool | None:
+        """Reads until whole; with ``started`` (a thread's read) also gives up once the
+        body falls behind ``THREAD_BODY_RATE`` since then, or passes its deadline."""
         sock = conn.socket
         timeout = sock.gettimeout()
         sock.settimeout(wait)
+        first = self.filled
         try:
             while self.filled < len(self.view):
-                if until is not None and time.time() > until:
+                if started is not None and time.time() > min(
+                    self.deadline,
+                    started + STALL_SECONDS + (self.filled - first) / THREAD_BODY_RATE,
+                ):
                     return False
                 try:
                     n = sock.recv_into(self.view[self.filled :])
@@ -143,9 +184,29 @@ class PendingBody:
                 if not n:  # the peer stopped sending: the app answers the truncation
                     break
                 self.filled += n
+            _drain_tls(sock, conn.rfile)
         finally:
             with contextlib.suppress(OSError):
                 sock.settimeout(timeout)
+        self.release()
         conn.body = None
         conn.rfile.prefetched = self.view[: self.filled]
         return True
+
+
+def _drain_tls(sock: Any, rfile: Any) -> None:
+    """Keeps bytes OpenSSL already decrypted past the body (a pipelined request) for the
+    connection's reader, which serves them once the body is read: ``select`` cannot see
+    them, so they would wait unanswered for the keep-alive timeout."""
+    pending = getattr(sock, "pending", None)
+    chunks = []
+    while pending is not None and pending():
+        try:
+            data = sock.recv(pending())
+        except (OSError, ValueError):
+            break
+        if not data:
+            break
+        chunks.append(data)
+    if chunks:
+        rfile.pipelined = b"".join(chunks)

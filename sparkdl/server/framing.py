@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 __all__ = ["HEAD_END", "FramingError", "Head", "parse_head"]
@@ -33,6 +34,11 @@ __all__ = ["HEAD_END", "FramingError", "Head", "parse_head"]
 #: The blank line that ends a request head.
 HEAD_END = b"\r\n\r\n"
 _BARE_END = b"\n\n"
+#: A field name (RFC 9110 ``token``): cheroot strips any whitespace around a name, so
+#: ``Content-Length\x0b:`` would count as ``Content-Length`` there and not here.
+_TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")
+#: Control bytes a field value may not hold (horizontal tab is allowed).
+_CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 class FramingError(ValueError):
@@ -49,12 +55,15 @@ class Head:
         length: The announced ``Content-Length``, or ``None``.
         authorization: The ``Authorization`` field's value, or ``None``.
         chunked: A ``Transfer-Encoding`` was sent (the app refuses it with 411).
+        expects_continue: ``Expect: 100-continue``: the client waits for a 100 before
+            it sends the body (cheroot sends it when the app reads the body).
     """
 
     size: int
     length: int | None
     authorization: bytes | None
     chunked: bool = False
+    expects_continue: bool = False
 
 
 def parse_head(data: bytes) -> Head | None:
@@ -76,10 +85,12 @@ def parse_head(data: bytes) -> Head | None:
     fields = data[start:end].split(b"\r\n")[1:]
     lengths: set[bytes] = set()
     authorizations: list[bytes] = []
-    chunked = False
+    chunked = expects = False
     for line in fields:
         name, value = _field(line)
-        if name == b"content-length":
+        if name == b"expect":
+            expects = value.lower() == b"100-continue"
+        elif name == b"content-length":
             lengths.update(part.strip(b" \t") for part in value.split(b","))
         elif name == b"transfer-encoding":
             chunked = True
@@ -102,6 +113,7 @@ def parse_head(data: bytes) -> Head | None:
         length=length,
         authorization=authorizations[0] if authorizations else None,
         chunked=chunked,
+        expects_continue=expects,
     )
 
 
@@ -109,13 +121,17 @@ def _field(line: bytes) -> tuple[bytes, bytes]:
     """A header line's lower-cased name and its value, stripped.
 
     Raises:
-        FramingError: A folded line, no colon, or whitespace in or around the name.
+        FramingError: A folded line, no colon, a name that is not a token (whitespace or
+            a control byte in or around it), or a control byte in the value.
     """
     if line[:1] in (b" ", b"\t"):
         raise FramingError("Folded header lines (starting with whitespace) are not accepted.")
     name, colon, value = line.partition(b":")
-    if not colon or not name or name != name.strip(b" \t") or b" " in name:
+    if not colon or not _TOKEN.match(name):
         raise FramingError(
-            "Malformed header field: expected 'Name: value' with no whitespace before the colon."
+            "Malformed header field: expected 'Name: value', the name a token with no "
+            "whitespace or control byte before the colon."
         )
+    if _CONTROL.search(value):
+        raise FramingError("Malformed header field: a control byte in a field value.")
     return name.lower(), value.strip(b" \t")

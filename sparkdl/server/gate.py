@@ -105,11 +105,12 @@ class GatedServer(wsgi.Server):
         self.keep_alive_conn_limit = None  # type: ignore[assignment]
 
     def stop(self) -> None:
-        """cheroot's ``stop``, and the gate's handshake thread."""
+        """The gate's handshake thread (its queued connections closed), then cheroot's
+        ``stop``."""
         try:
-            super().stop()
-        finally:
             self.gate.close()
+        finally:
+            super().stop()
 
     def process_conn(self, conn: Any) -> None:
         """Hands ``conn`` to the pool once its request head is in (else it waits).
@@ -272,8 +273,9 @@ class HeadGate:
             return False  # a head over the bound: cheroot refuses it
         wanted = self.bodies.wanted(head)
         if wanted <= unread_size(rfile) - head.size:
+            self.bodies.release(wanted)  # (already in: nothing to hold)
             return False
-        conn.body = body = PendingBody(wanted)
+        conn.body = body = PendingBody(wanted, self.bodies)
         body.filled = move_unread(rfile, head.size, body.view)
         conn.trusted = True  # it carries the token: no untrusted cap applies
         return True

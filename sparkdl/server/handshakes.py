@@ -104,11 +104,15 @@ class Handshakes:
             self._wake.notify()
 
     def stop(self) -> None:
-        """Stops the thread; queued connections are left to the server's close."""
+        """Stops the thread and closes the connections still queued (``failed``)."""
         with self._wake:
             self._stopped = True
             self._wake.notify()
         self._thread.join(timeout=5)
+        with self._wake:
+            left = [self._queue.take()[1] for _ in range(len(self._queue))]
+        for conn in left:
+            self._failed(conn)
 
     def _run(self) -> None:
         while True:

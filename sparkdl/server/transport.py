@@ -42,6 +42,7 @@ from cheroot import makefile, server, wsgi
 from cheroot.ssl.builtin import BuiltinSSLAdapter
 
 from sparkdl.compat.cheroot import (
+    append_unread,
     discard_unread,
     flush_unlocked,
     reader_lock,
@@ -141,12 +142,15 @@ class BulkReader(makefile.StreamReader):
 
     A body the gate read before the request reached a thread
     (:class:`sparkdl.server.bodies.PendingBody`) is served from its buffer
-    (``prefetched``): ``memoryview`` slices of it from :data:`BULK_BYTES` up, ``bytes``
-    below.
+    (``prefetched``) once the head is consumed, by ``read``, ``read1``, ``readinto`` and
+    ``peek`` alike (``readline`` reads through ``peek`` and ``read``): ``memoryview``
+    slices of it from :data:`BULK_BYTES` up, ``bytes`` below.
     """
 
     #: The request body the gate read, not yet returned (``None``: read the socket).
     prefetched: memoryview | None = None
+    #: Bytes that came after that body (TLS: already decrypted), served after it.
+    pipelined: bytes = b""
 
     def read(self, size: int | None = -1) -> Any:
         # (The head is read first, from the buffer: cheroot's readline reads through here.)
@@ -165,12 +169,32 @@ class BulkReader(makefile.StreamReader):
         self.bytes_read += got
         return view[:got]
 
+    def peek(self, size: int = 0) -> bytes:
+        if self.prefetched is not None and not unread_size(self):
+            return bytes(self.prefetched[: max(size, 1)])
+        return super().peek(size)
+
+    def read1(self, size: int = -1) -> Any:
+        if self.prefetched is not None and not unread_size(self):
+            return self._read_prefetched(size)
+        return super().read1(size)
+
+    def readinto(self, buffer: Any) -> int:
+        if self.prefetched is not None and not unread_size(self):
+            data = self._read_prefetched(len(buffer))
+            memoryview(buffer).cast("B")[: len(data)] = data
+            return len(data)
+        return super().readinto(buffer)
+
     def _read_prefetched(self, size: int | None) -> Any:
         body = self.prefetched
         assert body is not None
         take = len(body) if size is None or size < 0 else min(size, len(body))
         out, rest = body[:take], body[take:]
         self.prefetched = rest if len(rest) else None
+        if self.prefetched is None and self.pipelined:  # what came after the body
+            append_unread(self, self.pipelined)
+            self.pipelined = b""
         self.bytes_read += take
         return out if take >= BULK_BYTES else bytes(out)
 
@@ -311,8 +335,10 @@ class BulkConnection(server.HTTPConnection):
         gate = getattr(self.server, "gate", None)
         if gate is not None:
             gate.forget(self)
-        if getattr(self, "body", None) is not None:  # the gate's body deadline passed
+        body = getattr(self, "body", None)
+        if body is not None:  # the gate's body deadline passed
             self.body = None
+            body.release()
             _send_now(self.socket, _timeout_answer(self.server.protocol))
         super().close()
         # An unfinished head's bytes (up to the gate's bound) are freed now, and once
@@ -331,6 +357,9 @@ class BulkConnection(server.HTTPConnection):
             request.simple_response("400 Bad Request", refusal)
             return False
         keep = bool(super().communicate())
+        if self.rfile.prefetched is not None:  # a body the request did not read whole
+            self.rfile.prefetched, self.rfile.pipelined = None, b""
+            return False
         return keep and self.trusted
 
     def _handshake(self) -> bool:

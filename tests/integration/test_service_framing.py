@@ -122,7 +122,11 @@ def test_a_body_arriving_in_pieces_within_its_deadline_is_served(
     [
         (b"Content-Length: 4\r\nContent-Length: 60\r\n", b"Two different Content-Length"),
         (b"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n", b"Transfer-Encoding"),
-        (b"Content-Length : 4\r\n", b"no whitespace before the colon"),
+        (b"Content-Length : 4\r\n", b"no whitespace"),
+        # cheroot strips any whitespace around a name: a vertical tab made this a
+        # second Content-Length there (two answers), a second Authorization likewise.
+        (b"Content-Length: 4\r\nContent-Length\x0b: 60\r\n", b"control byte before the colon"),
+        (b"Authorization\x0b: Bearer wrong\r\nContent-Length: 4\r\n", b"a token"),
         (b"Authorization: Bearer wrong\r\nContent-Length: 4\r\n", b"Two Authorization"),
     ],
 )
@@ -145,3 +149,22 @@ def test_a_head_ending_in_bare_line_feeds_is_answered_at_once(
     answer, closed = _exchange(service.port, b"GET /status HTTP/1.1\nHost: x\n\n")
     assert answer.startswith(b"HTTP/1.1 400") and b"CRLF" in answer and closed
     assert time.monotonic() - started < 2  # the head's 10 s deadline never comes into it
+
+
+def test_the_gate_holds_token_holders_bodies_within_a_budget() -> None:
+    """A token holder's pending bodies are reserved against a budget; past it, a body is
+    left to the thread that serves it; ``Expect: 100-continue`` bodies are never held
+    (the client waits for cheroot's 100 first)."""
+    from sparkdl.server.bodies import BodyPolicy
+    from sparkdl.server.framing import Head
+
+    policy = BodyPolicy("secret", max_body=100, budget=150)
+    head = Head(size=40, length=100, authorization=b"Bearer secret")
+    assert policy.wanted(head) == 100
+    assert policy.wanted(head) == 0  # 200 > 150
+    policy.release(100)
+    assert policy.wanted(head) == 100 and policy.held == 100
+    expecting = Head(size=40, length=10, authorization=b"Bearer secret", expects_continue=True)
+    assert policy.wanted(expecting) == 0
+    assert policy.wanted(Head(size=40, length=10, authorization=b"Bearer guess")) == 0
+    assert policy.held == 100

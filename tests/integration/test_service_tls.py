@@ -115,3 +115,36 @@ def test_a_peers_handshake_flood_runs_off_the_selector_and_others_get_in(
             attacker.join(timeout=10)
     assert flooded[0] >= 30
     assert service.gate.handshakes_completed >= 30  # the honest ones, at least
+
+
+def test_a_request_pipelined_behind_a_body_over_tls_is_answered(tls_service: Any) -> None:
+    """The gate reads a body to its last byte; a request in the same TLS record after it
+    sits decrypted in OpenSSL, where select() cannot see it: it must still be served."""
+    import ssl
+
+    from sparkdl.server.tls import client_context
+
+    service, cert = tls_service
+    auth = f"Authorization: Bearer {service.token}\r\n".encode()
+    body = b'{"worker": 0, "rows": 1, "attempt": 0}'
+    head = (
+        b"POST /join HTTP/1.1\r\nHost: x\r\n" + auth + b"Content-Type: application/json\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n"
+    )
+    status = b"GET /status HTTP/1.1\r\nHost: x\r\n" + auth + b"\r\n"
+    raw = socket.create_connection(("127.0.0.1", service.port), timeout=10)
+    with client_context(cert.pem).wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+        sock.sendall(head)
+        time.sleep(0.2)  # the head goes to a thread, which waits for the body
+        sock.sendall(body + status)
+        answers = b""
+        deadline = time.monotonic() + 10
+        while answers.count(b"HTTP/1.1 200") < 2 and time.monotonic() < deadline:
+            try:
+                chunk = sock.recv(65536)
+            except (TimeoutError, ssl.SSLError):
+                break
+            if not chunk:
+                break
+            answers += chunk
+    assert answers.count(b"HTTP/1.1 200") == 2, answers[:400]
