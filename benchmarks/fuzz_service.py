@@ -162,6 +162,7 @@ def _serve_and_fuzz(
         mode=mode,
         compression=resolve_compression(codec, 0.05, 2),
     )
+    store.plan_rows([ROWS, ROWS])  # as a fit plans them before its workers join
     for worker in range(2):
         store.join(worker, ROWS, wait=0.0)
     # As in a fit, an attempt is taken only when Spark confirms it: here attempt 0.
@@ -406,15 +407,18 @@ def _frame(rng: random.Random, header: Any, parts: list[np.ndarray] | None = Non
 
 def training_state(store: WeightStore) -> str:
     """The training state a refused request must leave as it was, as one string: the
-    version, samples, history, abort reason and open round, each worker's sequence
-    number, attempt, samples, pushes, position and last loss, the weights, and with
-    compression each worker's copy numbers of the center."""
+    version, samples, history, abort reason, open round and rows joined with, each
+    worker's sequence number, attempt, samples, pushes, position and last loss, the
+    weights, and with compression each worker's copy numbers of the center."""
     status = store.status()
     workers = {
         w: {k: r[k] for k in ("seq", "attempt", "samples", "pushes", "position", "last_loss")}
         for w, r in status["workers"].items()
     }
-    kept = {k: status[k] for k in ("version", "samples_seen", "history", "aborted", "round_pushed")}
+    kept = {
+        k: status[k]
+        for k in ("version", "samples_seen", "history", "aborted", "round_pushed", "joined_rows")
+    }
     weights = [w.tobytes().hex() for w in store.weights()]
     copies = store.replicas.copy_state() if store.replicas is not None else None
     return json.dumps([kept, workers, weights, copies], sort_keys=True)

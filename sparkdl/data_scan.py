@@ -1,11 +1,13 @@
 """The one scan of a fit's prepared data: rows, widths, label ranges, and every check.
 
 :func:`summarize` runs one Spark aggregation over the prepared columns
-(:mod:`sparkdl.payload`'s names) and refuses, with a message naming the column and
-the fix, what training would trip over later: null or NaN features and labels, rows
-of unequal width, weights that are not finite and >= 0. What it finds
-(:class:`DataSummary`) sizes the fit: rows per worker, the model's input widths, the
-label ranges that the model's output is checked against.
+(:mod:`sparkdl.payload`'s names), grouped by partition, and refuses, with a message
+naming the column and the fix, what training would trip over later: null or NaN
+features and labels, rows of unequal width, weights that are not finite and >= 0. What
+it finds (:class:`DataSummary`) sizes the fit: rows per worker, the model's input
+widths, the label ranges that the model's output is checked against, and the rows of
+each partition, from which the driver plans the most rows each worker may join with
+(:meth:`DataSummary.planned_rows`).
 
 Example:
     >>> DataSummary(rows=4, widths=(3,), label_widths=(1,), label_mins=(0.0,),
@@ -27,6 +29,10 @@ from sparkdl.payload import WEIGHT, feature_name, label_name, ragged_rows_messag
 
 __all__ = ["DataSummary", "check_weights", "summarize"]
 
+#: The scan's group column, and the prefixes of its aggregates combined by min and max.
+_PARTITION = "partition"
+_MINIMA = ("f_min", "y_min")
+_MAXIMA = ("f_max", "y_max")
 _VECTOR_JSON = "struct<v:struct<type:tinyint,size:int,indices:array<int>,values:array<double>>>"
 
 
@@ -40,6 +46,8 @@ class DataSummary:
         label_widths: Values per label (1 for a scalar label), per model output.
         label_mins: Smallest label value (scalar labels), per output.
         label_maxs: Largest label value (scalar labels), per output.
+        partition_rows: Rows of each partition of the scanned frame, by partition
+            index (its last empty partitions left out).
     """
 
     rows: int
@@ -47,11 +55,33 @@ class DataSummary:
     label_widths: tuple[int, ...]
     label_mins: tuple[float | None, ...]
     label_maxs: tuple[float | None, ...]
+    partition_rows: tuple[int, ...] = ()
 
     @property
     def width(self) -> int:
         """Feature values per row of the first input."""
         return self.widths[0]
+
+    def planned_rows(self, workers: int, *, shuffled: bool) -> list[int]:
+        """The most training rows each of ``workers`` workers can hold: what it may join
+        with (:meth:`sparkdl.server.store.WeightStore.plan_rows`).
+
+        Unshuffled, worker ``j`` trains on partition ``j`` of the scanned frame: its
+        rows exactly. Shuffled by ``repartition(workers)`` (round robin), each
+        partition deals its rows to the workers in turn from some start, so no worker
+        gets more than ``ceil(n / workers)`` of a partition's ``n`` rows.
+
+        Example:
+            >>> summary = DataSummary(rows=10, widths=(1,), label_widths=(1,),
+            ...                       label_mins=(0.0,), label_maxs=(1.0,),
+            ...                       partition_rows=(7, 3))
+            >>> summary.planned_rows(2, shuffled=False), summary.planned_rows(2, shuffled=True)
+            ([7, 3], [6, 6])
+        """
+        counts = self.partition_rows
+        if shuffled:
+            return [sum(-(-n // workers) for n in counts)] * workers
+        return [counts[j] if j < len(counts) else 0 for j in range(workers)]
 
 
 def summarize(
@@ -64,6 +94,10 @@ def summarize(
     weight_source: str | None = None,
 ) -> DataSummary:
     """Scans the prepared data once and checks it: rows, nulls, NaNs, ragged widths.
+
+    The aggregates run per partition (grouped by ``spark_partition_id()``: the same one
+    pass over the data) and are combined here, so the summary also holds each
+    partition's rows.
 
     Args:
         prepared: A DataFrame with the prepared feature and label columns
@@ -86,9 +120,8 @@ def summarize(
     aggs = _summary_aggregates(kinds, inputs, scan_values, list(sparse) or [False] * inputs)
     if WEIGHT in prepared.columns:
         aggs.append(_bad_weights())
-    row = prepared.agg(*aggs).first()
-    assert row is not None
-    stats: dict[str, Any] = row.asDict()
+    groups = prepared.groupBy(F.spark_partition_id().alias(_PARTITION)).agg(*aggs).collect()
+    stats = _combined([g.asDict() for g in groups])
     rows = int(stats["rows"])
     if rows == 0:
         raise SchemaError("The DataFrame is empty: there are no rows to train on.")
@@ -121,7 +154,31 @@ def summarize(
         label_maxs=tuple(
             None if k == "array" else float(stats[f"y_max{j}"]) for j, k in enumerate(kinds)
         ),
+        partition_rows=_partition_rows(groups),
     )
+
+
+def _combined(groups: list[dict[str, Any]]) -> dict[str, Any]:
+    """The per-partition aggregates combined into the whole frame's: counts summed,
+    smallest and largest values (nulls skipped, as Spark's ``min`` and ``max`` do)."""
+    if not groups:
+        return {"rows": 0}
+    stats: dict[str, Any] = {}
+    for key in groups[0].keys() - {_PARTITION}:
+        values = [g[key] for g in groups if g[key] is not None]
+        if key.startswith(_MINIMA):
+            stats[key] = min(values, default=None)
+        elif key.startswith(_MAXIMA):
+            stats[key] = max(values, default=None)
+        else:
+            stats[key] = sum(values)
+    return stats
+
+
+def _partition_rows(groups: list[Any]) -> tuple[int, ...]:
+    """Rows per partition index, from the scan's groups (one per non-empty partition)."""
+    counts = {int(g[_PARTITION]): int(g["rows"]) for g in groups}
+    return tuple(counts.get(p, 0) for p in range(max(counts, default=-1) + 1))
 
 
 def _problems(stats: dict[str, Any], inputs: int, outputs: int) -> list[str]:

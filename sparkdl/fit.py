@@ -19,7 +19,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -325,20 +325,27 @@ class Fit:
     def _launch(
         self, payload: WorkerPayload, store: WeightStore, runner: DriverCallbacks | None
     ) -> list[WorkerReport]:
-        """Runs the training job; returns the workers' reports in worker order."""
+        """Runs the training job; returns the workers' reports in worker order.
+
+        Before the job starts, the service learns the most rows each worker may join
+        with, from the scan's rows per partition and how the job partitions the frame
+        (:meth:`~sparkdl.data_scan.DataSummary.planned_rows`).
+        """
         plan = payload.plan
+        workers, summary = plan.num_workers, self.prepared.summary
         frame = self._frame()
         # Validation rows come as partitions of their own: shuffle to share them out.
-        frame = (
-            frame.repartition(plan.num_workers)
-            if self.validation is not None
-            else _partitioned(frame, plan.num_workers, barrier=plan.mode.barrier)
-        )
+        split = frame.repartition(workers) if self.validation else _partitioned(frame, workers)
+        store.plan_rows(summary.planned_rows(workers, shuffled=split is not frame))
         try:
             if plan.mode.barrier:
-                rows = _run_barrier_job(frame, payload)
+                rows = _run_barrier_job(
+                    split,
+                    payload,
+                    replan=lambda: store.plan_rows(summary.planned_rows(workers, shuffled=True)),
+                )
             else:  # ordinary tasks: none waits for another, Spark may queue them
-                rows = frame.mapInArrow(train_function(payload), RESULT_SCHEMA).collect()
+                rows = split.mapInArrow(train_function(payload), RESULT_SCHEMA).collect()
         except Exception as exc:
             if runner:
                 runner.abandon()
@@ -349,26 +356,25 @@ class Fit:
         return sorted(reports, key=lambda r: r.worker)
 
 
-def _partitioned(frame: DataFrame, workers: int, *, barrier: bool) -> DataFrame:
-    """``frame`` in ``workers`` partitions, shuffled only where it must be.
+def _partitioned(frame: DataFrame, workers: int) -> DataFrame:
+    """``frame`` in ``workers`` partitions: itself when it has that many, else dealt
+    round robin (``repartition``: a shuffle).
 
-    Ordinary tasks (asynchronous, hogwild) over a multiple of ``workers`` partitions
-    take several partitions each (``coalesce``: no shuffle, each task reads its
-    partitions where they are). A barrier stage cannot follow a ``coalesce`` (Spark refuses a
-    barrier stage over ancestors with another partition count), and fewer partitions
-    than workers must be split: both shuffle (``repartition``).
+    Each worker then holds rows the driver can bound from its scan: a partition of
+    ``frame`` exactly, or at most its share of each partition rounded up
+    (:meth:`~sparkdl.data_scan.DataSummary.planned_rows`). A ``coalesce`` would save
+    the shuffle over a multiple of ``workers`` partitions, but which partitions it
+    groups is Spark's choice at run time (by where cached blocks live), so the driver
+    could not bound a worker's rows by its plan.
     """
-    partitions = frame.rdd.getNumPartitions()
-    if partitions == workers:
+    if frame.rdd.getNumPartitions() == workers:
         return frame
-    if partitions % workers == 0 and not barrier:
-        # Spark's coalescer groups partitions by count: an even split of partitions
-        # of like sizes (a table's files); else the workers' shares would be uneven.
-        return frame.coalesce(workers)
     return frame.repartition(workers)
 
 
-def _run_barrier_job(frame: DataFrame, payload: WorkerPayload) -> list[Any]:
+def _run_barrier_job(
+    frame: DataFrame, payload: WorkerPayload, replan: Callable[[], None]
+) -> list[Any]:
     """Runs the barrier stage so that Spark retries it when a worker is lost.
 
     Spark never retries a failed barrier *result* stage ("Could not recover from a
@@ -379,7 +385,8 @@ def _run_barrier_job(frame: DataFrame, payload: WorkerPayload) -> list[Any]:
 
     Spark also refuses a barrier stage over a chain whose ancestors have another
     partition count (``union``, ``coalesce``...). That check fails at submission,
-    before any task runs, so retrying over ``repartition(num_workers)`` loses nothing.
+    before any task runs, so retrying over ``repartition(num_workers)`` loses nothing;
+    ``replan`` gives the service the rows that shuffle plans for each worker first.
     """
     train = train_function(payload)
     try:
@@ -388,6 +395,7 @@ def _run_barrier_job(frame: DataFrame, payload: WorkerPayload) -> list[Any]:
         if not is_unsupported_barrier_chain(exc):
             raise
     _log.info("barrier stage needs a shuffle for this DataFrame; repartitioning")
+    replan()
     frame = frame.repartition(payload.plan.num_workers)
     return frame.mapInArrow(train, RESULT_SCHEMA, barrier=True).repartition(1).collect()
 

@@ -33,6 +33,8 @@ SERVICE_KEYS: tuple[str, ...] = (
     "timed_out_rounds",
     "failures",
     "full_answers",
+    "planned_rows",
+    "joined_rows",
 )
 
 

@@ -181,6 +181,12 @@ class ServiceClient:
             ``{"rows": [...], "version": v, "position": [epoch, step] | None, ...}``:
             every worker's row count (synchronous mode: once all joined), the
             service's version, and where this worker's last applied push left it.
+
+        Raises:
+            TrainingError: The service refused the join (more rows than the driver
+                planned for this worker: a retry would be refused too), training was
+                aborted, or this attempt was superseded.
+            ServiceError: The service stayed unreachable.
         """
         body = json.dumps({"worker": self.worker, "rows": rows, "attempt": self.attempt})
         headers = {"Content-Type": "application/json"}
@@ -195,7 +201,7 @@ class ServiceClient:
                 return result
             if status != 202:
                 message = _error_text(self.url, status, data)
-                raise TrainingError(message) if status == 409 else ServiceError(message)
+                raise TrainingError(message) if status in (400, 409) else ServiceError(message)
 
     def status(self) -> dict[str, Any]:
         """The service's JSON status."""

@@ -14,6 +14,11 @@ composes them into one push under one lock. :class:`~sparkdl.server.store.Weight
 thread-safe API on top (every one of its methods takes the lock); the split keeps that
 rule visible in the class a method lives in.
 
+A worker joins with the training rows it holds, at most the rows the driver planned
+for it (:meth:`TrainingState.check_rows`): the plan comes from the driver's scan of the
+data, so neither a join nor a re-join can raise a worker's rows, nor any bound derived
+from them, past it.
+
 A push is checked whole before it changes anything (:meth:`TrainingState.screen`): the
 worker joined, its samples are at most the rows it joined with, its sequence number
 lies within :data:`SEQ_WINDOW` of the last one applied (a number far ahead would make
@@ -132,6 +137,10 @@ class TrainingState(abc.ABC):
         self._history = EpochHistory(history, metric_merge)
         self._failures: dict[int, str] = {}
         self._rows: dict[int, int] = {}
+        #: The most training rows each worker may join with (the driver's plan:
+        #: :meth:`~sparkdl.server.store.WeightStore.plan_rows`); ``None`` takes a
+        #: worker's count as given (a store no fit planned: tests, benchmarks).
+        self.planned_rows: list[int] | None = None
         #: Summed magnitudes of hogwild steps admitted but not yet added in.
         self.in_flight = [0.0] * len(self.center.weights)
         self.started = time.time()
@@ -172,6 +181,25 @@ class TrainingState(abc.ABC):
                 f"was {last}: the next one must be at most {last + SEQ_WINDOW}.",
             )
         return seq <= last
+
+    def check_rows(self, worker: int, rows: int) -> None:
+        """Refuses a join with more training rows than the driver planned for ``worker``.
+
+        Changes nothing.
+
+        Raises:
+            StoreError: 400 for more rows than planned.
+        """
+        planned = self.planned_rows
+        if planned is not None and rows > planned[worker]:
+            raise StoreError(
+                400,
+                f"Worker {worker} joined with {rows} training rows, but the driver planned "
+                f"at most {planned[worker]} for it from its scan of the data: a worker "
+                "cannot raise its row count. If the DataFrame's rows or partitions change "
+                "from one Spark job to the next (a nondeterministic source), cache or "
+                "checkpoint it before fit.",
+            )
 
     def pending_round(self) -> list[float]:
         """Summed magnitudes of the open synchronous round's pushes, per array."""

@@ -15,7 +15,9 @@ changes anything (:meth:`~sparkdl.server.state.TrainingState.screen`).
 
 A retried task rejoins under the same id and learns where training stands (the last
 sequence number applied, the version, its own position), so it continues there with
-the current weights.
+the current weights. The rows it joins with are bounded by the driver's plan
+(:meth:`WeightStore.plan_rows`), not by what it says: a push's samples are bounded by
+the rows its worker joined with.
 
 The driver's threads (callbacks, progress, Spark UI marks) read it through
 :class:`sparkdl.server.events.FitEvents`.
@@ -164,6 +166,8 @@ class WeightStore(TrainingState):
                 "stop_requested": control.stop_requested,
                 "learning_rate": control.learning_rate,
                 "full_answers": self.replicas.full_answers() if self.replicas else None,
+                "planned_rows": None if self.planned_rows is None else list(self.planned_rows),
+                "joined_rows": {str(w): n for w, n in sorted(self._rows.items())},
             }
 
     # ------------------------------------------------------ the driver's events
@@ -216,6 +220,26 @@ class WeightStore(TrainingState):
             self.lock.notify_all()
 
     # ----------------------------------------------------------------- writes
+    def plan_rows(self, rows: Sequence[int]) -> None:
+        """Sets the most training rows each worker may join with: the driver's plan,
+        from its scan of the data and the training job's partitioning
+        (:meth:`sparkdl.data_scan.DataSummary.planned_rows`), before the job starts.
+
+        A join with more rows is refused (:meth:`join`), so a push's samples, bounded
+        by the rows its worker joined with, stay within the plan too.
+
+        Raises:
+            ValueError: Not one non-negative count per worker.
+        """
+        planned = [int(n) for n in rows]
+        if len(planned) != self.num_workers or min(planned, default=0) < 0:
+            raise ValueError(
+                f"Expected {self.num_workers} row counts >= 0, one per worker. Received: "
+                f"{planned[:10]}"
+            )
+        with self.lock:
+            self.planned_rows = planned
+
     def push(
         self,
         worker: int,
@@ -254,7 +278,8 @@ class WeightStore(TrainingState):
         return self.policy.push(self, update, seq=seq, attempt=attempt)
 
     def join(self, worker: int, rows: int, wait: float, attempt: int = 0) -> dict[str, Any] | None:
-        """Registers (or re-registers) a worker and its row count.
+        """Registers (or re-registers) a worker and its row count (its training rows, at
+        most what the driver planned for it).
 
         A retried task joins again under the same id with a higher ``attempt``: from
         then on pushes of older attempts are refused, and the answer tells the new
@@ -268,13 +293,15 @@ class WeightStore(TrainingState):
             ``wait`` seconds (ask again). Otherwise it answers at once.
 
         Raises:
-            StoreError: 400 for a bad worker id; 409 for a superseded attempt or when
-                training was aborted.
+            StoreError: 400 for a bad worker id or more rows than the driver planned
+                for the worker (:meth:`plan_rows`); 409 for a superseded attempt or
+                when training was aborted. A refused join changes nothing.
         """
         self.check_worker(worker)
         deadline = time.monotonic() + wait
         with self.lock:
             self.control.check_aborted()
+            self.check_rows(worker, rows)
             self.policy.rejoin(self, worker, attempt)
             record, _ = self.admit(worker, None, attempt)
             self.ledger.joined(record, attempt, first_time=worker not in self.rounds.joined)

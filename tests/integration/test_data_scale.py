@@ -122,7 +122,7 @@ def test_wide_dense_vectors_are_cached_as_float_rows(spark) -> None:
     df = spark.createDataFrame(
         [(Vectors.dense(r), int(label)) for r, label in zip(x.tolist(), y, strict=True)],
         ["features", "label"],
-    ).repartition(4)  # coalesced to the 2 workers
+    ).repartition(4)  # dealt round robin to the 2 workers
     model = keras.Sequential([keras.Input((width,)), keras.layers.Dense(2, "softmax")])
     model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
     fitted = KerasEstimator(
@@ -136,7 +136,7 @@ def test_wide_dense_vectors_are_cached_as_float_rows(spark) -> None:
     ).fit(df)
     workers = fitted.fit_report["workers"]
     assert sum(w["data_bytes"] for w in workers) == rows * (width + 1) * 4
-    assert sorted(w["rows"] for w in workers) == [100, 100]  # two partitions each
+    assert sorted(w["rows"] for w in workers) == [100, 100]  # half of each partition
     scored = fitted.transform(df).select("features", "prediction").collect()
     expected = fitted.get_model().predict(np.array([r.features for r in scored]), verbose=0)
     np.testing.assert_allclose([r.prediction for r in scored], expected, atol=1e-5)
@@ -218,7 +218,9 @@ def test_hashed_text_stays_sparse_and_matches_plain_keras(spark) -> None:
     )
 
 
-def test_ordinary_tasks_coalesce_and_barrier_stages_shuffle(spark) -> None:
+def test_other_partition_counts_are_dealt_round_robin(spark) -> None:
+    """Any partition count but ``num_workers`` is repartitioned round robin, ordinary
+    tasks too (no ``coalesce``: the driver plans each worker's rows from the scan)."""
     from sparkdl.fit import _partitioned
 
     frame = spark.range(100, numPartitions=8)
@@ -226,10 +228,8 @@ def test_ordinary_tasks_coalesce_and_barrier_stages_shuffle(spark) -> None:
     def plan(df) -> str:  # type: ignore[no-untyped-def]
         return df._jdf.queryExecution().executedPlan().toString()
 
-    coalesced = _partitioned(frame, 2, barrier=False)
-    assert coalesced.rdd.getNumPartitions() == 2
-    assert "Coalesce" in plan(coalesced) and "Exchange" not in plan(coalesced)
-    shuffled = _partitioned(frame, 2, barrier=True)
-    assert shuffled.rdd.getNumPartitions() == 2 and "Exchange" in plan(shuffled)
-    assert "Exchange" in plan(_partitioned(spark.range(10, numPartitions=1), 2, barrier=False))
-    assert _partitioned(frame, 8, barrier=True) is frame
+    shuffled = _partitioned(frame, 2)
+    assert shuffled.rdd.getNumPartitions() == 2
+    assert "RoundRobinPartitioning" in plan(shuffled) and "Coalesce" not in plan(shuffled)
+    assert "Exchange" in plan(_partitioned(spark.range(10, numPartitions=1), 2))
+    assert _partitioned(frame, 8) is frame

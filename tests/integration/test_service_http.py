@@ -6,6 +6,7 @@ import json
 import pickle
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -13,7 +14,8 @@ import urllib3
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sparkdl.errors import ServiceError
+from benchmarks.fuzz_service import training_state
+from sparkdl.errors import ServiceError, TrainingError
 from sparkdl.server import wire
 from sparkdl.server.client import ServiceClient
 from sparkdl.server.service import ParameterService
@@ -292,6 +294,48 @@ def test_unread_bodies_are_not_drained_and_nesting_is_a_400(service) -> None:
         "POST", "/join", body=deep, headers={**auth(service), "Content-Type": "application/json"}
     )
     assert join.status == 400
+
+
+def test_a_rejoin_over_http_cannot_lift_the_samples_bound() -> None:
+    """Issue 35, measured over the wire: with two workers of 100 planned rows joined, a
+    token holder's re-join (same attempt, rows=2**62-1) was answered 200, and its push
+    of all 100s claiming 2**61 samples then took the synchronous sample-weighted mean
+    to 100.0. Both are refused now (400, nothing changed) and the mean is 50.0."""
+    store = WeightStore([np.zeros(s, np.float32) for s in SHAPES], num_workers=2, merge=Average())
+    store.plan_rows([100, 100])
+    with ParameterService(store, host="127.0.0.1") as svc:
+        clients = [
+            ServiceClient(svc.url, svc.token, worker=w, timeout=10, retries=1) for w in range(2)
+        ]
+        with pytest.raises(TrainingError, match="planned at most 100"):
+            clients[0].join(101)  # the client stops: a retry would be refused too
+        with ThreadPoolExecutor(2) as joins:  # a synchronous join waits for every worker
+            list(joins.map(lambda c: c.join(100), clients))
+        pool = urllib3.HTTPConnectionPool("127.0.0.1", svc.port, retries=False, timeout=10)
+        json_head = {**auth(svc), "Content-Type": "application/json"}
+        push_head = {**auth(svc), "Content-Type": wire.CONTENT_TYPE}
+        before = training_state(store)
+        rejoin = json.dumps({"worker": 0, "rows": 2**62 - 1, "attempt": 0})
+        answer = pool.urlopen("POST", "/join?wait=0", body=rejoin, headers=json_head)
+        assert answer.status == 400 and b"cannot raise its row count" in answer.data
+        inflated = [np.full(s, 100.0, np.float32) for s in SHAPES]
+        body = wire.encode_bytes(
+            inflated, {"worker": 0, "seq": 1, "base_version": 0, "samples": 2**61}
+        )
+        answer = pool.urlopen("POST", "/push?wait=0", body=body, headers=push_head)
+        assert answer.status == 400 and b"joined with 100 rows" in answer.data
+        assert training_state(store) == before  # rows joined with included
+        body = wire.encode_bytes(
+            inflated, {"worker": 0, "seq": 1, "base_version": 0, "samples": 100}
+        )
+        answer = pool.urlopen("POST", "/push?wait=0", body=body, headers=push_head)
+        assert answer.status == 202  # the round waits for worker 1
+        zeros = [np.zeros(s, np.float32) for s in SHAPES]
+        weights, version = clients[1].push(zeros, base_version=0, samples=100)
+        pool.close()
+        for client in clients:
+            client.close()
+    assert version == 1 and all(np.all(w == 50.0) for w in weights)
 
 
 def _read_answer(sock: socket.socket) -> bytes:

@@ -91,6 +91,69 @@ def test_samples_cannot_exceed_the_rows_the_worker_joined_with() -> None:
     np.testing.assert_array_equal(store.weights()[0], [3.0, 3.0, 3.0])
 
 
+def planned(mode: str, rows: list[int]) -> WeightStore:
+    """A store as a fit makes it: the driver's planned rows set before any worker joins."""
+    store = WeightStore(
+        [np.zeros(3, np.float32)], num_workers=len(rows), merge=Average(), mode=mode
+    )
+    store.plan_rows(rows)
+    return store
+
+
+@pytest.mark.parametrize("mode", ["synchronous", "asynchronous", "hogwild"])
+def test_a_join_or_rejoin_cannot_raise_a_worker_past_its_planned_rows(mode: str) -> None:
+    """Issue 35: a re-join with the same attempt and rows=2**62-1 was answered 200 and
+    lifted the samples bound. Rows come from the driver's plan: more is a 400 that
+    changes nothing, on a first join, a re-join of the same attempt or a retry."""
+    store = planned(mode, [100, 50])
+    with pytest.raises(StoreError, match="planned at most 50") as info:
+        store.join(1, 51, wait=0.0)
+    assert info.value.status == 400 and store.status()["joined_rows"] == {}
+    for worker, rows in ((0, 100), (1, 50)):
+        store.join(worker, rows, wait=0.0)
+    before = training_state(store), store.status()["joined_rows"], store.status()["generation"]
+    for attempt, rows in ((0, 2**62 - 1), (0, 101), (5, 2**62 - 1)):
+        with pytest.raises(StoreError, match="cannot raise its row count") as info:
+            store.join(0, rows, wait=0.0, attempt=attempt)
+        assert info.value.status == 400
+        status = store.status()
+        assert (training_state(store), status["joined_rows"], status["generation"]) == before
+    assert status["planned_rows"] == [100, 50] and status["joined_rows"] == {"0": 100, "1": 50}
+    # The bound on a push stays the planned rows: 2**61 samples, or one more than planned.
+    for samples in (2**61, 101):
+        with pytest.raises(StoreError, match="joined with 100 rows") as info:
+            send(store, 0, samples=samples)
+        assert info.value.status == 400 and training_state(store) == before[0]
+    # A retried task rejoins with its real rows (a synchronous one then waits for the
+    # others to rejoin too).
+    store.join(0, 90, wait=0.0, attempt=1)
+    assert store.status()["joined_rows"] == {"0": 90, "1": 50}
+
+
+def test_an_inflated_samples_claim_cannot_skew_a_synchronous_average() -> None:
+    """Issue 35's figure: a worker pushing all 100s against an honest one pushing all 0s,
+    each holding 100 rows, moved the sample-weighted mean to 100.0 after a re-join with
+    2**62-1 rows and a push claiming 2**61 samples; the mean must stay 50.0."""
+    store = planned("synchronous", [100, 100])
+    for worker in range(2):
+        store.join(worker, 100, wait=0.0)
+    with pytest.raises(StoreError):
+        store.join(0, 2**62 - 1, wait=0.0)
+    with pytest.raises(StoreError):
+        send(store, 0, value=100.0, samples=2**61)
+    send(store, 0, value=100.0, samples=100)
+    send(store, 1, value=0.0, samples=100)
+    np.testing.assert_array_equal(store.weights()[0], [50.0, 50.0, 50.0])
+
+
+def test_planned_rows_are_one_count_per_worker() -> None:
+    store = WeightStore([np.zeros(3, np.float32)], num_workers=2, merge=Average())
+    for bad in ([100], [100, 100, 100], [100, -1]):
+        with pytest.raises(ValueError, match="one per worker"):
+            store.plan_rows(bad)
+    assert store.status()["planned_rows"] is None
+
+
 def test_a_worker_pushes_only_after_it_joined() -> None:
     store = WeightStore(
         [np.zeros(3, np.float32)], num_workers=2, merge=Delta(), mode="asynchronous"
