@@ -14,10 +14,10 @@ composes them into one push under one lock. :class:`~sparkdl.server.store.Weight
 thread-safe API on top (every one of its methods takes the lock); the split keeps that
 rule visible in the class a method lives in.
 
-A worker joins with the training rows it holds, at most the rows the driver planned
-for it (:meth:`TrainingState.check_rows`): the plan comes from the driver's scan of the
-data, so neither a join nor a re-join can raise a worker's rows, nor any bound derived
-from them, past it.
+A worker joins with the training rows it holds; the workers' rows together may not
+exceed what the driver counted (:meth:`TrainingState.check_rows`): the plan comes from
+the driver's scan of the data, so neither a join nor a re-join can raise a worker's
+rows, nor any bound derived from them, past what no other worker holds.
 
 A push is checked whole before it changes anything (:meth:`TrainingState.screen`): the
 worker joined, its samples are at most the rows it joined with, its sequence number
@@ -183,22 +183,31 @@ class TrainingState(abc.ABC):
         return seq <= last
 
     def check_rows(self, worker: int, rows: int) -> None:
-        """Refuses a join with more training rows than the driver planned for ``worker``.
+        """Refuses a join whose training rows, with the other workers' joined rows,
+        exceed the rows the driver counted for the fit (the plan's total).
 
-        Changes nothing.
+        The total, not each worker's share, is what the scan knows for sure: which
+        rows a task gets may change from one Spark job to the next (a range
+        partitioning samples its bounds anew, a coalesce groups partitions where their
+        blocks are), but not how many there are. A worker therefore cannot claim rows
+        that no other worker lacks. Changes nothing.
 
         Raises:
-            StoreError: 400 for more rows than planned.
+            StoreError: 400 for more rows than the plan leaves this worker.
         """
         planned = self.planned_rows
-        if planned is not None and rows > planned[worker]:
+        if planned is None:
+            return
+        others = sum(n for w, n in self._rows.items() if w != worker)
+        total = sum(planned)
+        if rows + others > total:
             raise StoreError(
                 400,
-                f"Worker {worker} joined with {rows} training rows, but the driver planned "
-                f"at most {planned[worker]} for it from its scan of the data: a worker "
-                "cannot raise its row count. If the DataFrame's rows or partitions change "
-                "from one Spark job to the next (a nondeterministic source), cache or "
-                "checkpoint it before fit.",
+                f"Worker {worker} joined with {rows} training rows, but the driver counted "
+                f"{total} for the fit and the other workers joined with {others}: a worker "
+                "cannot raise its row count. If the DataFrame's rows change from one "
+                "Spark job to the next (a nondeterministic source), cache or checkpoint "
+                "it before fit.",
             )
 
     def pending_round(self) -> list[float]:

@@ -221,12 +221,14 @@ class WeightStore(TrainingState):
 
     # ----------------------------------------------------------------- writes
     def plan_rows(self, rows: Sequence[int]) -> None:
-        """Sets the most training rows each worker may join with: the driver's plan,
-        from its scan of the data and the training job's partitioning
+        """Sets the driver's plan of training rows per worker, from its scan of the data
+        and the training job's partitioning
         (:meth:`sparkdl.data_scan.DataSummary.planned_rows`), before the job starts.
 
-        A join with more rows is refused (:meth:`join`), so a push's samples, bounded
-        by the rows its worker joined with, stay within the plan too.
+        Its total bounds the workers' joined rows together: a join that would exceed it
+        is refused (:meth:`join`), so a push's samples, bounded by the rows its worker
+        joined with, stay within the plan too. (Which rows a task reads may change
+        between Spark jobs; how many there are may not.)
 
         Raises:
             ValueError: Not one non-negative count per worker.
@@ -279,7 +281,7 @@ class WeightStore(TrainingState):
 
     def join(self, worker: int, rows: int, wait: float, attempt: int = 0) -> dict[str, Any] | None:
         """Registers (or re-registers) a worker and its row count (its training rows, at
-        most what the driver planned for it).
+        most what the driver's plan leaves it beside the other workers' rows).
 
         A retried task joins again under the same id with a higher ``attempt``: from
         then on pushes of older attempts are refused, and the answer tells the new
@@ -293,7 +295,7 @@ class WeightStore(TrainingState):
             ``wait`` seconds (ask again). Otherwise it answers at once.
 
         Raises:
-            StoreError: 400 for a bad worker id or more rows than the driver planned
+            StoreError: 400 for a bad worker id or more rows than the driver's plan leaves
                 for the worker (:meth:`plan_rows`); 409 for a superseded attempt or
                 when training was aborted. A refused join changes nothing.
         """

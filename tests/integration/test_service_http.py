@@ -307,8 +307,8 @@ def test_a_rejoin_over_http_cannot_lift_the_samples_bound() -> None:
         clients = [
             ServiceClient(svc.url, svc.token, worker=w, timeout=10, retries=1) for w in range(2)
         ]
-        with pytest.raises(TrainingError, match="planned at most 100"):
-            clients[0].join(101)  # the client stops: a retry would be refused too
+        with pytest.raises(TrainingError, match="counted 200 for the fit"):
+            clients[0].join(201)  # the client stops: a retry would be refused too
         with ThreadPoolExecutor(2) as joins:  # a synchronous join waits for every worker
             list(joins.map(lambda c: c.join(100), clients))
         pool = urllib3.HTTPConnectionPool("127.0.0.1", svc.port, retries=False, timeout=10)
