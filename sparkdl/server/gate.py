@@ -255,30 +255,30 @@ class HeadGate:
                 complete = head_complete(conn.rfile, limit)
             if complete:
                 # A thread reads a new body first (PendingBody.read_on_thread).
-                self._awaits_body(conn)
+                self._inspect_head(conn)
             return complete
         return body.fill(conn) if body.at_gate else True
 
-    def _awaits_body(self, conn: Any) -> bool:
+    def _inspect_head(self, conn: Any) -> None:
         """Reads the whole head's framing: a refused one is marked for a 400 answer
         (``conn.refusal``); a token holder's body not yet in gets a
-        :class:`PendingBody` (``conn.body``), which the gate then fills."""
+        :class:`PendingBody` (``conn.body``), read by a thread, then by the gate if
+        it stalls."""
         rfile = conn.rfile
         try:
             head = parse_head(unread_head(rfile, _head_extent(rfile, self._head_limit())))
         except FramingError as exc:
             conn.refusal = str(exc)
-            return False
+            return
         if head is None or self.bodies is None:
-            return False  # a head over the bound: cheroot refuses it
+            return  # a head over the bound: cheroot refuses it
         wanted = self.bodies.wanted(head)
         if wanted <= unread_size(rfile) - head.size:
             self.bodies.release(wanted)  # (already in: nothing to hold)
-            return False
+            return
         conn.body = body = PendingBody(wanted, self.bodies)
         body.filled = move_unread(rfile, head.size, body.view)
         conn.trusted = True  # it carries the token: no untrusted cap applies
-        return True
 
     def _wait(self, conn: Any) -> None:
         # The head's clock runs from the accept, or from the first wake-up of a kept-alive
