@@ -31,7 +31,7 @@ def digits_frames(spark: Any, seed: int = 0, partitions: int = 2) -> tuple[Any, 
     """Returns ``(train_df, test_df)`` with ``features`` (array<float>) and ``label`` (long).
 
     Each frame is made from an Arrow table (``spark.createDataFrame`` takes one since
-    Spark 4.0): a local relation in the JVM, read by no Python process. A frame made
+    Spark 4.0; :func:`~sparkdl.compat.spark_versions.frame_from_arrow` on 3.5): a local relation in the JVM, read by no Python process. A frame made
     from Python rows (``createDataFrame(rows, schema)``) is an RDD of pickled rows that
     every query over it reads back through Python workers, which made the demo's data
     checks slower (README, "Start warm"). Both give the same rows in the same partitions.
@@ -55,7 +55,9 @@ def arrow_frame(spark: Any, x: np.ndarray, y: np.ndarray, partitions: int = 2) -
     offsets = (np.arange(rows + 1, dtype=np.int64) * x.shape[1]).astype(np.int32)
     features = pa.ListArray.from_arrays(offsets, pa.array(x.ravel()))
     table = pa.table({"features": features, "label": pa.array(y)})
-    return spark.createDataFrame(table).repartition(partitions)
+    from sparkdl.compat.spark_versions import frame_from_arrow
+
+    return frame_from_arrow(spark, table).repartition(partitions)
 
 
 def digits_model(seed: int = 0, learning_rate: float = 0.003, optimizer: str = "adam") -> Any:

@@ -19,7 +19,7 @@ from typing import Any
 
 from sparkdl.compat.tensorflow import runtime_started
 
-__all__ = ["assign_gpus", "configure_tensorflow"]
+__all__ = ["assign_gpus", "configure", "configure_tensorflow"]
 
 _log = logging.getLogger(__name__)
 
@@ -52,6 +52,23 @@ def assign_gpus(task_context: Any) -> list[str] | None:
         )
     os.environ["CUDA_VISIBLE_DEVICES"] = visible
     return addresses
+
+
+def configure(backend: str, threads: int | None = None) -> list[Any]:
+    """Sets the backend up for training (:func:`configure_tensorflow`; JAX reads its
+    settings from the environment before it loads, :func:`sparkdl.backends.prepare`);
+    returns the visible GPUs."""
+    if backend == "tensorflow":
+        return configure_tensorflow(threads)
+    import jax
+
+    try:
+        gpus = list(jax.devices("gpu"))
+    except RuntimeError:  # no GPU platform in this jaxlib, or no device
+        gpus = []
+    if not gpus:
+        _log.info("sparkdl worker: no GPU visible, training on the CPU")
+    return gpus
 
 
 def configure_tensorflow(threads: int | None = None) -> list[Any]:

@@ -33,8 +33,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, TypeVar
 
-from pyspark import InheritableThread
-
+from sparkdl.compat.spark_versions import inheritable_thread
 from sparkdl.errors import SparkDLError
 
 if TYPE_CHECKING:
@@ -114,7 +113,7 @@ def run_job(
         except BaseException as exc:  # the caller sees it at result()
             result.set_exception(exc)
 
-    thread = InheritableThread(target=target, name=JOB_THREAD, daemon=True, session=session)
+    thread = inheritable_thread(target, name=JOB_THREAD, session=session)
     try:
         thread.start()
         while not result.done():

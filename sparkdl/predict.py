@@ -1,12 +1,13 @@
 """``KerasModel.transform`` on the driver: the frame, the schema and the class column.
 
 The rows are scored on the executors by :func:`sparkdl.executor.scoring.predict`, in an
-Arrow UDF (``pyspark.sql.functions.arrow_udf``) over the feature columns: they arrive
-as Arrow arrays, are read as the fit and ``evaluate`` read theirs, and the predictions
-go back as Arrow arrays. Being a column expression, it keeps ``withColumn``'s plan:
-the other columns never leave the JVM, and Spark may prune or filter before scoring.
-The model bytes travel once per executor as a broadcast; each Python worker loads the
-model once and keeps it.
+Arrow UDF (``pyspark.sql.functions.arrow_udf``; before PySpark 4.1 a ``pandas_udf`` that
+hands the same Arrow arrays on, :mod:`sparkdl.compat.spark_versions`) over the feature
+columns: they arrive as Arrow arrays, are read as the fit and ``evaluate`` read theirs,
+and the predictions go back as Arrow arrays. Being a column expression, it keeps
+``withColumn``'s plan: the other columns never leave the JVM, and Spark may prune or
+filter before scoring. The model bytes travel once per executor as a broadcast; each
+Python worker loads the model once and keeps it.
 
 Example:
     >>> from pyspark.sql.types import DoubleType
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from pyspark.sql import Column, DataFrame
 from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType, StructField, StructType
 
+from sparkdl.compat.spark_versions import arrow_scalar_udf
 from sparkdl.payload import ScoringPayload, predict_function
 
 __all__ = ["arg_max", "model_digest", "prediction_type", "transform_frame"]
@@ -43,9 +45,8 @@ def transform_frame(
         features: One expression per model input (:func:`sparkdl.data.model_features`).
         payload: The model and how to score it.
     """
-    from pyspark.sql.functions import arrow_udf
-
-    udf = arrow_udf(predict_function(payload), prediction_type(payload.outputs))  # type: ignore[call-overload]
+    function = predict_function(payload)
+    udf = arrow_scalar_udf(function, prediction_type(payload.outputs), len(features))
     return dataset.withColumn(prediction, udf(*features))
 
 

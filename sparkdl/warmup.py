@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from sparkdl.compat.imports import global_import_lock
+from sparkdl.compat.spark_versions import inheritable_thread
 from sparkdl.tf_logs import TensorFlowLogs
 
 if TYPE_CHECKING:
@@ -199,12 +200,15 @@ def warm_up(
 
 
 def tensorflow_logs(sc: Any) -> TensorFlowLogs:
-    """How this SparkContext's workers load TensorFlow (:mod:`sparkdl.tf_logs`), decided
-    on the driver from its environment, the master and whether tasks get GPUs."""
+    """How this SparkContext's workers load Keras (:mod:`sparkdl.tf_logs`), decided on
+    the driver from its environment, its Keras backend, the master and whether tasks
+    get GPUs."""
+    from sparkdl.backends import check_supported, driver_backend
     from sparkdl.cluster import runs_in_driver_jvm  # driver side only
 
     local = runs_in_driver_jvm(str(sc.master))
-    return TensorFlowLogs.resolve(local=local, gpus=gpus_requested(sc.getConf()))
+    backend = check_supported(driver_backend())
+    return TensorFlowLogs.resolve(local=local, gpus=gpus_requested(sc.getConf()), backend=backend)
 
 
 def gpus_requested(conf: Any) -> bool:
@@ -243,8 +247,6 @@ def _tasks(sc: Any, workers: int | None) -> int:
 def _start(spark: SparkSession, tasks: int, *, wait: bool, engine: bool) -> WarmUp:
     """Runs the warm-up job (and :func:`_warm_engine`) from an inheritable daemon
     thread; returns its handle."""
-    from pyspark import InheritableThread
-
     sc = spark.sparkContext
     if sc.getConf().get("spark.python.worker.reuse", "true").lower() != "true":
         _log.debug("sparkdl warm-up skipped: spark.python.worker.reuse is false")
@@ -272,7 +274,7 @@ def _start(spark: SparkSession, tasks: int, *, wait: bool, engine: bool) -> Warm
         finally:
             handle._finish(ok)
 
-    thread = InheritableThread(run, session=spark, name="sparkdl-warm-up", daemon=True)
+    thread = inheritable_thread(run, name="sparkdl-warm-up", session=spark)
     thread.start()
     return handle
 

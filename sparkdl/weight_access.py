@@ -7,10 +7,12 @@ wrappers (dtype and shape checks, a ``read_value`` after each assign); reading w
 underneath costs a fraction of that (figures in ``docs/architecture.md``).
 
 The fast path is taken only when every weight is a plain TensorFlow resource variable
-(the TensorFlow backend, no distribution strategy); otherwise the Keras methods are
-used. Arrays written must have the weights' shapes and dtypes, as those the service
-answers with do (it checks every push against the model's weights); the first write
-of a fit goes through ``model.set_weights`` and its checks.
+(the TensorFlow backend, no distribution strategy); otherwise the Keras methods are used
+(on JAX after the trainer's state is written back to the variables, which Keras does
+only when asked in the middle of an epoch). Arrays written must have the weights' shapes
+and dtypes, as those the service answers with do (it checks every push against the
+model's weights); the first write of a fit goes through ``model.set_weights`` and its
+checks.
 
 A write copies its arrays first: TensorFlow adopts a suitably aligned numpy buffer
 instead of copying it, and the optimizer would then update the caller's array (a
@@ -55,6 +57,7 @@ class WeightAccess:
     def get(self) -> list[np.ndarray]:
         """The current weights, as ``model.get_weights()`` returns them."""
         if self._handles is None:
+            _synced(self.model)
             return list(self.model.get_weights())
         import tensorflow as tf
 
@@ -64,6 +67,7 @@ class WeightAccess:
     def set(self, arrays: Sequence[np.ndarray]) -> None:
         """Writes ``arrays`` (the weights' shapes and dtypes, in their order)."""
         if self._handles is None:
+            _synced(self.model)  # the next step then reads the variables written here
             self.model.set_weights(list(arrays))
             return
         import tensorflow as tf
@@ -75,6 +79,14 @@ class WeightAccess:
         assign = tf.raw_ops.AssignVariableOp
         for variable, value in zip(self._handles, arrays, strict=True):
             assign(resource=variable.handle, value=np.array(value, copy=True))
+
+
+def _synced(model: Any) -> None:
+    """On JAX, inside ``model.fit``, the trainer's state written back to the model's
+    variables (Keras keeps it apart between callbacks' reads); elsewhere nothing."""
+    sync = getattr(model, "jax_state_sync", None)
+    if sync is not None:
+        sync()
 
 
 def _resource_variables(model: Any) -> list[Any] | None:

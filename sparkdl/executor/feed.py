@@ -1,4 +1,5 @@
-"""``tf.data`` pipelines over a worker's :class:`~sparkdl.executor.cache.PartitionCache`.
+"""The batches ``model.fit`` and ``model.evaluate`` read from a worker's
+:class:`~sparkdl.executor.cache.PartitionCache`, on TensorFlow or JAX.
 
 A generator cuts each epoch into batches, chosen by where the partition is:
 
@@ -10,18 +11,26 @@ A generator cuts each epoch into batches, chosen by where the partition is:
 * on disk: it reads the epoch's blocks through
   :func:`~sparkdl.executor.cache.epoch_batches` (a block-wise shuffle).
 
-Each batch becomes tensors: a ``tf.SparseTensor`` for a sparse vector column feeding
-a model input built with ``keras.Input(..., sparse=True)``, else dense rows made one
+Each batch becomes numpy arrays, or, for a sparse vector column feeding a model input
+built with ``keras.Input(..., sparse=True)``, the backend's sparse batch (a
+``tf.SparseTensor``, a JAX ``BCOO``); sparse rows for a dense input are densified one
 batch at a time.
 
-Either way one endless pipeline serves every epoch of a ``model.fit`` call (Keras would
-build a new iterator per epoch, which costs more than a small partition's steps).
-Every pipeline runs with ``tf.data``'s autotuner off (:func:`untuned`).
+On TensorFlow the batches go through ``tf.data`` (:mod:`sparkdl.executor.tf_feed`);
+on JAX, which has no input pipeline of its own, ``model.fit`` reads the generator
+itself and ``evaluate`` a ``keras.utils.PyDataset`` of known length, and nothing
+imports TensorFlow. Either way one endless pipeline serves every epoch of a
+``model.fit`` call (Keras would build a new iterator per epoch, which costs more than
+a small partition's steps).
 
 Example:
+    >>> import numpy as np
     >>> from sparkdl.payload import Column
-    >>> spec(Column("y", "int", 1), (), sparse=False)
-    TensorSpec(shape=(None,), dtype=tf.int32, name=None)
+    >>> x, y = Column("x", "dense", 2), Column("y", "int", 1)
+    >>> feed = Feed(None, [x], [(2,)], [False], [y], batch_size=4, backend="jax")
+    >>> batch = (np.ones((3, 2), np.float32), np.zeros(3, np.int32))
+    >>> [x.shape for x, _ in feed.stream(lambda: iter([batch]))]
+    [(3, 2)]
 """
 
 from __future__ import annotations
@@ -31,18 +40,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
 
 from sparkdl.executor.blocks import Block, Csr
 from sparkdl.executor.cache import PartitionCache, epoch_batches
 from sparkdl.payload import Column
 
-__all__ = ["GROUP", "GROUP_BYTES", "Feed", "spec", "untuned"]
-
-#: Dense batches cross from the generator to TensorFlow up to this many at a time...
-GROUP = 16
-#: ...and up to about this many bytes at a time.
-GROUP_BYTES = 4 << 20
+__all__ = ["Feed", "sparse_batch"]
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,7 @@ class Feed:
 
     Attributes:
         cache: The partition (or its validation rows); ``None`` for a feed used only
-            for :meth:`structure` and :meth:`signature` (scoring a stream).
+            for :meth:`structure` and :meth:`stream` (scoring a stream).
         inputs: The feature columns, one per model input.
         input_shapes: Per-sample shape of each model input.
         sparse_inputs: Whether each model input takes a ``tf.SparseTensor``.
@@ -61,6 +64,7 @@ class Feed:
             ``(x, y, w)``); ``None``: ``(x, y)``.
         output_shapes: Per-sample shape of each label (array labels are reshaped to
             it); ``None``: flat arrays and scalars.
+        backend: The Keras backend that reads the batches.
     """
 
     cache: PartitionCache | None
@@ -71,6 +75,7 @@ class Feed:
     batch_size: int
     weight: Column | None = None
     output_shapes: Sequence[tuple[int, ...]] | None = None
+    backend: str = "tensorflow"
 
     def train(
         self,
@@ -80,7 +85,7 @@ class Feed:
         shuffle: bool,
         seed: int,
         limit: int | None = None,
-    ) -> tf.data.Dataset:
+    ) -> Any:
         """Endless epochs over rows ``start`` to ``stop`` (``limit`` rows of them, a
         random subset, when given), each in a new order when ``shuffle``."""
         rng = np.random.default_rng(seed)
@@ -90,9 +95,13 @@ class Feed:
                 for block in self._epoch(start, stop, shuffle=shuffle, rng=rng, limit=limit):
                     yield self.structure(block)
 
-        return untuned(self._generated(epochs).prefetch(2))
+        if self.backend == "tensorflow":
+            from sparkdl.executor import tf_feed
 
-    def evaluate(self, start: int = 0, stop: int | None = None) -> tf.data.Dataset:
+            return tf_feed.endless(self, epochs)
+        return epochs()
+
+    def evaluate(self, start: int = 0, stop: int | None = None) -> Any:
         """One pass over rows ``start`` to ``stop`` in order (validation, evaluate)."""
         stop = self._data.rows if stop is None else stop
         rng = np.random.default_rng(0)
@@ -103,10 +112,13 @@ class Feed:
 
         # A known length: Keras warns when a dataset of unknown length ends.
         batches = -(-(stop - start) // self.batch_size)
-        counted = self._generated(once).apply(tf.data.experimental.assert_cardinality(batches))
-        return untuned(counted.prefetch(2))
+        if self.backend == "tensorflow":
+            from sparkdl.executor import tf_feed
 
-    def stream(self, make: Callable[[], Iterator[Any]]) -> tf.data.Dataset:
+            return tf_feed.counted(self, once, batches)
+        return _replayed(once, batches)
+
+    def stream(self, make: Callable[[], Iterator[Any]]) -> Any:
         """The batches ``make()`` yields, each already in :meth:`structure`'s form,
         as they come (a stream of unknown length: scoring a DataFrame).
 
@@ -118,14 +130,18 @@ class Feed:
             >>> [x.shape.as_list() for x, _ in feed.stream(lambda: iter([batch]))]
             [[3, 2]]
         """
-        return untuned(tf.data.Dataset.from_generator(make, output_signature=self.signature()))
+        if self.backend == "tensorflow":
+            from sparkdl.executor import tf_feed
+
+            return tf_feed.streamed(self, make)
+        return make()
 
     # ------------------------------------------------------------------ helpers
-    def _inputs(self) -> list[tuple[Column, tuple[int, ...], bool]]:
+    def input_slots(self) -> list[tuple[Column, tuple[int, ...], bool]]:
         """``(column, shape, takes a SparseTensor)`` per model input."""
         return list(zip(self.inputs, self.input_shapes, self.sparse_inputs, strict=True))
 
-    def _outputs(self) -> list[tuple[Column, tuple[int, ...]]]:
+    def output_slots(self) -> list[tuple[Column, tuple[int, ...]]]:
         """``(column, per-sample label shape)`` per model output."""
         shapes = self.output_shapes or [_label_shape(c) for c in self.outputs]
         return list(zip(self.outputs, shapes, strict=True))
@@ -151,105 +167,73 @@ class Feed:
             self._data, start, stop, self.batch_size, shuffle=shuffle, rng=rng, limit=limit
         )
 
-    def _generated(self, make: Any) -> tf.data.Dataset:
-        """A dataset of the batches ``make()`` yields.
-
-        Dense batches cross from Python to TensorFlow up to :data:`GROUP` (and
-        :data:`GROUP_BYTES`) at a time (stacked;
-        ``tf.data`` unstacks them), so the generator's per-element cost, paid under the
-        GIL next to the training step, is spread over many steps.
-        """
-        columns = [*self.inputs, *self.outputs, *([self.weight] if self.weight else [])]
-        row_bytes = sum(4 * max(c.width, 1) for c in columns)
-        group = min(GROUP, max(1, GROUP_BYTES // max(row_bytes * self.batch_size, 1)))
-        if group == 1 or any(c.kind == "sparse" for c in self.inputs):
-            # SparseTensors do not stack; sparse rows densified are made one batch at a time.
-            return tf.data.Dataset.from_generator(make, output_signature=self.signature())
-        grouped = tf.data.Dataset.from_generator(
-            lambda: _groups(make(), group),
-            output_signature=tf.nest.map_structure(_stacked, self.signature()),
-        )
-        return grouped.flat_map(lambda *parts: tf.data.Dataset.from_tensor_slices(parts))
-
-    def signature(self) -> tuple[Any, ...]:
-        """The ``(x, y)`` (or ``(x, y, w)``) type specs of a batch."""
-        x = _one([spec(c, s, sparse=p) for c, s, p in self._inputs()])
-        y = _one([spec(c, shape, sparse=False) for c, shape in self._outputs()])
-        if self.weight is None:
-            return x, y
-        return x, y, tf.TensorSpec((None,), tf.float32)
-
     def structure(self, block: Block) -> tuple[Any, ...]:
         """``(x, y)`` of a block, and ``w`` for a weighted feed: one value each, or a
         tuple for several inputs or outputs."""
-        xs = [_feature(block[c.name], shape, sparse) for c, shape, sparse in self._inputs()]
-        ys = [_label(block[c.name], shape) for c, shape in self._outputs() if c.name in block]
+        xs = [
+            _feature(block[c.name], shape, sparse, self.backend)
+            for c, shape, sparse in self.input_slots()
+        ]
+        ys = [_label(block[c.name], shape) for c, shape in self.output_slots() if c.name in block]
         if self.weight is None:
             return _one(xs), _one(ys)
         return _one(xs), _one(ys), block[self.weight.name]
 
 
-def untuned(dataset: tf.data.Dataset) -> tf.data.Dataset:
-    """``dataset`` without ``tf.data``'s autotuning.
+def sparse_batch(rows: Csr, backend: str, *, tensor: bool = False) -> Any:
+    """CSR rows as the backend's sparse batch: on TensorFlow a ``SparseTensorValue`` (a
+    ``tf.SparseTensor`` when ``tensor``: what ``predict_on_batch`` takes), on JAX a
+    ``BCOO``."""
+    indices, values = rows.coo()
+    shape = (len(rows), rows.width)
+    if backend == "tensorflow":
+        import tensorflow as tf
 
-    Nothing in this module's pipelines has a size to tune (Python generators, a fixed
-    prefetch), and we attribute a stall at the end of ``model.fit`` to the autotuner's
-    thread, as deleting the fit's iterator waited for it: in one process, 4 of 16
-    digits fits returned 0.4 s after their last epoch with it on, none of 16 with it
-    off; on a ``local[2]`` worker the stall was 1.1-1.3 s, a third of a first digits
-    fit's training loop.
+        if tensor:
+            return tf.SparseTensor(indices, values, shape)
+        return tf.compat.v1.SparseTensorValue(indices, values, shape)
+    from jax.experimental import sparse
 
-    Example:
-        >>> untuned(tf.data.Dataset.range(3)).options().autotune.enabled
-        False
-    """
-    options = tf.data.Options()
-    options.autotune.enabled = False
-    return dataset.with_options(options)
+    return sparse.BCOO((values, indices.astype(np.int32)), shape=shape)
 
 
-def spec(column: Column, shape: tuple[int, ...], *, sparse: bool) -> Any:
-    """The ``tf.TypeSpec`` of a batch of ``column`` fed as ``shape`` per row."""
-    if column.kind == "sparse" and sparse:
-        return tf.SparseTensorSpec((None, column.width), tf.float32)
-    dtype = tf.int32 if column.kind == "int" else tf.float32
-    return tf.TensorSpec((None, *shape), dtype)
-
-
-def _groups(batches: Iterator[Any], group: int) -> Iterator[Any]:
-    """Consecutive batches of one size stacked ``group`` at a time; a batch of another
-    size (an epoch's last) alone."""
-    held: list[Any] = []
-    size = None
-    for batch in batches:
-        rows = len(tf.nest.flatten(batch)[0])
-        if held and (rows != size or len(held) == group):
-            yield tf.nest.map_structure(lambda *a: np.stack(a), *held)
-            held = []
-        held.append(batch)
-        size = rows
-    if held:
-        yield tf.nest.map_structure(lambda *a: np.stack(a), *held)
-
-
-def _stacked(spec: tf.TensorSpec) -> tf.TensorSpec:
-    return tf.TensorSpec((None, *spec.shape), spec.dtype)
-
-
-def _feature(value: Any, shape: tuple[int, ...], sparse: bool) -> Any:
+def _feature(value: Any, shape: tuple[int, ...], sparse: bool, backend: str) -> Any:
     if isinstance(value, Csr):
         if sparse:
-            indices, values = value.coo()
-            return tf.compat.v1.SparseTensorValue(indices, values, (len(value), value.width))
+            return sparse_batch(value, backend)
         return value.dense().reshape((-1, *shape))
-    if isinstance(value, np.ndarray):
-        return value.reshape((-1, *shape))
-    return tf.reshape(value, (-1, *shape))
+    return np.asarray(value).reshape((-1, *shape))
 
 
 def _label(value: Any, shape: tuple[int, ...]) -> Any:
     """A batch of labels in their per-sample ``shape`` (``()``: one value a row)."""
     return value.reshape((-1, *shape)) if isinstance(value, np.ndarray) else value
+
+
+def _replayed(make: Callable[[], Iterator[Any]], batches: int) -> Any:
+    """The batches of ``make()`` as a ``keras.utils.PyDataset`` of ``batches`` batches,
+    read again from the start each epoch (Keras asks for them in order)."""
+    import keras
+
+    class Replayed(keras.utils.PyDataset):
+        def __init__(self) -> None:
+            super().__init__()
+            self._batches: Iterator[Any] = iter(())
+            self._next = 0
+
+        @property
+        def num_batches(self) -> int:
+            return batches
+
+        def __getitem__(self, index: int) -> Any:
+            if index == 0 or index != self._next:  # a new epoch (or a jump): start over
+                self._batches = make()
+                for _ in range(index):
+                    next(self._batches)
+            self._next = index + 1
+            return next(self._batches)
+
+    return Replayed()
 
 
 def _label_shape(column: Column) -> tuple[int, ...]:

@@ -134,9 +134,12 @@ def _predict(
     payload: ScoringPayload,
 ) -> list[np.ndarray]:
     """Predicts ``block`` in chunks of ``batch_size`` rows; one array per output, one
-    row per block row. A CSR input becomes a ``tf.SparseTensor`` (``takes_sparse``: a
+    row per block row. A CSR input becomes the backend's sparse batch (``takes_sparse``: a
     sparse model input) or dense rows one chunk at a time."""
+    from sparkdl.executor.feed import sparse_batch
+
     rows = len(block[inputs[0].name])
+    backend = _backend(payload)
     chunks: list[list[np.ndarray]] = [[] for _ in payload.outputs]
     for start in range(0, rows, payload.batch_size):
         stop = min(start + payload.batch_size, rows)
@@ -144,8 +147,10 @@ def _predict(
         xs = []
         for column, shape, sparse in zip(inputs, payload.input_shapes, takes_sparse, strict=True):
             x = piece[column.name]
-            if isinstance(x, Csr):
-                xs.append(_sparse_tensor(x) if sparse else x.dense().reshape((-1, *shape)))
+            if isinstance(x, Csr) and sparse:
+                xs.append(sparse_batch(x, backend, tensor=True))
+            elif isinstance(x, Csr):
+                xs.append(x.dense().reshape((-1, *shape)))
             else:
                 xs.append(x.reshape((-1, *shape)))
         out = model.predict_on_batch(xs[0] if len(xs) == 1 else xs)
@@ -175,13 +180,6 @@ def _output_array(values: np.ndarray | None, present: np.ndarray, scalar: bool) 
     return pa.ListArray.from_arrays(
         pa.array(offsets, pa.int32()), pa.array(flat, pa.float32()), mask=pa.array(~present)
     )
-
-
-def _sparse_tensor(rows: Csr) -> Any:
-    import tensorflow as tf
-
-    indices, values = rows.coo()
-    return tf.SparseTensor(indices, values, (len(rows), rows.width))
 
 
 def _evaluate(
@@ -216,6 +214,7 @@ def _evaluate(
         payload.batch_size,
         weight,
         output_shapes,
+        backend=_backend(payload),
     )
     rows = 0
 
@@ -238,6 +237,10 @@ def _evaluate(
         "label_shapes": [list(shape) for shape in output_shapes],
     }
     return rows, {str(k): float(v) for k, v in result.items()}, states
+
+
+def _backend(payload: ScoringPayload) -> str:
+    return payload.tf_logs.backend if payload.tf_logs else "tensorflow"
 
 
 def _first_width(first: pa.RecordBatch, name: str) -> int:

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from pyspark import TaskContext
 
 from sparkdl import gpu
+from sparkdl.backends import prepare
 from sparkdl.errors import ServiceError
 from sparkdl.executor.cache import PartitionCache
 from sparkdl.executor.imports import import_executor
@@ -65,6 +66,7 @@ def _train_task(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> Wo
     _reset_peak_rss()
     worker = ctx.partitionId()
     gpu_ids = gpu.assign_gpus(ctx) or []  # before TensorFlow starts
+    prepare(payload.plan.tf_logs.backend)  # a worker without the backend fails here
     # Import TensorFlow and Keras (the executor modules) while the partition is read:
     # the import dominates a cold worker.
     importer = threading.Thread(

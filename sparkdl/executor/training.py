@@ -5,8 +5,9 @@ bytes and takes the service's current weights; the worker's sync points follow f
 the rows of every worker (the service's join told them) and the fit's mode; a retried
 task resumes where training stands (:meth:`sparkdl.sync.modes.Mode.resume`), trains the
 rest of that epoch on as many rows as were left (a fresh random subset of its
-partition), then the remaining epochs; ``model.fit`` runs over one endless ``tf.data``
-pipeline of the worker's cached partition (:mod:`sparkdl.executor.feed`) with
+partition), then the remaining epochs; ``model.fit`` runs over one endless pipeline
+(``tf.data`` on TensorFlow, a generator on JAX) of the worker's cached partition
+(:mod:`sparkdl.executor.feed`) with
 :class:`~sparkdl.executor.callback.SyncCallback` syncing.
 
 Example:
@@ -24,7 +25,6 @@ from typing import Any
 import cloudpickle
 import keras
 import numpy as np
-import tensorflow as tf
 
 from sparkdl import gpu
 from sparkdl.compat.keras import flatten_layers
@@ -71,7 +71,7 @@ def train(
         joined: The service's answer to the join.
     """
     plan = payload.plan
-    gpus = gpu.configure_tensorflow(plan.threads)
+    gpus = gpu.configure(plan.tf_logs.backend, plan.threads)
     model = _build_model(payload, worker)
     # With compression the first pull starts this task's copy of the center (full).
     weights, version = client.pull(0, replica=FULL if plan.compression else None)
@@ -215,7 +215,7 @@ def split(
     data: PartitionCache,
     held_out: PartitionCache | None,
     held_in: int,
-) -> tuple[Feed, tf.data.Dataset | None, int]:
+) -> tuple[Feed, Any, int]:
     """The training feed, the validation dataset (or ``None``) and its rows.
 
     Validation data given apart arrives with the partition (the rows the driver
@@ -246,6 +246,7 @@ def payload_feed(payload: WorkerPayload, cache: PartitionCache) -> Feed:
         batch_size=payload.plan.batch_size,
         weight=weight,
         output_shapes=payload.label_shapes or None,
+        backend=payload.plan.tf_logs.backend,
     )
 
 
@@ -255,7 +256,7 @@ def _fit_epochs(
     plan: FitPlan,
     worker: int,
     feed: Feed,
-    validation: tf.data.Dataset | None,
+    validation: Any,
     start: tuple[int, int, int],
 ) -> None:
     """Runs epochs ``start[0]`` to ``plan.epochs``, the first from a resume point."""

@@ -1,0 +1,178 @@
+"""What differs between the PySpark versions sparkdl runs on (3.5, 4.0 and 4.1).
+
+Each function gives one behaviour on every supported version, from the public API the
+running PySpark has:
+
+* :func:`inheritable_thread`: a driver thread that carries the caller's local
+  properties (job group, description) and, on PySpark 4, the session's job tags
+  (``InheritableThread(session=...)``, new in 4.0; 3.5 has no job tags on a classic
+  session, so there is nothing more to carry).
+* :func:`arrow_scalar_udf`: a scalar UDF over Arrow arrays. PySpark 4.1 has
+  ``functions.arrow_udf``; before it, a scalar iterator ``pandas_udf`` whose pandas
+  Series are turned back into Arrow arrays (:func:`series_to_arrow`) before the same
+  function runs, and its Arrow results into Series. The rows and the results are the
+  same; the detour through pandas costs time (``benchmarks/scoring.py``).
+* :func:`frame_from_arrow`: a DataFrame from a ``pyarrow.Table``
+  (``createDataFrame`` takes one from 4.0; on 3.5 through pandas with Arrow on).
+
+Example:
+    >>> spark_version() >= (3, 5)
+    True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import DataType
+
+__all__ = [
+    "arrow_scalar_udf",
+    "frame_from_arrow",
+    "has_arrow_udf",
+    "inheritable_thread",
+    "series_to_arrow",
+    "spark_version",
+]
+
+
+def spark_version() -> tuple[int, int]:
+    """``(major, minor)`` of the PySpark this process imports."""
+    import pyspark
+
+    found = re.match(r"(\d+)\.(\d+)", pyspark.__version__)
+    return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
+
+
+def inheritable_thread(
+    target: Callable[[], None], *, name: str, session: SparkSession | None
+) -> threading.Thread:
+    """A daemon thread (not started) that runs ``target`` with the caller's local
+    properties and, on PySpark 4, ``session``'s job tags.
+
+    Example:
+        >>> thread = inheritable_thread(lambda: None, name="t", session=None)
+        >>> thread.daemon
+        True
+    """
+    from pyspark import InheritableThread
+
+    if session is not None and spark_version() >= (4, 0):
+        return InheritableThread(target=target, name=name, daemon=True, session=session)
+    return InheritableThread(target=target, name=name, daemon=True)
+
+
+def has_arrow_udf() -> bool:
+    """Whether PySpark has ``functions.arrow_udf`` (4.1 and later)."""
+    import pyspark.sql.functions as functions
+
+    return hasattr(functions, "arrow_udf")
+
+
+def arrow_scalar_udf(
+    function: Callable[[Iterator[Any]], Iterator[Any]], return_type: DataType, arguments: int
+) -> Callable[..., Any]:
+    """A scalar UDF that runs ``function`` over an iterator of Arrow arrays (a tuple of
+    them when ``arguments`` > 1) yielding one Arrow array per batch.
+
+    Args:
+        function: The batch function, typed for ``arrow_udf`` (its hints name the kind).
+        return_type: The UDF's Spark type.
+        arguments: How many columns it takes.
+    """
+    if has_arrow_udf():
+        from pyspark.sql.functions import arrow_udf
+
+        return arrow_udf(function, return_type)  # type: ignore[call-overload]
+    return _pandas_udf(function, return_type, arguments)
+
+
+def series_to_arrow(series: Any, spark_type: DataType | None = None) -> pa.Array:
+    """A pandas Series (or, for a struct column, a DataFrame) as PySpark's
+    ``pandas_udf`` hands it over, back as the Arrow array Spark sent.
+
+    Example:
+        >>> import pandas as pd, numpy as np
+        >>> series_to_arrow(pd.Series([np.array([1.0, 2.0]), None])).to_pylist()
+        [[1.0, 2.0], None]
+    """
+    import pandas as pd
+    import pyarrow as pa
+
+    if isinstance(series, pd.DataFrame):  # a struct column: one Series per field
+        fields = [series_to_arrow(series[name]) for name in series.columns]
+        mask = pa.array(series.isna().all(axis=1).to_numpy())
+        return pa.StructArray.from_arrays(fields, names=list(series.columns), mask=mask)
+    return pa.array(series, from_pandas=True)
+
+
+def frame_from_arrow(spark: SparkSession, table: pa.Table) -> DataFrame:
+    """``spark.createDataFrame(table)``, on every supported PySpark.
+
+    PySpark 4 takes the table itself (a local relation, read by no Python worker); 3.5
+    takes it through pandas with Arrow on for this call (the same rows and types).
+    """
+    if spark_version() >= (4, 0):
+        return spark.createDataFrame(table)
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    schema = from_arrow_schema(table.schema)
+    with _conf(spark, "spark.sql.execution.arrow.pyspark.enabled", "true"):
+        return spark.createDataFrame(table.to_pandas(), schema=schema)
+
+
+# ---------------------------------------------------------------------- helpers
+def _pandas_udf(
+    function: Callable[[Iterator[Any]], Iterator[Any]], return_type: DataType, arguments: int
+) -> Callable[..., Any]:
+    """PySpark < 4.1: ``function`` behind a scalar iterator ``pandas_udf``."""
+    import pandas as pd
+    from pyspark.sql.functions import pandas_udf
+
+    def as_arrow(batches: Iterator[Any]) -> Iterator[Any]:
+        for batch in batches:
+            if arguments == 1:
+                yield series_to_arrow(batch)
+            else:
+                yield tuple(series_to_arrow(part) for part in batch)
+
+    def scored(batches: Iterator[Any]) -> Iterator[Any]:
+        for array in function(as_arrow(batches)):
+            yield _arrow_to_pandas(array)
+
+    arg: Any = pd.Series if arguments == 1 else tuple[pd.Series, ...]
+    scored.__annotations__ = {"batches": Iterator[arg], "return": Iterator[pd.Series]}
+    return pandas_udf(scored, return_type)  # type: ignore[call-overload]
+
+
+def _arrow_to_pandas(array: pa.Array) -> Any:
+    """A result array as ``pandas_udf`` returns it: a Series, or a DataFrame for a
+    struct (one column per field)."""
+    import pandas as pd
+    import pyarrow as pa
+
+    if pa.types.is_struct(array.type):  # a null struct row: every field null
+        fields = zip(array.type, array.flatten(), strict=True)
+        return pd.DataFrame({field.name: part.to_pandas() for field, part in fields})
+    return array.to_pandas()
+
+
+@contextlib.contextmanager
+def _conf(spark: SparkSession, key: str, value: str) -> Iterator[None]:
+    """``key`` set to ``value`` in the session while inside, then as it was."""
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
