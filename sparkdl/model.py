@@ -306,7 +306,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         scored = predict.transform_frame(dataset, self.prediction_col, features, scoring)
         class_col = str(self.getOrDefault("classCol"))
         if class_col and len(outputs) == 1:
-            classes = predict.arg_max(scored[self.prediction_col], scalar=outputs[0][1])
+            classes = predict.arg_max(self.prediction_col, scalar=outputs[0][1])
             scored = scored.withColumn(class_col, classes)
         return scored
 

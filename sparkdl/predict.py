@@ -46,7 +46,8 @@ def transform_frame(
         payload: The model and how to score it.
     """
     function = predict_function(payload)
-    udf = arrow_scalar_udf(function, prediction_type(payload.outputs), len(features))
+    types = [field.dataType for field in dataset.select(*features).schema.fields]
+    udf = arrow_scalar_udf(function, prediction_type(payload.outputs), types)
     return dataset.withColumn(prediction, udf(*features))
 
 
@@ -61,11 +62,14 @@ def prediction_type(outputs: Sequence[tuple[str, bool]]) -> DataType:
     return StructType([StructField(name, t) for (name, _), t in zip(outputs, types, strict=True)])
 
 
-def arg_max(prediction: Column, *, scalar: bool) -> Column:
-    """The predicted class as a ``double``: the arg-max of an ``array<float>`` output,
-    or ``prediction >= 0.5`` for a single-unit (sigmoid) output. Null stays null."""
+def arg_max(prediction: str, *, scalar: bool) -> Column:
+    """The predicted class as a ``double``: the arg-max of the ``array<float>`` column
+    named ``prediction``, or ``prediction >= 0.5`` for a single-unit (sigmoid) output.
+    Null stays null. (An SQL expression: PySpark 3.5's ``array_position`` takes no
+    column for its value.)"""
     from pyspark.sql import functions as F
 
+    name = "`" + prediction.replace("`", "``") + "`"
     if scalar:
-        return (prediction >= F.lit(0.5)).cast("double")
-    return (F.array_position(prediction, F.array_max(prediction)) - F.lit(1)).cast("double")
+        return F.expr(f"CAST({name} >= 0.5 AS DOUBLE)")
+    return F.expr(f"CAST(array_position({name}, array_max({name})) - 1 AS DOUBLE)")

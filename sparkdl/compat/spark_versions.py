@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "arrow_scalar_udf",
+    "arrow_type",
     "frame_from_arrow",
     "has_arrow_udf",
     "inheritable_thread",
@@ -77,40 +78,61 @@ def has_arrow_udf() -> bool:
 
 
 def arrow_scalar_udf(
-    function: Callable[[Iterator[Any]], Iterator[Any]], return_type: DataType, arguments: int
+    function: Callable[[Iterator[Any]], Iterator[Any]],
+    return_type: DataType,
+    argument_types: Sequence[DataType],
 ) -> Callable[..., Any]:
     """A scalar UDF that runs ``function`` over an iterator of Arrow arrays (a tuple of
-    them when ``arguments`` > 1) yielding one Arrow array per batch.
+    them for several arguments) yielding one Arrow array per batch.
 
     Args:
         function: The batch function, typed for ``arrow_udf`` (its hints name the kind).
         return_type: The UDF's Spark type.
-        arguments: How many columns it takes.
+        argument_types: The Spark types of the columns it takes, in order (before 4.1,
+            the Arrow types the pandas Series are turned back into).
     """
     if has_arrow_udf():
         from pyspark.sql.functions import arrow_udf
 
         return arrow_udf(function, return_type)  # type: ignore[call-overload]
-    return _pandas_udf(function, return_type, arguments)
+    return _pandas_udf(function, return_type, [arrow_type(t) for t in argument_types])
 
 
-def series_to_arrow(series: Any, spark_type: DataType | None = None) -> pa.Array:
-    """A pandas Series (or, for a struct column, a DataFrame) as PySpark's
-    ``pandas_udf`` hands it over, back as the Arrow array Spark sent.
+def arrow_type(spark_type: DataType) -> pa.DataType:
+    """The Arrow type Spark sends a column of ``spark_type`` as (a user-defined type,
+    such as ML vectors, as its SQL type).
 
     Example:
-        >>> import pandas as pd, numpy as np
-        >>> series_to_arrow(pd.Series([np.array([1.0, 2.0]), None])).to_pylist()
+        >>> from pyspark.ml.linalg import VectorUDT
+        >>> str(arrow_type(VectorUDT()).field("indices").type.value_type)
+        'int32'
+    """
+    from pyspark.sql.pandas.types import to_arrow_type
+    from pyspark.sql.types import UserDefinedType
+
+    if isinstance(spark_type, UserDefinedType):
+        spark_type = spark_type.sqlType()
+    return to_arrow_type(spark_type)
+
+
+def series_to_arrow(series: Any, arrow: pa.DataType) -> pa.Array:
+    """A pandas Series (or, for a struct column, a DataFrame) as PySpark's
+    ``pandas_udf`` hands it over, back as the Arrow array of type ``arrow`` Spark sent.
+
+    Example:
+        >>> import pandas as pd, numpy as np, pyarrow as pa
+        >>> rows = pd.Series([np.array([1.0, 2.0]), None])
+        >>> series_to_arrow(rows, pa.list_(pa.float32())).to_pylist()
         [[1.0, 2.0], None]
     """
     import pandas as pd
     import pyarrow as pa
 
     if isinstance(series, pd.DataFrame):  # a struct column: one Series per field
-        fields = [series_to_arrow(series[name]) for name in series.columns]
+        fields = [series_to_arrow(series[f.name], f.type) for f in arrow]
         mask = pa.array(series.isna().all(axis=1).to_numpy())
-        return pa.StructArray.from_arrays(fields, names=list(series.columns), mask=mask)
-    return pa.array(series, from_pandas=True)
+        return pa.StructArray.from_arrays(fields, fields=list(arrow), mask=mask)
+    return pa.array(series, type=arrow, from_pandas=True)
 
 
 def frame_from_arrow(spark: SparkSession, table: pa.Table) -> DataFrame:
@@ -130,18 +152,22 @@ def frame_from_arrow(spark: SparkSession, table: pa.Table) -> DataFrame:
 
 # ---------------------------------------------------------------------- helpers
 def _pandas_udf(
-    function: Callable[[Iterator[Any]], Iterator[Any]], return_type: DataType, arguments: int
+    function: Callable[[Iterator[Any]], Iterator[Any]],
+    return_type: DataType,
+    arrow_types: Sequence[pa.DataType],
 ) -> Callable[..., Any]:
     """PySpark < 4.1: ``function`` behind a scalar iterator ``pandas_udf``."""
     import pandas as pd
     from pyspark.sql.functions import pandas_udf
 
+    arguments = len(arrow_types)
+
     def as_arrow(batches: Iterator[Any]) -> Iterator[Any]:
         for batch in batches:
             if arguments == 1:
-                yield series_to_arrow(batch)
+                yield series_to_arrow(batch, arrow_types[0])
             else:
-                yield tuple(series_to_arrow(part) for part in batch)
+                yield tuple(map(series_to_arrow, batch, arrow_types))
 
     def scored(batches: Iterator[Any]) -> Iterator[Any]:
         for array in function(as_arrow(batches)):

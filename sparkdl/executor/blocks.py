@@ -113,7 +113,7 @@ def convert(batch: pa.RecordBatch, columns: Sequence[Column]) -> Block:
 
     Example:
         >>> import pyarrow as pa
-        >>> convert(pa.record_batch({"y": [1, 2]}), [Column("y", "float", 1)])["y"]
+        >>> convert(pa.RecordBatch.from_pydict({"y": [1, 2]}), [Column("y", "float", 1)])["y"]
         array([1., 2.], dtype=float32)
     """
     out: Block = {}

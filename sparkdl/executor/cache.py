@@ -34,7 +34,8 @@ spools and the budget :mod:`sparkdl.executor.spool`'s.
 
 Example:
     >>> cache = PartitionCache([Column("x", "dense", 2)])
-    >>> cache.append(pa.record_batch({"x": pa.array([[1.0, 2.0]], pa.list_(pa.float32()))}))
+    >>> rows = pa.array([[1.0, 2.0]], pa.list_(pa.float32()))
+    >>> cache.append(pa.RecordBatch.from_pydict({"x": rows}))
     >>> cache.rows, cache.read(0, 1)["x"].tolist()
     (1, [[1.0, 2.0]])
     >>> cache.close()
@@ -84,7 +85,7 @@ class PartitionCache:
         >>> import tempfile
         >>> cache = PartitionCache([Column("x", "dense", 2), Column("y", "int", 1)],
         ...                        mode="disk", directory=tempfile.gettempdir())
-        >>> cache.append(pa.record_batch({"x": [[1.0, 2.0], [3.0, 4.0]], "y": [0, 1]}))
+        >>> cache.append(pa.RecordBatch.from_pydict({"x": [[1.0, 2.0], [3.0, 4.0]], "y": [0, 1]}))
         >>> cache.rows, cache.data_bytes, cache.mode
         (2, 24, 'disk')
         >>> cache.read(1, 2)["x"].tolist()
@@ -249,7 +250,7 @@ def epoch_batches(
     Example:
         >>> import pyarrow as pa
         >>> cache = PartitionCache([Column("y", "int", 1)])
-        >>> cache.append(pa.record_batch({"y": list(range(10))}))
+        >>> cache.append(pa.RecordBatch.from_pydict({"y": list(range(10))}))
         >>> rng = np.random.default_rng(0)
         >>> [len(b["y"]) for b in epoch_batches(cache, 0, 10, 4, shuffle=True, rng=rng)]
         [4, 4, 2]

@@ -19,6 +19,7 @@ pytestmark = [pytest.mark.spark]
 EPOCHS = 20
 
 
+@pytest.mark.compat
 @pytest.mark.slow  # a load test: 256 hostile connections for every batch's round trip
 @pytest.mark.parametrize(("mode", "merge"), [("asynchronous", "delta"), ("hogwild", "elastic")])
 def test_waiting_for_every_answer_also_reaches_accuracy(digits, mode, merge) -> None:

@@ -40,6 +40,7 @@ def frame(spark, features, label=None, schema=None):  # type: ignore[no-untyped-
 @pytest.mark.parametrize(
     "kind", ["array_float", "array_double", "dense_vector", "sparse_vector", "columns"]
 )
+@pytest.mark.compat
 def test_feature_column_types_train_and_transform(spark, kind) -> None:
     if kind == "array_float":
         df = frame(

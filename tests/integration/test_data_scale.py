@@ -155,11 +155,12 @@ def _documents(rows: int, seed: int) -> tuple[list[str], np.ndarray]:
     return docs, labels
 
 
+@pytest.mark.compat
 @pytest.mark.slow  # 2^18 features x 20k rows: trained, scored and evaluated
 def test_hashed_text_stays_sparse_and_matches_plain_keras(spark) -> None:
     """2^18 hashed features x 20k rows (20 GB dense) train, score and evaluate sparse."""
     import keras
-    import tensorflow as tf
+    import scipy.sparse
     from pyspark.ml.feature import HashingTF, Tokenizer
 
     width = 1 << 18
@@ -183,11 +184,12 @@ def test_hashed_text_stays_sparse_and_matches_plain_keras(spark) -> None:
         )
         return net
 
-    def sparse(df):  # type: ignore[no-untyped-def]
+    def sparse(df):  # type: ignore[no-untyped-def]  # scipy CSR: Keras takes it on any backend
         rows = df.select("features", "label").collect()
-        indices = [[i, int(j)] for i, r in enumerate(rows) for j in r.features.indices]
+        indptr = np.cumsum([0] + [len(r.features.indices) for r in rows])
+        indices = np.concatenate([r.features.indices for r in rows])
         values = np.concatenate([r.features.values for r in rows]).astype(np.float32)
-        x = tf.sparse.reorder(tf.SparseTensor(indices, values, (len(rows), width)))
+        x = scipy.sparse.csr_matrix((values, indices, indptr), shape=(len(rows), width))
         return x, np.array([r.label for r in rows], np.int32)
 
     x_test, y_test = sparse(test_df)

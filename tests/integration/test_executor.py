@@ -56,7 +56,7 @@ def _fit(store: WeightStore, merge: Merge, *, overlap: bool, epochs: int = EPOCH
         rounds = store.mode.rounds_per_epoch(steps, [steps], FREQUENCY)
         sync = SyncCallback(pusher, Schedule(ROWS, BATCH, FREQUENCY, rounds))
         cache = PartitionCache([Column("x", "dense", 4), Column("y", "int", 1)])
-        cache.append(pa.record_batch({"x": list(x), "y": y}))
+        cache.append(pa.RecordBatch.from_pydict({"x": list(x), "y": y}))
         feed = Feed(
             cache, [Column("x", "dense", 4)], [(4,)], [False], [Column("y", "int", 1)], BATCH
         )
@@ -130,7 +130,9 @@ def test_validation_rows_are_counted_in_rows_not_features(inputs: int) -> None:
     columns = [Column(f"__sparkdl_features{'_1' if i else ''}", "dense", 4) for i in range(inputs)]
     cache = PartitionCache([*columns, Column("__sparkdl_label", "int", 1)])
     cache.append(
-        pa.record_batch({**{c.name: [[0.0] * 4] * 8 for c in columns}, "__sparkdl_label": [0] * 8})
+        pa.RecordBatch.from_pydict(
+            {**{c.name: [[0.0] * 4] * 8 for c in columns}, "__sparkdl_label": [0] * 8}
+        )
     )
     feed, validation, rows = split(payload, cache, None, held_in=6)
     assert rows == 2 and validation is not None
@@ -150,7 +152,7 @@ def test_a_resumed_epoch_trains_the_rows_that_were_left(mode: str, tmp_path) -> 
     columns = [Column("x", "dense", 1), Column("y", "int", 1)]
     with PartitionCache(columns, mode=mode, directory=str(tmp_path)) as cache:
         ids = np.arange(100)
-        cache.append(pa.record_batch({"x": [[float(i)] for i in ids], "y": ids}))
+        cache.append(pa.RecordBatch.from_pydict({"x": [[float(i)] for i in ids], "y": ids}))
         feed = Feed(cache, columns[:1], [(1,)], [False], columns[1:], 8)
 
         def rows(start: int, *, shuffle: bool, seed: int) -> list[int]:
@@ -171,7 +173,7 @@ def test_feeds_run_without_tf_data_autotuning(tmp_path) -> None:
     columns = [Column("x", "dense", 1), Column("y", "int", 1)]
     with PartitionCache(columns, mode="memory", directory=str(tmp_path)) as cache:
         ids = np.arange(20)
-        cache.append(pa.record_batch({"x": [[float(i)] for i in ids], "y": ids}))
+        cache.append(pa.RecordBatch.from_pydict({"x": [[float(i)] for i in ids], "y": ids}))
         feed = Feed(cache, columns[:1], [(1,)], [False], columns[1:], 8)
         streamed = feed.stream(lambda: iter([]))
         for dataset in (feed.train(0, 20, shuffle=True, seed=0), feed.evaluate(), streamed):

@@ -39,6 +39,7 @@ def pixel_frames(spark):  # type: ignore[no-untyped-def]
     return frame(x_train, y_train, 0), frame(x_test, y_test, 100_000)
 
 
+@pytest.mark.compat
 @pytest.mark.slow  # a second driver process loads the pipeline
 def test_pipeline_fits_saves_and_loads_in_a_new_session(pixel_frames, tmp_path) -> None:
     train_df, test_df = pixel_frames
@@ -119,6 +120,7 @@ class Scale(keras.layers.Layer):
         return x * self.factor
 
 
+@pytest.mark.compat
 def test_model_and_estimator_with_a_custom_layer_save_and_load(digits, tmp_path) -> None:
     train_df, test_df, _ = digits
     inputs = keras.Input((64,))
@@ -222,6 +224,7 @@ def test_validation_data_and_validation_split_add_val_logs(digits) -> None:
     assert split.fit_report["service"]["samples_seen"] == 3 * held_in
 
 
+@pytest.mark.compat
 def test_transform_and_evaluate_match_keras_on_collected_rows(digits, spark) -> None:
     from pyspark.sql import functions as F
 

@@ -13,6 +13,7 @@ from sparkdl import KerasEstimator, KerasModel
 pytestmark = [pytest.mark.spark]
 
 
+@pytest.mark.compat
 @pytest.mark.parametrize("frequency", ["epoch", 4])
 def test_digits_synchronous_reaches_accuracy(digits, frequency) -> None:
     train_df, test_df, (_, x_test, _, y_test) = digits

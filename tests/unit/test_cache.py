@@ -44,7 +44,7 @@ def _vectors(rows: list[tuple[int, list[int], list[float]] | list[float]]) -> pa
 
 def _batch(start: int, rows: int) -> pa.RecordBatch:
     ids = np.arange(start, start + rows)
-    return pa.record_batch(
+    return pa.RecordBatch.from_pydict(
         {
             "x": [[float(i), float(i) + 0.5, -float(i)] for i in ids],
             "y": ids.astype(np.int64),
@@ -172,7 +172,9 @@ def test_a_limited_epoch_is_a_random_subset(cache: PartitionCache) -> None:
 
 def test_csr_take_concat_and_dense_vectors() -> None:
     block = convert(
-        pa.record_batch({"v": _vectors([(4, [0, 3], [1.0, 2.0]), [5.0, 0.0, 6.0, 7.0]])}),
+        pa.RecordBatch.from_pydict(
+            {"v": _vectors([(4, [0, 3], [1.0, 2.0]), [5.0, 0.0, 6.0, 7.0]])}
+        ),
         [Column("v", "sparse", 4)],
     )
     csr = block["v"]
@@ -187,17 +189,17 @@ def test_csr_take_concat_and_dense_vectors() -> None:
 
 def test_rows_of_another_width_are_refused() -> None:
     with pytest.raises(SchemaError, match=r"Expected 3 feature values per row.*rows of 2 values"):
-        convert(pa.record_batch({"x": [[1.0, 2.0]]}), [X])
+        convert(pa.RecordBatch.from_pydict({"x": [[1.0, 2.0]]}), [X])
     with pytest.raises(SchemaError, match=r"Expected 50 feature values per row.*rows of 60 val"):
-        convert(pa.record_batch({"v": _vectors([(60, [1], [1.0])])}), [V])
+        convert(pa.RecordBatch.from_pydict({"v": _vectors([(60, [1], [1.0])])}), [V])
     with pytest.raises(SchemaError, match="index outside"):
-        convert(pa.record_batch({"v": _vectors([(50, [70], [1.0])])}), [V])
+        convert(pa.RecordBatch.from_pydict({"v": _vectors([(50, [70], [1.0])])}), [V])
     vectors = _vectors([(50, [1], [1.0]), (50, [2], [2.0])])
     nulled = pa.StructArray.from_arrays(
         vectors.flatten(), fields=list(vectors.type), mask=pa.array([False, True])
     )
     with pytest.raises(SchemaError, match=r"1 row\(s\) with null feature vectors"):
-        convert(pa.record_batch({"v": nulled}), [V])
+        convert(pa.RecordBatch.from_pydict({"v": nulled}), [V])
 
 
 def test_dense_vectors_kept_sparse_are_scored_as_csr() -> None:
@@ -205,7 +207,7 @@ def test_dense_vectors_kept_sparse_are_scored_as_csr() -> None:
     reads it."""
 
     def vectors(types, sizes, indices, values):  # type: ignore[no-untyped-def]
-        return pa.record_batch(
+        return pa.RecordBatch.from_pydict(
             {
                 "v": pa.StructArray.from_arrays(
                     [

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds the virtual environment of one stack of the compatibility matrix and runs the
+# compatibility subset (pytest -m compat) in it:
+#   bash scripts/matrix.sh oldest   PySpark 3.5, TensorFlow 2.16, numpy 1.26 (.venv-oldest)
+#   bash scripts/matrix.sh jax      PySpark 4.1, Keras on JAX, no TensorFlow (.venv-jax)
+# The stack's pins are tests/matrix/<name>.txt (a pip constraints file); its header
+# names the extras to install and the environment the tests run in. Idempotent: a
+# second run only checks what is installed. `bash scripts/test.sh --all` runs both.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+name="${1:?usage: bash scripts/matrix.sh oldest|jax [pytest arguments]}"
+shift
+pins="tests/matrix/${name}.txt"
+[ -f "$pins" ] || { echo "no stack named $name: $pins is missing" >&2; exit 2; }
+extras="$(sed -n 's/^# extras: *//p' "$pins")"
+environment="$(sed -n 's/^# env: *//p' "$pins")"
+venv=".venv-${name}"
+python="${PYTHON:-python3}"
+[ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+"$venv/bin/python" -m pip install --quiet --upgrade pip
+"$venv/bin/python" -m pip install --quiet -c "$pins" -e ".[${extras}]"
+# What the pins promise is what got installed (pip would say nothing of a package that
+# another requirement pulled in at another version).
+"$venv/bin/python" - "$pins" <<'PY'
+import sys
+from importlib import metadata, util
+
+pins = [l.split("==") for l in open(sys.argv[1]) if "==" in l and not l.startswith("#")]
+wrong = [f"{n.strip()} {metadata.version(n.strip())} (pinned {v.strip()})"
+         for n, v in pins if metadata.version(n.strip()) != v.strip()]
+if "KERAS_BACKEND=jax" in open(sys.argv[1]).read() and util.find_spec("tensorflow"):
+    wrong.append("tensorflow is installed in a stack that must run without it")
+if wrong:
+    sys.exit("stack " + sys.argv[1] + ": " + "; ".join(wrong))
+PY
+export TF_CPP_MIN_LOG_LEVEL=2 SPARK_LOCAL_IP=127.0.0.1
+# shellcheck disable=SC2086
+env $environment "$venv/bin/python" -c 'import keras, numpy, pyspark
+print("== compatibility subset: pyspark", pyspark.__version__, "keras", keras.__version__,
+      "on", keras.backend.backend(), "numpy", numpy.__version__)'
+# Only the modules that hold compat tests are collected (others import dev-only tools).
+files="$(grep -rl --include='test_*.py' 'pytest.mark.compat' tests | sort)"
+# shellcheck disable=SC2086
+env $environment "$venv/bin/python" -m pytest $files -m compat -p no:cacheprovider "$@"
