@@ -21,6 +21,9 @@ everything with r (the model's initial weights, plain Keras's and each worker's 
 order), so an accuracy is judged over seeds, not on one lucky or unlucky
 initialisation; plain Keras gets the same seeds.
 
+``--backend jax`` runs Keras on JAX (the driver and, after it, the executors);
+``benchmarks/backends.py`` runs this once per backend, side by side.
+
 Run:
     .venv/bin/python benchmarks/digits.py
     .venv/bin/python benchmarks/digits.py --frequencies epoch --only hogwild/delta
@@ -40,6 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from benchmarks.backend import BACKEND, BACKENDS  # sets KERAS_BACKEND: before Keras
 from examples.digits import accuracy, digits_arrays, digits_frames, digits_model
 
 #: (mode, merge, extra settings) of every combination.
@@ -55,6 +59,12 @@ COMBINATIONS: list[tuple[str, str, dict[str, Any]]] = [
     ("hogwild", "delta", {}),
     ("hogwild", "elastic", {}),
 ]
+
+
+def keras_version() -> str:
+    import keras
+
+    return str(keras.__version__)
 
 
 def main() -> None:
@@ -75,6 +85,7 @@ def main() -> None:
         help="estimator settings for every sparkdl row (e.g. lr_scaling=linear)",
     )
     parser.add_argument("--no-cold", action="store_true", help="skip the cold row")
+    parser.add_argument("--backend", choices=BACKENDS, default=BACKEND, help="Keras backend")
     args = parser.parse_args()
     fixed = {"mode", "merge", "frequency", "num_workers", "epochs", "batch_size", "seed"}
     settings = parse_settings(parser, args.set, fixed)
@@ -165,6 +176,7 @@ def main() -> None:
         f"\ndigits: {len(x_train)} train / {len(x_test)} test rows, {args.epochs} epochs, "
         f"batch {args.batch_size}, {args.optimizer} {args.learning_rate}, 2 workers, local[2], "
         f"{args.repeats} runs, seeds 0-{args.repeats - 1} (fit s: median; accuracy: mean); "
+        f"Keras {keras_version()} on {BACKEND}; "
         f"settings {settings}\n"
     )
     keras_seconds = statistics.median(r[0] for r in runs["plain Keras (1 process)"])

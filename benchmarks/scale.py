@@ -53,6 +53,9 @@ so memory a worker kept from an earlier, larger fit never hides or inflates a pe
 idle fit also warms the workers (TensorFlow imported) before the measured fit. The
 machine may be shared and the figures are of one run each.
 
+``--backend jax`` runs Keras on JAX; ``benchmarks/backends.py --bench scale`` runs it once
+per backend, side by side.
+
 Run (the full benchmark: roughly 1.5-2.5 hours on 2 cores, most of it the fits of 4M rows
 per worker, which need ~2 x 1.6 GB of memory; the tables take ~6 GB of disk.
 ``--memory-hidden 64`` makes the memory section several times faster):
@@ -89,6 +92,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from benchmarks.backend import BACKEND, BACKENDS  # sets KERAS_BACKEND: before Keras
 
 if TYPE_CHECKING:
     import keras
@@ -527,13 +532,16 @@ def mlp(hidden: Sequence[int]) -> str:
 def print_run_line(args: argparse.Namespace) -> None:
     import keras
     import pyspark
-    import tensorflow as tf
 
+    if BACKEND == "tensorflow":
+        import tensorflow as backend
+    else:
+        import jax as backend
     command = shlex.join([".venv/bin/python", "benchmarks/scale.py", *sys.argv[1:]])
     print(
         f"\nRun: `{command}` on {os.cpu_count()} cores, Spark master {args.master} "
-        f"({args.workers} workers), Spark {pyspark.__version__}, TensorFlow {tf.__version__}, "
-        f"Keras {keras.__version__}, {datetime.date.today().isoformat()}; data in "
+        f"({args.workers} workers), Spark {pyspark.__version__}, Keras {keras.__version__} "
+        f"on {BACKEND} {backend.__version__}, {datetime.date.today().isoformat()}; data in "
         f"{args.workdir}."
     )
 
@@ -568,13 +576,15 @@ def main() -> None:
     parser.add_argument("--chunk-rows", type=int, default=200_000, help="rows per file at most")
     parser.add_argument("--driver-memory", default="4g")
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "sparkdl-scale"))
+    parser.add_argument("--backend", choices=BACKENDS, default=BACKEND, help="Keras backend")
     args = parser.parse_args()
     if args.memory_hidden is None:
         args.memory_hidden = args.hidden
     os.makedirs(args.workdir, exist_ok=True)
-    import tensorflow as tf
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
 
-    tf.get_logger().setLevel("ERROR")  # predict's retracing warnings, one per model
+        tf.get_logger().setLevel("ERROR")  # predict's retracing warnings, one per model
 
     idle_path = teacher_table(args.workdir, args.idle_rows * args.workers, args.seed, 10**9)
     scale: list[Run | str] = []

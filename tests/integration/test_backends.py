@@ -1,0 +1,41 @@
+"""The executors run the driver's Keras backend, or say which package they lack."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import keras
+import pytest
+
+pytestmark = [pytest.mark.spark]
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+#: A Python without each backend's package: the other stack's virtual environment
+#: (scripts/matrix.sh builds .venv-jax, which has no TensorFlow; .venv has no JAX).
+WITHOUT = {
+    "tensorflow": os.path.join(ROOT, ".venv-jax", "bin", "python"),
+    "jax": os.path.join(ROOT, ".venv", "bin", "python"),
+}
+
+
+@pytest.mark.compat
+@pytest.mark.slow  # a second driver process
+def test_executors_without_the_backend_fail_before_training_naming_the_extra() -> None:
+    backend = keras.backend.backend()
+    python = WITHOUT[backend]
+    if not os.path.exists(python):
+        pytest.skip(f"{python} is missing: bash scripts/matrix.sh jax builds it")
+    script = os.path.join(os.path.dirname(__file__), "backend_missing_fit.py")
+    proc = subprocess.run(
+        [sys.executable, script, python],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"),
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    error = next(line for line in proc.stdout.splitlines() if line.startswith(("ERROR", "FITTED")))
+    assert error.startswith("ERROR WorkerError"), error
+    assert f"no {backend!r} package" in error and f"sparkdl-keras[{backend}]" in error, error

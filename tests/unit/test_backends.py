@@ -1,0 +1,57 @@
+"""sparkdl.backends: the driver's backend, and a worker's checks before it imports Keras."""
+
+from __future__ import annotations
+
+import sys
+
+import keras
+import pytest
+
+pytestmark = [pytest.mark.compat]  # both backends: run in every stack of the matrix
+
+from sparkdl.backends import BackendError, check_supported, driver_backend, prepare
+from sparkdl.errors import ConfigError
+from sparkdl.tf_logs import TensorFlowLogs
+
+
+def test_the_driver_backend_is_the_one_keras_runs() -> None:
+    assert driver_backend() == keras.backend.backend()
+
+
+@pytest.mark.parametrize("backend", ["torch", "numpy", "openvino"])
+def test_backends_sparkdl_does_not_train_on_are_refused_with_the_fix(backend: str) -> None:
+    with pytest.raises(ConfigError, match=f"'{backend}' backend.*KERAS_BACKEND=tensorflow"):
+        check_supported(backend)
+
+
+def test_a_worker_that_imported_keras_on_another_backend_says_so() -> None:
+    other = "jax" if keras.backend.backend() == "tensorflow" else "tensorflow"
+    with pytest.raises(BackendError, match=r"spark\.python\.worker\.reuse=false"):
+        prepare(other, environ={})
+    environ: dict[str, str] = {}
+    prepare(keras.backend.backend(), environ=environ)  # the same backend: nothing to do
+    assert environ == {}
+
+
+def test_a_worker_without_the_package_names_it_and_the_extra(monkeypatch) -> None:
+    # As on an executor where Keras is not imported yet and the package is missing.
+    monkeypatch.delitem(sys.modules, "keras")
+    monkeypatch.setitem(sys.modules, "jax", None)  # find_spec: not installed
+    with pytest.raises(BackendError, match=r"no 'jax' package.*'sparkdl-keras\[jax\]'"):
+        prepare("jax", environ={})
+
+
+def test_a_fresh_worker_gets_the_backend_and_jax_shares_its_gpu(monkeypatch) -> None:
+    backend = keras.backend.backend()  # installed here; each stack of the matrix runs one
+    monkeypatch.delitem(sys.modules, "keras")
+    environ: dict[str, str] = {}
+    prepare(backend, environ=environ)
+    expected = {"KERAS_BACKEND": backend}
+    if backend == "jax":  # no preallocation of most of the GPU
+        expected["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+    assert environ == expected
+
+
+def test_the_plan_carries_the_backend_to_the_workers() -> None:
+    logs = TensorFlowLogs.resolve(local=True, gpus=False, environ={}, backend="jax")
+    assert logs.backend == "jax" and logs.level == "3"
