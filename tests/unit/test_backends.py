@@ -7,11 +7,11 @@ import sys
 import keras
 import pytest
 
-pytestmark = [pytest.mark.compat]  # both backends: run in every stack of the matrix
-
 from sparkdl.backends import BackendError, check_supported, driver_backend, prepare
 from sparkdl.errors import ConfigError
 from sparkdl.tf_logs import TensorFlowLogs
+
+pytestmark = [pytest.mark.compat]  # both backends: run in every stack of the matrix
 
 
 def test_the_driver_backend_is_the_one_keras_runs() -> None:
