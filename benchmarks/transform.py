@@ -6,7 +6,11 @@
   prediction computed, nothing collected), the DataFrame cached beforehand;
 * ``collect + predict``: collecting the same cached rows to the driver as numpy and
   calling ``model.predict`` once;
-* ``transform() + collect``: transform and collect the predictions to the driver.
+* ``transform() + collect``: transform and collect the predictions to the driver;
+* ``transform(), pandas_udf``: ``transform()`` as PySpark 3.5 and 4.0 run it (they have
+  no ``arrow_udf``: a ``pandas_udf`` whose Series are turned back into Arrow,
+  :mod:`sparkdl.compat.spark_versions`), forced here on this PySpark for a side-by-side
+  figure.
 
 Run:
     .venv/bin/python benchmarks/transform.py [--rows 200000] [--repeats 3]
@@ -74,11 +78,22 @@ def main() -> None:
     def transform_and_collect() -> None:
         fitted.transform(df).select("prediction").toArrow()
 
+    def scored_through_pandas() -> None:
+        from sparkdl.compat import spark_versions
+
+        real = spark_versions.has_arrow_udf
+        spark_versions.has_arrow_udf = lambda: False  # the PySpark < 4.1 path
+        try:
+            scored_to_noop()
+        finally:
+            spark_versions.has_arrow_udf = real
+
     results = []
     for name, run in [
         ("transform()", scored_to_noop),
         ("collect + predict", collect_and_predict),
         ("transform() + collect", transform_and_collect),
+        ("transform(), pandas_udf", scored_through_pandas),
     ]:
         run()  # warm up: Python workers, model load, tracing
         times = []

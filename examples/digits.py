@@ -31,7 +31,8 @@ def digits_frames(spark: Any, seed: int = 0, partitions: int = 2) -> tuple[Any, 
     """Returns ``(train_df, test_df)`` with ``features`` (array<float>) and ``label`` (long).
 
     Each frame is made from an Arrow table (``spark.createDataFrame`` takes one since
-    Spark 4.0; :func:`~sparkdl.compat.spark_versions.frame_from_arrow` on 3.5): a local relation in the JVM, read by no Python process. A frame made
+    Spark 4.0; on 3.5 :func:`~sparkdl.compat.spark_versions.frame_from_arrow` passes it
+    through pandas): a local relation in the JVM, read by no Python process. A frame made
     from Python rows (``createDataFrame(rows, schema)``) is an RDD of pickled rows that
     every query over it reads back through Python workers, which made the demo's data
     checks slower (README, "Start warm"). Both give the same rows in the same partitions.

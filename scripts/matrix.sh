@@ -3,6 +3,7 @@
 # compatibility subset (pytest -m compat) in it:
 #   bash scripts/matrix.sh oldest   PySpark 3.5, TensorFlow 2.16, numpy 1.26 (.venv-oldest)
 #   bash scripts/matrix.sh jax      PySpark 4.1, Keras on JAX, no TensorFlow (.venv-jax)
+#   bash scripts/matrix.sh jax --setup-only    builds (or checks) the environment only
 # The stack's pins are tests/matrix/<name>.txt (a pip constraints file); its header
 # names the extras to install and the environment the tests run in. Idempotent: a
 # second run only checks what is installed. `bash scripts/test.sh --all` runs both.
@@ -33,6 +34,7 @@ if "KERAS_BACKEND=jax" in open(sys.argv[1]).read() and util.find_spec("tensorflo
 if wrong:
     sys.exit("stack " + sys.argv[1] + ": " + "; ".join(wrong))
 PY
+if [ "${1:-}" = "--setup-only" ]; then exit 0; fi
 export TF_CPP_MIN_LOG_LEVEL=2 SPARK_LOCAL_IP=127.0.0.1
 # shellcheck disable=SC2086
 env $environment "$venv/bin/python" -c 'import keras, numpy, pyspark

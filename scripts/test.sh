@@ -3,8 +3,10 @@
 #   bash scripts/test.sh          the fast tier: unit tests, doctests and in-process Spark
 #                                 tests (pytest -m "not slow"; at most 6 minutes here)
 #   bash scripts/test.sh --all    every test: adds the tier that starts clusters,
-#                                 subprocesses and many-worker fits, then builds the docs
-#                                 strictly (bash scripts/docs.sh); what CI runs
+#                                 subprocesses and many-worker fits, builds the docs
+#                                 strictly (bash scripts/docs.sh), then runs the
+#                                 compatibility subset in the other stacks of the matrix
+#                                 (bash scripts/matrix.sh oldest|jax); what CI runs
 # Other arguments pass through to pytest, e.g. `bash scripts/test.sh tests/unit -q`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +15,14 @@ args=()
 for arg in "$@"; do
     if [ "$arg" = "--all" ]; then all=1; else args+=("$arg"); fi
 done
-if [ "$all" = 1 ]; then bash scripts/setup.sh dev,docs; else bash scripts/setup.sh dev; fi
+if [ "$all" = 1 ]; then
+    bash scripts/setup.sh dev,docs
+    # Built first: a test of the main suite runs executors on another stack's Python.
+    bash scripts/matrix.sh oldest --setup-only
+    bash scripts/matrix.sh jax --setup-only
+else
+    bash scripts/setup.sh dev
+fi
 export TF_CPP_MIN_LOG_LEVEL=2 SPARK_LOCAL_IP=127.0.0.1
 .venv/bin/ruff check sparkdl tests examples benchmarks docs
 .venv/bin/ruff format --check sparkdl tests examples benchmarks docs
@@ -21,6 +30,8 @@ export TF_CPP_MIN_LOG_LEVEL=2 SPARK_LOCAL_IP=127.0.0.1
 if [ "$all" = 1 ]; then
     .venv/bin/python -m pytest --doctest-modules sparkdl tests -p no:cacheprovider ${args[@]+"${args[@]}"}
     SPARKDL_SETUP_DONE=1 bash scripts/docs.sh
+    bash scripts/matrix.sh oldest -q
+    bash scripts/matrix.sh jax -q
 else
     .venv/bin/python -m pytest --doctest-modules sparkdl tests -p no:cacheprovider \
         -m "not slow" ${args[@]+"${args[@]}"}
