@@ -4,7 +4,8 @@
 #                                 tests (pytest -m "not slow"; at most 6 minutes here)
 #   bash scripts/test.sh --all    every test: adds the tier that starts clusters,
 #                                 subprocesses and many-worker fits, then builds the docs
-#                                 strictly (bash scripts/docs.sh); what CI runs
+#                                 strictly (bash scripts/docs.sh) and checks the conf/
+#                                 recipes (bash scripts/check_conf.sh); what CI runs
 # Other arguments pass through to pytest, e.g. `bash scripts/test.sh tests/unit -q`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +22,8 @@ export TF_CPP_MIN_LOG_LEVEL=2 SPARK_LOCAL_IP=127.0.0.1
 if [ "$all" = 1 ]; then
     .venv/bin/python -m pytest --doctest-modules sparkdl tests -p no:cacheprovider ${args[@]+"${args[@]}"}
     SPARKDL_SETUP_DONE=1 bash scripts/docs.sh
+    # The cluster recipes of conf/ against their runtimes' versions (pip's plan, no cluster).
+    bash scripts/check_conf.sh
 else
     .venv/bin/python -m pytest --doctest-modules sparkdl tests -p no:cacheprovider \
         -m "not slow" ${args[@]+"${args[@]}"}
