@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Dataproc initialization action for image 2.2 (Spark 3.5, Python 3.11 from Miniforge3 at
+# Dataproc initialization action for image 2.2 (Spark 3.5, Python 3.11 from conda at
 # /opt/conda/default): installs sparkdl on every node in a virtual environment of its own,
 # /opt/sparkdl, built from the image's Python 3.11. The image's conda environment and
 # Spark (which provides pyspark) are left alone. Versions and sources:
