@@ -4,9 +4,10 @@
 #                                 tests (pytest -m "not slow"; at most 6 minutes here)
 #   bash scripts/test.sh --all    every test: adds the tier that starts clusters,
 #                                 subprocesses and many-worker fits, builds the docs
-#                                 strictly (bash scripts/docs.sh), then runs the
+#                                 strictly (bash scripts/docs.sh), runs the
 #                                 compatibility subset in the other stacks of the matrix
-#                                 (bash scripts/matrix.sh oldest|jax); what CI runs
+#                                 (bash scripts/matrix.sh oldest|jax) and checks the
+#                                 conf/ recipes (bash scripts/check_conf.sh); what CI runs
 # Other arguments pass through to pytest, e.g. `bash scripts/test.sh tests/unit -q`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +33,8 @@ if [ "$all" = 1 ]; then
     SPARKDL_SETUP_DONE=1 bash scripts/docs.sh
     bash scripts/matrix.sh oldest -q
     bash scripts/matrix.sh jax -q
+    # The cluster recipes of conf/ against their runtimes' versions (pip's plan, no cluster).
+    bash scripts/check_conf.sh
 else
     .venv/bin/python -m pytest --doctest-modules sparkdl tests -p no:cacheprovider \
         -m "not slow" ${args[@]+"${args[@]}"}
