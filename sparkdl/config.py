@@ -319,7 +319,7 @@ class TrainConfig:
             The fit ends when the others finish every epoch.
         request_retries: Retries of a failed service call (connection errors, 5xx).
         threads_per_worker: TensorFlow intra-op threads per worker; ``None`` uses
-            ``spark.task.cpus``.
+            ``spark.task.cpus``. TensorFlow only: XLA on JAX sizes its own thread pool.
         slot_wait_timeout: Seconds to wait for executors to register before failing
             for lack of task slots (non-local masters only).
         validate: Before training, look at every feature and label value for NaNs

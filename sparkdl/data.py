@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, BooleanType, DataType, FloatType, NumericType
 
 from sparkdl import keras_io
+from sparkdl.compat.spark_versions import array_argmax, try_int
 from sparkdl.data_scan import DataSummary, summarize
 from sparkdl.errors import SchemaError
 from sparkdl.payload import WEIGHT, feature_name, label_name
@@ -217,11 +218,11 @@ def weight_column(
         # Keras rounds half to even (np.round); a NaN or huge label finds no class.
         if kind == "array":
             # A one-hot (or probability) label: its arg-max; one value: that value.
-            index = F.when(F.size(label) == 1, F.bround(label[0]).try_cast("int")).otherwise(
-                F.array_position(label, F.array_max(label)).cast("int") - 1
+            index = F.when(F.size(label) == 1, try_int(F.bround(label[0]))).otherwise(
+                array_argmax(label)
             )
         else:
-            index = F.bround(label).try_cast("int")
+            index = try_int(F.bround(label))
         pairs = [
             item
             for k, w in sorted(class_weights(class_weight).items())

@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import io
+import json
 import math
 import os
 import tempfile
@@ -426,8 +427,9 @@ def model_from_bytes(
                 model: keras.Model = keras.saving.load_model(
                     path, custom_objects=custom_objects, compile=compile, safe_mode=safe_mode
                 )
-            except ValueError as exc:
-                if not safe_mode or "safe_mode" not in str(exc):
+            except (TypeError, ValueError) as exc:
+                _raise_if_newer_keras(data, exc)
+                if not isinstance(exc, ValueError) or not safe_mode or "safe_mode" not in str(exc):
                     raise
                 raise ModelError(
                     "The saved model holds code (a Lambda layer, or a function saved as "
@@ -436,6 +438,36 @@ def model_from_bytes(
                     "Lambda with a registered custom layer."
                 ) from exc
         return model
+
+
+def _raise_if_newer_keras(data: bytes, exc: BaseException) -> None:
+    """A load that failed on a model saved by a newer Keras than this one gets an error
+    naming both versions and the upgrade (a newer Keras writes settings an older one does
+    not take, e.g. 3.15's initializers for 3.14)."""
+    import keras
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            saved = str(json.loads(archive.read("metadata.json")).get("keras_version", ""))
+    except (KeyError, ValueError, OSError):
+        return
+    if saved and _version(saved) > _version(keras.__version__):
+        last = (str(exc).strip().splitlines() or [""])[-1]  # Keras's innermost cause
+        raise ModelError(
+            f"The model was saved by Keras {saved}; this process runs Keras "
+            f"{keras.__version__}, which cannot read what a newer Keras writes ({last}). "
+            f'Upgrade Keras here (pip install -U "keras>={saved}"), on the driver and '
+            "every executor."
+        ) from exc
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """``"3.15.1"`` as ``(3, 15, 1)`` (a suffix such as ``.dev0`` ignored)."""
+    parts = []
+    for part in text.split(".")[:3]:
+        digits = "".join(c for c in part if c.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
 
 
 def _inner_optimizer(model: Any) -> Any:

@@ -223,6 +223,7 @@ class FitPlan:
             sync += f", a round closes without the last {self.backup_workers} worker(s)"
         lines = {
             "workers": f"{self.num_workers}, {mode.name} / {merge.name}, sync {sync}",
+            "backend": f"Keras on {self.tf_logs.backend} (the driver's)",
             "learning rate": self.lr_recipe.explain(learning_rate),
         }
         merged = merge.describe(mode.barrier)

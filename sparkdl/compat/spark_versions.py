@@ -14,6 +14,9 @@ running PySpark has:
   same; the detour through pandas costs time (``benchmarks/scoring.py``).
 * :func:`frame_from_arrow`: a DataFrame from a ``pyarrow.Table``
   (``createDataFrame`` takes one from 4.0; on 3.5 through pandas with Arrow on).
+* :func:`try_int` and :func:`array_argmax`: ``Column.try_cast`` and
+  ``array_position`` with a column for its value are PySpark 4; on 3.5 the same results
+  from a range check and a higher-order function.
 
 Example:
     >>> spark_version() >= (3, 5)
@@ -30,10 +33,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType
 
 __all__ = [
+    "array_argmax",
     "arrow_scalar_udf",
     "arrow_type",
     "frame_from_arrow",
@@ -41,6 +45,7 @@ __all__ = [
     "inheritable_thread",
     "series_to_arrow",
     "spark_version",
+    "try_int",
 ]
 
 
@@ -148,6 +153,36 @@ def frame_from_arrow(spark: SparkSession, table: pa.Table) -> DataFrame:
     schema = from_arrow_schema(table.schema)
     with _conf(spark, "spark.sql.execution.arrow.pyspark.enabled", "true"):
         return spark.createDataFrame(table.to_pandas(), schema=schema)
+
+
+def try_int(column: Column) -> Column:
+    """``column`` (a number) as an ``int``, or null where it does not fit one (NaN, out of
+    range): ``Column.try_cast("int")`` on every supported PySpark."""
+    if spark_version() >= (4, 0):
+        return column.try_cast("int")
+    from pyspark.sql import functions as F
+
+    fits = column.between(F.lit(-(2**31)), F.lit(2**31 - 1))  # NaN sorts above: no
+    return F.when(fits, column.cast("int"))
+
+
+def array_argmax(column: Column) -> Column:
+    """The 0-based position of the first largest value of an array column, null for a
+    null or empty array: ``array_position(a, array_max(a)) - 1`` on every supported
+    PySpark."""
+    from pyspark.sql import functions as F
+
+    if spark_version() >= (4, 0):
+        return F.array_position(column, F.array_max(column)).cast("int") - 1
+    last = F.greatest(F.size(column) - 1, F.lit(0))
+    best = F.aggregate(
+        F.sequence(F.lit(0), last),
+        F.lit(0),
+        lambda kept, i: F.when(
+            F.element_at(column, i + 1) > F.element_at(column, kept + 1), i
+        ).otherwise(kept),
+    )
+    return F.when(F.size(column) > 0, best.cast("int"))
 
 
 # ---------------------------------------------------------------------- helpers

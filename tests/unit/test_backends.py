@@ -55,3 +55,28 @@ def test_a_fresh_worker_gets_the_backend_and_jax_shares_its_gpu(monkeypatch) -> 
 def test_the_plan_carries_the_backend_to_the_workers() -> None:
     logs = TensorFlowLogs.resolve(local=True, gpus=False, environ={}, backend="jax")
     assert logs.backend == "jax" and logs.level == "3"
+
+
+def test_a_model_from_a_newer_keras_names_both_versions_and_the_upgrade() -> None:
+    """A newer Keras writes settings an older one refuses (3.15's initializers for 3.14):
+    the load says which Keras saved it and how to upgrade."""
+    import io
+    import json
+    import zipfile
+
+    from sparkdl.errors import ModelError
+    from sparkdl.keras_io import model_from_bytes, model_to_bytes
+
+    net = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    source = zipfile.ZipFile(io.BytesIO(model_to_bytes(net)))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        for item in source.infolist():
+            data = source.read(item.filename)
+            if item.filename == "metadata.json":
+                data = json.dumps({**json.loads(data), "keras_version": "99.0.0"}).encode()
+            if item.filename == "config.json":  # a setting this Keras does not take
+                data = data.replace(b'"use_bias": true', b'"use_bias": true, "from_99": 1')
+            archive.writestr(item, data)
+    with pytest.raises(ModelError, match=r"saved by Keras 99\.0\.0.*pip install -U"):
+        model_from_bytes(out.getvalue())
