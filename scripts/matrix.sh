@@ -5,8 +5,9 @@
 #   bash scripts/matrix.sh jax      PySpark 4.1, Keras on JAX, no TensorFlow (.venv-jax)
 #   bash scripts/matrix.sh jax --setup-only    builds (or checks) the environment only
 # The stack's pins are tests/matrix/<name>.txt (a pip constraints file); its header
-# names the extras to install and the environment the tests run in. Idempotent: a
-# second run only checks what is installed. `bash scripts/test.sh --all` runs both.
+# names the extras to install and the environment the tests run in. A second run
+# reinstalls nothing that is in place (pip checks the pins, from its cache or PyPI).
+# `bash scripts/test.sh --all` runs both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name="${1:?usage: bash scripts/matrix.sh oldest|jax [pytest arguments]}"
@@ -26,9 +27,15 @@ python="${PYTHON:-python3}"
 import sys
 from importlib import metadata, util
 
+def installed(name):
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
 pins = [l.split("==") for l in open(sys.argv[1]) if "==" in l and not l.startswith("#")]
-wrong = [f"{n.strip()} {metadata.version(n.strip())} (pinned {v.strip()})"
-         for n, v in pins if metadata.version(n.strip()) != v.strip()]
+wrong = [f"{n.strip()} {installed(n.strip())} (pinned {v.strip()})"
+         for n, v in pins if installed(n.strip()) != v.strip()]
 if "KERAS_BACKEND=jax" in open(sys.argv[1]).read() and util.find_spec("tensorflow"):
     wrong.append("tensorflow is installed in a stack that must run without it")
 if wrong:

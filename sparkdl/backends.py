@@ -20,7 +20,7 @@ Example:
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.machinery
 import json
 import os
 import sys
@@ -92,7 +92,10 @@ def prepare(backend: str, environ: MutableMapping[str, str] | None = None) -> No
     env = os.environ if environ is None else environ
     keras = sys.modules.get("keras")
     if keras is not None:
-        running = str(keras.backend.backend())
+        # Another thread (the warm-up) may be importing Keras still: its backend is then
+        # the one the environment names, which that thread's prepare() set.
+        module = getattr(keras, "backend", None)
+        running = str(module.backend() if module else env.get("KERAS_BACKEND", "tensorflow"))
         if running != backend:
             raise BackendError(
                 f"This Python worker imported Keras on the {running!r} backend, but the "
@@ -101,7 +104,8 @@ def prepare(backend: str, environ: MutableMapping[str, str] | None = None) -> No
             )
         return
     package = SUPPORTED.get(backend, backend)
-    if importlib.util.find_spec(package) is None:
+    # A scan of sys.path, which takes no import lock (a warm-up may hold it).
+    if importlib.machinery.PathFinder.find_spec(package) is None:
         raise BackendError(
             f"The driver's Keras runs on the {backend!r} backend, but this executor's "
             f"Python ({sys.executable}) has no {package!r} package. Install "

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 from typing import Any
 
 from sparkdl.compat.tensorflow import runtime_started
@@ -43,9 +44,10 @@ def assign_gpus(task_context: Any) -> list[str] | None:
     if not addresses:
         return None
     visible = ",".join(addresses)
-    if _tensorflow_started() and os.environ.get("CUDA_VISIBLE_DEVICES") != visible:
+    started = _tensorflow_started() or "jax" in sys.modules  # JAX: it may have
+    if started and os.environ.get("CUDA_VISIBLE_DEVICES") != visible:
         _log.warning(
-            "TensorFlow already started its devices in this Python worker with "
+            "The backend may have started its devices in this Python worker with "
             "CUDA_VISIBLE_DEVICES=%s; task GPUs %s take effect in a fresh worker.",
             os.environ.get("CUDA_VISIBLE_DEVICES"),
             visible,

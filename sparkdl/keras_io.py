@@ -18,6 +18,7 @@ import io
 import json
 import math
 import os
+import re
 import tempfile
 import threading
 import warnings
@@ -449,7 +450,7 @@ def _raise_if_newer_keras(data: bytes, exc: BaseException) -> None:
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             saved = str(json.loads(archive.read("metadata.json")).get("keras_version", ""))
-    except (KeyError, ValueError, OSError):
+    except (KeyError, ValueError, OSError, zipfile.BadZipFile):
         return
     if saved and _version(saved) > _version(keras.__version__):
         last = (str(exc).strip().splitlines() or [""])[-1]  # Keras's innermost cause
@@ -462,11 +463,16 @@ def _raise_if_newer_keras(data: bytes, exc: BaseException) -> None:
 
 
 def _version(text: str) -> tuple[int, ...]:
-    """``"3.15.1"`` as ``(3, 15, 1)`` (a suffix such as ``.dev0`` ignored)."""
+    """``"3.15.1"`` as ``(3, 15, 1)`` (a suffix such as ``rc1`` ignored).
+
+    Example:
+        >>> _version("3.15.1rc1"), _version("3.16.0.dev0")
+        ((3, 15, 1), (3, 16, 0))
+    """
     parts = []
     for part in text.split(".")[:3]:
-        digits = "".join(c for c in part if c.isdigit())
-        parts.append(int(digits or 0))
+        lead = re.match(r"\d+", part)  # "1rc1" is 1
+        parts.append(int(lead.group()) if lead else 0)
     return tuple(parts)
 
 

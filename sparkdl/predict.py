@@ -17,13 +17,14 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType, StructField, StructType
 
-from sparkdl.compat.spark_versions import arrow_scalar_udf
+from sparkdl.compat.spark_versions import arrow_scalar_udf, has_arrow_udf
 from sparkdl.payload import ScoringPayload, predict_function
 
 __all__ = ["arg_max", "model_digest", "prediction_type", "transform_frame"]
@@ -45,10 +46,18 @@ def transform_frame(
         features: One expression per model input (:func:`sparkdl.data.model_features`).
         payload: The model and how to score it.
     """
+    from pyspark.sql import functions as F
+
     function = predict_function(payload)
     types = [field.dataType for field in dataset.select(*features).schema.fields]
     udf = arrow_scalar_udf(function, prediction_type(payload.outputs), types)
-    return dataset.withColumn(prediction, udf(*features))
+    scored = udf(*features)
+    if len(payload.outputs) > 1 and not has_arrow_udf():
+        # A pandas UDF's struct result has no null rows: a row with a null feature gets
+        # a null prediction here, as from the Arrow UDF.
+        present = functools.reduce(lambda a, b: a & b, [f.isNotNull() for f in features])
+        scored = F.when(present, scored)
+    return dataset.withColumn(prediction, scored)
 
 
 def prediction_type(outputs: Sequence[tuple[str, bool]]) -> DataType:

@@ -11,7 +11,9 @@ running PySpark has:
   ``functions.arrow_udf``; before it, a scalar iterator ``pandas_udf`` whose pandas
   Series are turned back into Arrow arrays (:func:`series_to_arrow`) before the same
   function runs, and its Arrow results into Series. The rows and the results are the
-  same; the detour through pandas costs time (``benchmarks/scoring.py``).
+  same but where pandas cannot tell a null from NaN: a null scalar float argument
+  arrives as NaN, and a NaN result goes back as null. The detour through pandas costs
+  time (``benchmarks/transform.py``).
 * :func:`frame_from_arrow`: a DataFrame from a ``pyarrow.Table``
   (``createDataFrame`` takes one from 4.0; on 3.5 through pandas with Arrow on).
 * :func:`try_int` and :func:`array_argmax`: ``Column.try_cast`` and
@@ -137,7 +139,11 @@ def series_to_arrow(series: Any, arrow: pa.DataType) -> pa.Array:
         fields = [series_to_arrow(series[f.name], f.type) for f in arrow]
         mask = pa.array(series.isna().all(axis=1).to_numpy())
         return pa.StructArray.from_arrays(fields, fields=list(arrow), mask=mask)
-    return pa.array(series, type=arrow, from_pandas=True)
+    # pandas marks a null as NaN in a numeric Series (ints come as floats), as None in an
+    # object one: NaN means null for an int field; a float NaN and the values of arrays
+    # stay what they are (a null float scalar cannot be told from NaN: it stays NaN).
+    nan_is_null = pa.types.is_integer(arrow) or pa.types.is_boolean(arrow)
+    return pa.array(series, type=arrow, from_pandas=nan_is_null)
 
 
 def frame_from_arrow(spark: SparkSession, table: pa.Table) -> DataFrame:
@@ -162,27 +168,27 @@ def try_int(column: Column) -> Column:
         return column.try_cast("int")
     from pyspark.sql import functions as F
 
-    fits = column.between(F.lit(-(2**31)), F.lit(2**31 - 1))  # NaN sorts above: no
+    wide = column.cast("double")  # a float column's bound would round to 2^31
+    fits = wide.between(F.lit(-(2.0**31)), F.lit(2.0**31 - 1))  # NaN sorts above: no
     return F.when(fits, column.cast("int"))
 
 
 def array_argmax(column: Column) -> Column:
-    """The 0-based position of the first largest value of an array column, null for a
-    null or empty array: ``array_position(a, array_max(a)) - 1`` on every supported
-    PySpark."""
+    """The 0-based position of the first largest value of an array column (null
+    elements skipped), null for a null, empty or all-null array:
+    ``array_position(a, array_max(a)) - 1`` on every supported PySpark."""
     from pyspark.sql import functions as F
 
     if spark_version() >= (4, 0):
         return F.array_position(column, F.array_max(column)).cast("int") - 1
     last = F.greatest(F.size(column) - 1, F.lit(0))
-    best = F.aggregate(
-        F.sequence(F.lit(0), last),
-        F.lit(0),
-        lambda kept, i: F.when(
-            F.element_at(column, i + 1) > F.element_at(column, kept + 1), i
-        ).otherwise(kept),
-    )
-    return F.when(F.size(column) > 0, best.cast("int"))
+
+    def better(kept: Column, i: Column) -> Column:  # null elements are skipped
+        value, best = F.element_at(column, i + 1), F.element_at(column, kept + 1)
+        return F.when(value.isNotNull() & (best.isNull() | (value > best)), i).otherwise(kept)
+
+    best = F.aggregate(F.sequence(F.lit(0), last), F.lit(0), better)
+    return F.when(F.array_max(column).isNotNull(), best.cast("int"))
 
 
 # ---------------------------------------------------------------------- helpers

@@ -67,7 +67,8 @@ def predict(payload: ScoringPayload, batches: Iterable[pa.RecordBatch]) -> Itera
         if len(columns) == 1:
             yield columns[0]
         else:
-            yield pa.StructArray.from_arrays(columns, names=[n for n, _ in payload.outputs])
+            names = [n for n, _ in payload.outputs]
+            yield pa.StructArray.from_arrays(columns, names=names, mask=pa.array(~present))
 
 
 def evaluate(payload: ScoringPayload, batches: Iterable[pa.RecordBatch]) -> pa.RecordBatch:

@@ -100,6 +100,7 @@ def test_asynchronous_workers_may_outnumber_task_slots(digits) -> None:
     assert accuracy(fitted.get_model(), x_test, y_test) >= 0.95
 
 
+@pytest.mark.compat
 def test_mixed_precision_workers_compute_in_float16(digits) -> None:
     train_df, _, (_, x_test, _, y_test) = digits
     fitted = KerasEstimator(

@@ -39,3 +39,30 @@ def test_executors_without_the_backend_fail_before_training_naming_the_extra() -
     error = next(line for line in proc.stdout.splitlines() if line.startswith(("ERROR", "FITTED")))
     assert error.startswith("ERROR WorkerError"), error
     assert f"no {backend!r} package" in error and f"sparkdl-keras[{backend}]" in error, error
+
+
+@pytest.mark.compat
+def test_compressed_updates_train_to_accuracy(digits) -> None:
+    """Top-k updates with error feedback, synchronous every 4 batches (the codecs are
+    numpy on both sides; the worker's weights come from the backend)."""
+    from examples.digits import accuracy, digits_model
+    from sparkdl import KerasEstimator
+
+    train_df, _, (_, x_test, _, y_test) = digits
+    fitted = KerasEstimator(
+        model=digits_model(),
+        mode="synchronous",
+        merge="delta",
+        frequency=4,
+        compression="topk",
+        compression_ratio=0.1,
+        num_workers=2,
+        epochs=20,
+        batch_size=32,
+        seed=0,
+        verbose=0,
+    ).fit(train_df)
+    assert fitted.fit_report["resolved"]["backend"].startswith(
+        f"Keras on {keras.backend.backend()}"
+    )
+    assert accuracy(fitted.get_model(), x_test, y_test) >= 0.95

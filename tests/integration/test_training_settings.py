@@ -106,6 +106,7 @@ def test_settings_a_distributed_fit_cannot_honour_are_refused_by_name(digits) ->
             KerasEstimator(model=_model(keras.optimizers.Adam()), **{name: 2})
 
 
+@pytest.mark.compat
 def test_a_lars_model_trains_with_the_recipe_and_keeps_the_users_rate(digits) -> None:
     """sparkdl.LARS reaches the executors (registered on import); ``lr_scaling`` makes
     the workers train at the scaled rate while the fitted model keeps the user's."""

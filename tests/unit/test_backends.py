@@ -34,11 +34,18 @@ def test_a_worker_that_imported_keras_on_another_backend_says_so() -> None:
 
 
 def test_a_worker_without_the_package_names_it_and_the_extra(monkeypatch) -> None:
-    # As on an executor where Keras is not imported yet and the package is missing.
+    # As on an executor where Keras is not imported yet and the package is missing (no
+    # entry of sys.path holds it).
     monkeypatch.delitem(sys.modules, "keras")
-    monkeypatch.setitem(sys.modules, "jax", None)  # find_spec: not installed
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if not _has(p, "jax")])
     with pytest.raises(BackendError, match=r"no 'jax' package.*'sparkdl-keras\[jax\]'"):
         prepare("jax", environ={})
+
+
+def _has(path: str, package: str) -> bool:
+    import os
+
+    return os.path.isdir(os.path.join(path or ".", package))
 
 
 def test_a_fresh_worker_gets_the_backend_and_jax_shares_its_gpu(monkeypatch) -> None:
