@@ -1,5 +1,6 @@
-"""A digits fit whose executors run another Python (``sys.argv[1]``), one without the
-driver's Keras backend: prints ``ERROR <type>: <message>`` of the fit's error.
+"""A digits fit whose executors run another Python (``PYSPARK_PYTHON``, set by the
+caller), one without the driver's Keras backend: prints ``ERROR <type>: <message>`` of
+the fit's error.
 
 Run by tests/integration/test_backends.py in its own process (a process has one
 SparkContext, and its executors' Python is fixed when it starts).
@@ -16,7 +17,7 @@ from examples.digits import digits_frames, digits_model
 from sparkdl import KerasEstimator
 from tests.integration.conftest import spark_builder
 
-spark = spark_builder("local[2]").config("spark.pyspark.python", sys.argv[1]).getOrCreate()
+spark = spark_builder("local[2]").getOrCreate()
 spark.sparkContext.setLogLevel("OFF")
 train_df, _ = digits_frames(spark)
 try:

@@ -28,12 +28,11 @@ def test_executors_without_the_backend_fail_before_training_naming_the_extra() -
     if not os.path.exists(python):
         pytest.skip(f"{python} is missing: bash scripts/matrix.sh jax builds it")
     script = os.path.join(os.path.dirname(__file__), "backend_missing_fit.py")
+    # PySpark reads the executors' Python from PYSPARK_PYTHON when the driver is a plain
+    # Python process (spark.pyspark.python is spark-submit's).
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=python)
     proc = subprocess.run(
-        [sys.executable, script, python],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"),
+        [sys.executable, script], capture_output=True, text=True, timeout=300, env=env
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     error = next(line for line in proc.stdout.splitlines() if line.startswith(("ERROR", "FITTED")))
