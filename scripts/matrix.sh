@@ -5,7 +5,7 @@
 #   bash scripts/matrix.sh jax      PySpark 4.1, Keras on JAX, no TensorFlow (.venv-jax)
 #   bash scripts/matrix.sh jax --setup-only    builds (or checks) the environment only
 # The stack's pins are tests/matrix/<name>.txt (a pip constraints file); its header
-# names the extras to install and the environment the tests run in. A second run
+# names the extras to install, the environment the tests run in and pytest's selection. A second run
 # reinstalls nothing that is in place (pip checks the pins, from its cache or PyPI).
 # `bash scripts/test.sh --all` runs both.
 set -euo pipefail
@@ -16,6 +16,7 @@ pins="tests/matrix/${name}.txt"
 [ -f "$pins" ] || { echo "no stack named $name: $pins is missing" >&2; exit 2; }
 extras="$(sed -n 's/^# extras: *//p' "$pins")"
 environment="$(sed -n 's/^# env: *//p' "$pins")"
+selection="$(sed -n 's/^# pytest: *//p' "$pins")"
 venv=".venv-${name}"
 python="${PYTHON:-python3}"
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
@@ -50,4 +51,4 @@ print("== compatibility subset: pyspark", pyspark.__version__, "keras", keras.__
 # Only the modules that hold compat tests are collected (others import dev-only tools).
 files="$(grep -rl --include='test_*.py' 'pytest.mark.compat' tests | sort)"
 # shellcheck disable=SC2086
-env $environment "$venv/bin/python" -m pytest $files -m compat -p no:cacheprovider "$@"
+env $environment "$venv/bin/python" -m pytest $files -m compat $selection -p no:cacheprovider "$@"

@@ -38,7 +38,8 @@ def frame(spark, features, label=None, schema=None):  # type: ignore[no-untyped-
 
 
 @pytest.mark.parametrize(
-    "kind", ["array_float", "array_double", "dense_vector", "sparse_vector", "columns"]
+    "kind",
+    ["array_float", "array_double", "dense_vector", "sparse_vector", "sparse_input", "columns"],
 )
 @pytest.mark.compat
 def test_feature_column_types_train_and_transform(spark, kind) -> None:
@@ -52,7 +53,7 @@ def test_feature_column_types_train_and_transform(spark, kind) -> None:
         )
     elif kind == "dense_vector":
         df = frame(spark, [Vectors.dense(r) for r in X])
-    elif kind == "sparse_vector":
+    elif kind in ("sparse_vector", "sparse_input"):
         df = frame(
             spark, [Vectors.sparse(3, {i: float(v) for i, v in enumerate(r) if i != 1}) for r in X]
         )
@@ -60,12 +61,18 @@ def test_feature_column_types_train_and_transform(spark, kind) -> None:
         rows = [(float(a), float(b), float(c), int(y)) for (a, b, c), y in zip(X, Y, strict=True)]
         df = spark.createDataFrame(rows, ["a", "b", "c", "label"])
     features = ["a", "b", "c"] if kind == "columns" else "features"
-    fitted = fit(df, features_col=features)
+    model = None
+    if kind == "sparse_input":  # fed the backend's sparse batches: SparseTensor, BCOO
+        model = keras.Sequential(
+            [keras.Input((3,), sparse=True), keras.layers.Dense(2, activation="softmax")]
+        )
+        model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    fitted = fit(df, model=model, features_col=features)
     scored = fitted.transform(df).collect()
     assert len(scored) == 40
     assert fitted.transform(df).columns == [*df.columns, "prediction"]
     expected_x = X.copy()
-    if kind == "sparse_vector":
+    if kind in ("sparse_vector", "sparse_input"):
         expected_x[:, 1] = 0.0
     got = np.array([r.prediction for r in scored], np.float32)
     # Row order of collect() matches the input rows here (no shuffle in transform).

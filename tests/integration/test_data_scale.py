@@ -155,7 +155,6 @@ def _documents(rows: int, seed: int) -> tuple[list[str], np.ndarray]:
     return docs, labels
 
 
-@pytest.mark.compat
 @pytest.mark.slow  # 2^18 features x 20k rows: trained, scored and evaluated
 def test_hashed_text_stays_sparse_and_matches_plain_keras(spark) -> None:
     """2^18 hashed features x 20k rows (20 GB dense) train, score and evaluate sparse."""
