@@ -30,18 +30,8 @@ gcloud storage cp --quiet "$constraints_uri" "$work/constraints.txt"
 # sparkdl without its dependencies: its pyspark requirement would put pip's pyspark beside
 # Dataproc's Spark, whose pyspark the Python workers get on their path.
 "$VENV/bin/python" -m pip install --quiet --no-deps "$SPARKDL"
-# sparkdl's other requirements for EXTRAS (read from its metadata), less pyspark.
-"$VENV/bin/python" - "$EXTRAS" >"$work/requirements.txt" <<'PYCODE'
-import re, sys
-from importlib.metadata import requires
-
-extras = set(sys.argv[1].split(","))
-for line in requires("sparkdl-keras") or []:
-    req, _, marker = line.partition(";")
-    wanted = set(re.findall(r'extra\s*==\s*"([^"]+)"', marker))
-    if not re.match(r"\s*pyspark\b", req) and (not marker.strip() or extras & wanted):
-        print(req.strip())
-PYCODE
+# sparkdl's other requirements for EXTRAS, less pyspark (read from its metadata).
+"$VENV/bin/python" -m sparkdl.requirements "$EXTRAS" >"$work/requirements.txt"
 # Pinned to the stack the CI runs with Spark 3.5 (the constraints file).
 "$VENV/bin/python" -m pip install --quiet -c "$work/constraints.txt" -r "$work/requirements.txt"
 rm -rf "$work"

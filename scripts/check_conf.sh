@@ -11,8 +11,9 @@
 # What is resolved is what the recipes install: sparkdl's own requirements for the
 # runtime's extras (read from the wheel built from this checkout), less pyspark, plus the
 # packages the recipe upgrades on purpose (the file's `# upgrade:` line, which must match
-# the recipe's UPGRADE). pyspark is left out because every runtime brings its own Spark
-# (Databricks' pyspark is not even a pip distribution) and the recipes install sparkdl
+# the recipe's UPGRADE, or the cluster spec's SPARKDL_UPGRADE). pyspark is left out
+# because every runtime brings its own Spark (Databricks' pyspark is not even a pip
+# distribution) and the recipes install sparkdl
 # with --no-deps; it also could not be planned here: pyspark 3.5 is an sdist on PyPI, which
 # a plan for another Python and platform (--only-binary=:all:) refuses.
 set -euo pipefail
@@ -46,30 +47,24 @@ for pins in "${files[@]}"; do
         failed=1
         continue
     fi
-    # The recipe must upgrade exactly what the constraints file says it does.
-    recipe_upgrade="$(sed -n 's/^UPGRADE="\(.*\)"$/\1/p' "$recipe")"
+    # The recipe must upgrade exactly what the constraints file says it does: its
+    # UPGRADE, or (Databricks: one script for several runtimes) the cluster spec's
+    # spark_env_vars.SPARKDL_UPGRADE.
+    cluster="$(header cluster)"
+    if [ -n "$cluster" ]; then
+        recipe_upgrade="$("$python" -c 'import json, sys
+print(json.load(open(sys.argv[1]))["spark_env_vars"].get("SPARKDL_UPGRADE", "(none)"))' "$cluster")"
+    else
+        recipe_upgrade="$(sed -n 's/^UPGRADE="\(.*\)"$/\1/p' "$recipe")"
+    fi
     if [ "$recipe_upgrade" != "$upgrade" ]; then
-        echo "$name: FAIL: $recipe has UPGRADE=\"$recipe_upgrade\", $pins says \"$upgrade\""
+        echo "$name: FAIL: ${cluster:-$recipe} upgrades \"$recipe_upgrade\", $pins says \"$upgrade\""
         failed=1
         continue
     fi
-    # sparkdl's requirements for these extras, less pyspark (what the recipes install).
-    "$python" - "$wheel" "$extras" >"$tmp/$name.req" <<'PY'
-import re, sys, zipfile
-
-wheel, extras = sys.argv[1], set(filter(None, sys.argv[2].split(",")))
-with zipfile.ZipFile(wheel) as z:
-    meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
-    lines = z.read(meta).decode().splitlines()
-for line in lines:
-    if not line.startswith("Requires-Dist:"):
-        continue
-    req, _, marker = line[len("Requires-Dist:"):].partition(";")
-    wanted = re.findall(r'extra\s*==\s*"([^"]+)"', marker)
-    if re.match(r"\s*pyspark\b", req) or (marker.strip() and not extras & set(wanted)):
-        continue
-    print(req.strip())
-PY
+    # sparkdl's requirements for these extras, less pyspark (what the recipes install),
+    # by the module the recipes run on the node.
+    PYTHONPATH=. "$python" -m sparkdl.requirements "$extras" --wheel "$wheel" >"$tmp/$name.req"
     for pkg in $upgrade; do echo "$pkg" >>"$tmp/$name.req"; done
     start=$SECONDS
     if ! "$python" -m pip install --quiet --dry-run --ignore-installed --no-input \

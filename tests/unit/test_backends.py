@@ -87,3 +87,22 @@ def test_a_model_from_a_newer_keras_names_both_versions_and_the_upgrade() -> Non
             archive.writestr(item, data)
     with pytest.raises(ModelError, match=r"saved by Keras 99\.0\.0.*pip install -U"):
         model_from_bytes(out.getvalue())
+
+
+def test_the_recipes_requirements_leave_pyspark_to_the_runtime() -> None:
+    """``python -m sparkdl.requirements`` (what conf/'s recipes install after sparkdl
+    --no-deps) lists the extra's backend and no pyspark, from the installed metadata."""
+    import subprocess
+
+    from sparkdl.requirements import declared, requirements
+
+    lines = requirements(["jax"], declared())
+    assert any(r.startswith("jax") for r in lines) and any(r.startswith("keras") for r in lines)
+    assert not any(r.startswith(("pyspark", "tensorflow")) for r in lines)
+    out = subprocess.run(
+        [sys.executable, "-m", "sparkdl.requirements", "jax"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert out == lines
