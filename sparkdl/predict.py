@@ -48,9 +48,10 @@ def transform_frame(
     """
     from pyspark.sql import functions as F
 
-    function = predict_function(payload)
-    types = [field.dataType for field in dataset.select(*features).schema.fields]
-    udf = arrow_scalar_udf(function, prediction_type(payload.outputs), types)
+    def types() -> list[DataType]:
+        return [field.dataType for field in dataset.select(*features).schema.fields]
+
+    udf = arrow_scalar_udf(predict_function(payload), prediction_type(payload.outputs), types)
     scored = udf(*features)
     if len(payload.outputs) > 1 and not has_arrow_udf():
         # A pandas UDF's struct result has no null rows: a row with a null feature gets

@@ -87,7 +87,7 @@ def has_arrow_udf() -> bool:
 def arrow_scalar_udf(
     function: Callable[[Iterator[Any]], Iterator[Any]],
     return_type: DataType,
-    argument_types: Sequence[DataType],
+    argument_types: Callable[[], Sequence[DataType]],
 ) -> Callable[..., Any]:
     """A scalar UDF that runs ``function`` over an iterator of Arrow arrays (a tuple of
     them for several arguments) yielding one Arrow array per batch.
@@ -95,14 +95,15 @@ def arrow_scalar_udf(
     Args:
         function: The batch function, typed for ``arrow_udf`` (its hints name the kind).
         return_type: The UDF's Spark type.
-        argument_types: The Spark types of the columns it takes, in order (before 4.1,
-            the Arrow types the pandas Series are turned back into).
+        argument_types: Gives the Spark types of the columns it takes, in order; called
+            only before 4.1 (the Arrow types the pandas Series are turned back into), so
+            4.1 pays no analysis of the columns.
     """
     if has_arrow_udf():
         from pyspark.sql.functions import arrow_udf
 
         return arrow_udf(function, return_type)  # type: ignore[call-overload]
-    return _pandas_udf(function, return_type, [arrow_type(t) for t in argument_types])
+    return _pandas_udf(function, return_type, [arrow_type(t) for t in argument_types()])
 
 
 def arrow_type(spark_type: DataType) -> pa.DataType:

@@ -45,7 +45,7 @@ from sparkdl.executor.blocks import Block, Csr
 from sparkdl.executor.cache import PartitionCache, epoch_batches
 from sparkdl.payload import Column
 
-__all__ = ["Feed", "sparse_batch"]
+__all__ = ["Feed", "model_input", "sparse_batch"]
 
 
 @dataclass(frozen=True)
@@ -171,7 +171,7 @@ class Feed:
         """``(x, y)`` of a block, and ``w`` for a weighted feed: one value each, or a
         tuple for several inputs or outputs."""
         xs = [
-            _feature(block[c.name], shape, sparse, self.backend)
+            model_input(block[c.name], shape, sparse, self.backend)
             for c, shape, sparse in self.input_slots()
         ]
         ys = [_label(block[c.name], shape) for c, shape in self.output_slots() if c.name in block]
@@ -197,10 +197,15 @@ def sparse_batch(rows: Csr, backend: str, *, tensor: bool = False) -> Any:
     return sparse.BCOO((values, indices.astype(np.int32)), shape=shape)
 
 
-def _feature(value: Any, shape: tuple[int, ...], sparse: bool, backend: str) -> Any:
+def model_input(
+    value: Any, shape: tuple[int, ...], sparse: bool, backend: str, *, tensor: bool = False
+) -> Any:
+    """A batch of one feature column as its model input takes it: the backend's sparse
+    batch (:func:`sparse_batch`) for CSR rows and a ``sparse`` input, else dense rows in
+    the input's per-sample ``shape``."""
     if isinstance(value, Csr):
         if sparse:
-            return sparse_batch(value, backend)
+            return sparse_batch(value, backend, tensor=tensor)
         return value.dense().reshape((-1, *shape))
     return np.asarray(value).reshape((-1, *shape))
 

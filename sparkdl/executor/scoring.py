@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from sparkdl.executor.blocks import Block, Csr, convert, row_widths, slice_block
+from sparkdl.executor.blocks import Block, convert, row_widths, slice_block
 from sparkdl.payload import Column, ScoringPayload, check_row_widths
 from sparkdl.tf_logs import TensorFlowLogs
 
@@ -137,7 +137,7 @@ def _predict(
     """Predicts ``block`` in chunks of ``batch_size`` rows; one array per output, one
     row per block row. A CSR input becomes the backend's sparse batch (``takes_sparse``: a
     sparse model input) or dense rows one chunk at a time."""
-    from sparkdl.executor.feed import sparse_batch
+    from sparkdl.executor.feed import model_input
 
     rows = len(block[inputs[0].name])
     backend = _backend(payload)
@@ -145,15 +145,12 @@ def _predict(
     for start in range(0, rows, payload.batch_size):
         stop = min(start + payload.batch_size, rows)
         piece = slice_block(block, start, stop)
-        xs = []
-        for column, shape, sparse in zip(inputs, payload.input_shapes, takes_sparse, strict=True):
-            x = piece[column.name]
-            if isinstance(x, Csr) and sparse:
-                xs.append(sparse_batch(x, backend, tensor=True))
-            elif isinstance(x, Csr):
-                xs.append(x.dense().reshape((-1, *shape)))
-            else:
-                xs.append(x.reshape((-1, *shape)))
+        xs = [
+            model_input(piece[column.name], shape, sparse, backend, tensor=True)
+            for column, shape, sparse in zip(
+                inputs, payload.input_shapes, takes_sparse, strict=True
+            )
+        ]
         out = model.predict_on_batch(xs[0] if len(xs) == 1 else xs)
         values = list(out.values()) if isinstance(out, dict) else out
         values = values if isinstance(values, (list, tuple)) else [values]
