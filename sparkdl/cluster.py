@@ -18,8 +18,7 @@ from sparkdl.plan import DEFAULT_CACHE_BUDGET
 from sparkdl.sync.modes import mode_class
 
 if TYPE_CHECKING:
-    from pyspark import SparkContext
-    from pyspark.sql import SparkSession
+    from sparkdl.compat.sessions import SessionTools
 
 __all__ = [
     "DEFAULT_CACHE_BUDGET",
@@ -49,7 +48,7 @@ def runs_in_driver_jvm(master: str) -> bool:
     return re.fullmatch(r"local(\[.*\])?", master) is not None
 
 
-def num_workers(sc: SparkContext, config: TrainConfig) -> int:
+def num_workers(tools: SessionTools, config: TrainConfig) -> int:
     """The fit's workers; checks the slots a barrier stage needs (waits for executors on
     real clusters).
 
@@ -62,10 +61,10 @@ def num_workers(sc: SparkContext, config: TrainConfig) -> int:
     barrier = mode_class(config.mode).barrier
     if not barrier and config.num_workers:
         return config.num_workers
-    master = str(sc.master)
+    master = tools.master
     wait_until = time.monotonic() + (0 if runs_in_driver_jvm(master) else config.slot_wait_timeout)
     while True:
-        slots = task_slots(sc)
+        slots = tools.slots()
         wanted = config.num_workers or slots
         if slots >= wanted > 0:
             return wanted
@@ -79,22 +78,26 @@ def num_workers(sc: SparkContext, config: TrainConfig) -> int:
         time.sleep(0.5)
 
 
-def service_host(spark: SparkSession) -> str:
-    """The address executors reach the driver at: loopback for local masters."""
-    if parse_local_master(str(spark.sparkContext.master)):
+def service_host(tools: SessionTools) -> str:
+    """The address executors reach this process at: loopback for local masters; on
+    Spark Connect the client's address on the route to the server."""
+    client_host = getattr(tools, "client_host", None)
+    if client_host is not None:
+        return str(client_host())
+    if parse_local_master(tools.master):
         return "127.0.0.1"
-    return spark.conf.get("spark.driver.host", "127.0.0.1") or "127.0.0.1"
+    return tools.spark.conf.get("spark.driver.host", "127.0.0.1") or "127.0.0.1"
 
 
-def task_cpus(sc: SparkContext) -> int:
+def task_cpus(tools: SessionTools) -> int:
     """``spark.task.cpus``: the cores each task may use."""
     try:
-        return max(1, int(sc.getConf().get("spark.task.cpus", "1") or 1))
+        return max(1, int(tools.conf("spark.task.cpus", "1") or 1))
     except ValueError:
         return 1
 
 
-def cache_budget(sc: SparkContext) -> int:
+def cache_budget(tools: SessionTools) -> int:
     """Bytes of its partition a worker keeps in memory under ``data_cache="auto"``.
 
     When ``spark.executor.pyspark.memory`` caps the Python workers, half of each
@@ -109,12 +112,11 @@ def cache_budget(sc: SparkContext) -> int:
         >>> _memory_bytes("2g"), _memory_bytes("512m"), _memory_bytes("100")
         (2147483648, 536870912, 104857600)
     """
-    conf = sc.getConf()
-    cap = conf.get("spark.executor.pyspark.memory")
+    cap = tools.conf("spark.executor.pyspark.memory")
     if not cap:
         return DEFAULT_CACHE_BUDGET
     try:
-        cores = max(1, int(conf.get("spark.executor.cores", "1") or 1))
+        cores = max(1, int(tools.conf("spark.executor.cores", "1") or 1))
     except ValueError:
         cores = 1
     return max(1 << 20, _memory_bytes(cap) // (2 * cores))

@@ -30,6 +30,7 @@ from pyspark.sql import functions as F
 
 from sparkdl import checkpoints, cluster, custom_objects, data, keras_io
 from sparkdl.callbacks import DriverCallbacks
+from sparkdl.compat.sessions import SessionTools, session_tools
 from sparkdl.compat.spark import failure_summary, is_unsupported_barrier_chain, retries_ran_out
 from sparkdl.config import TrainConfig
 from sparkdl.errors import SparkDLError, WorkerError
@@ -49,7 +50,6 @@ from sparkdl.warmup import tensorflow_logs
 
 if TYPE_CHECKING:
     import keras
-    from pyspark import SparkContext
 
 __all__ = ["Fit", "FitResult"]
 
@@ -123,9 +123,8 @@ class Fit:
                 cancelled, its service and threads stopped (:mod:`sparkdl.interrupt`).
         """
         started = time.perf_counter()
-        spark = self.prepared.frame.sparkSession
-        sc = spark.sparkContext
-        plan = self._plan(sc)
+        tools = session_tools(self.prepared.frame.sparkSession)
+        plan = self._plan(tools)
         resolved = self._announce(plan)
         model_bytes = keras_io.model_to_bytes(self.model)
         store = self._store(plan, model_bytes)
@@ -143,18 +142,17 @@ class Fit:
         with interrupt_raises(), contextlib.ExitStack() as stack:
             payload = self._payload(
                 plan,
-                *_serve(stack, store, plan, SparkAttempts(sc, group)),
-                stack.enter_context(_broadcast(sc, model_bytes)),
+                *_serve(stack, store, plan, SparkAttempts(tools.spark_context(), group)),
+                stack.enter_context(tools.shared(model_bytes)),
             )
-            self._follow_fit(stack, sc, store, group, name, plan, rows, runner)
+            self._follow_fit(stack, tools, store, group, name, plan, rows, runner)
             prepare_seconds = time.perf_counter() - started + self._checks_seconds()
             reports = run_job(
-                sc,
+                tools,
                 group,
                 name,
-                lambda: self._launch(payload, store, runner),
+                lambda: self._launch(tools, payload, store, runner),
                 on_interrupt=lambda: store.abort("the fit was interrupted (KeyboardInterrupt)"),
-                session=spark,
             )
             weights = runner.finish() if runner else store.weights()
             history, status = store.history(), store.status()
@@ -221,7 +219,7 @@ class Fit:
     def _follow_fit(
         self,
         stack: contextlib.ExitStack,
-        sc: SparkContext,
+        tools: SessionTools,
         store: WeightStore,
         group: str,
         name: str,
@@ -231,29 +229,36 @@ class Fit:
     ) -> None:
         """Starts what follows the fit's events on the driver (the Spark UI's epoch
         marks, cancelling the job on an abort, the progress bar, the driver callbacks),
-        each stopped by ``stack``."""
-        marks = EpochMarks(sc, store, group, name, plan.epochs, plan.initial_epoch)
-        _follow(stack, marks.start, marks.stop)
-        stack.enter_context(_cancel_on_abort(sc, store, group))
+        each stopped by ``stack``. Spark Connect has no Spark UI marks."""
+        sc = tools.spark_context()
+        if sc is not None:
+            marks = EpochMarks(sc, store, group, name, plan.epochs, plan.initial_epoch)
+            _follow(stack, marks.start, marks.stop)
+        stack.enter_context(_cancel_on_abort(tools, store, group))
         if self.config.verbose:
             progress = Progress(store, epochs=plan.epochs, rows=rows, verbose=self.config.verbose)
             _follow(stack, progress.start, progress.stop)
         if runner:
             _follow(stack, runner.start, runner.abandon)  # (a no-op after finish)
 
-    def _plan(self, sc: SparkContext) -> FitPlan:
-        spark = self.prepared.frame.sparkSession
+    def _plan(self, tools: SessionTools) -> FitPlan:
+        host = cluster.service_host(tools)
+        # Over Spark Connect the service's traffic stays on this machine only when
+        # the executors reach this client on loopback.
+        local = cluster.parse_local_master(tools.master) and (
+            not tools.connect or host == "127.0.0.1"
+        )
         return FitPlan.resolve(
             self.config,
-            num_workers=cluster.num_workers(sc, self.config),
+            num_workers=cluster.num_workers(tools, self.config),
             rows=self.prepared.summary.rows,
-            threads=cluster.task_cpus(sc),
-            service_host=cluster.service_host(spark),
+            threads=cluster.task_cpus(tools),
+            service_host=host,
             initial_epoch=self.initial_epoch,
             validation_data=self.validation is not None,
-            cache_budget=cluster.cache_budget(sc),
-            tf_logs=tensorflow_logs(sc),
-            local_master=cluster.parse_local_master(str(sc.master)),
+            cache_budget=cluster.cache_budget(tools),
+            tf_logs=tensorflow_logs(tools),
+            local_master=local,
             optimizer=keras_io.optimizer_kind(self.model),
         )
 
@@ -323,7 +328,11 @@ class Fit:
         return train.unionByName(held_out)
 
     def _launch(
-        self, payload: WorkerPayload, store: WeightStore, runner: DriverCallbacks | None
+        self,
+        tools: SessionTools,
+        payload: WorkerPayload,
+        store: WeightStore,
+        runner: DriverCallbacks | None,
     ) -> list[WorkerReport]:
         """Runs the training job; returns the workers' reports in worker order.
 
@@ -335,7 +344,11 @@ class Fit:
         workers, summary = plan.num_workers, self.prepared.summary
         frame = self._frame()
         # Validation rows come as partitions of their own: shuffle to share them out.
-        split = frame.repartition(workers) if self.validation else _partitioned(frame, workers)
+        split = (
+            frame.repartition(workers)
+            if self.validation
+            else _partitioned(frame, workers, tools.num_partitions(frame))
+        )
         store.plan_rows(summary.planned_rows(workers, shuffled=split is not frame))
         try:
             if plan.mode.barrier:
@@ -356,9 +369,10 @@ class Fit:
         return sorted(reports, key=lambda r: r.worker)
 
 
-def _partitioned(frame: DataFrame, workers: int) -> DataFrame:
-    """``frame`` in ``workers`` partitions: itself when it has that many, else dealt
-    round robin (``repartition``: a shuffle).
+def _partitioned(frame: DataFrame, workers: int, partitions: int | None) -> DataFrame:
+    """``frame`` in ``workers`` partitions: itself when it has that many
+    (``partitions``; ``None``: unknown, as on Spark Connect), else dealt round robin
+    (``repartition``: a shuffle).
 
     Each worker then holds rows the driver can bound from its scan: a partition of
     ``frame`` exactly, or at most its share of each partition rounded up
@@ -367,7 +381,7 @@ def _partitioned(frame: DataFrame, workers: int) -> DataFrame:
     groups is Spark's choice at run time (by where cached blocks live), so the driver
     could not bound a worker's rows by its plan.
     """
-    if frame.rdd.getNumPartitions() == workers:
+    if partitions == workers:
         return frame
     return frame.repartition(workers)
 
@@ -427,17 +441,7 @@ def _follow(stack: contextlib.ExitStack, start: Any, stop: Any) -> None:
 
 
 @contextlib.contextmanager
-def _broadcast(sc: SparkContext, value: Any) -> Iterator[Any]:
-    """A broadcast of ``value``, unpersisted on exit."""
-    broadcast = sc.broadcast(value)
-    try:
-        yield broadcast
-    finally:
-        broadcast.unpersist(blocking=False)
-
-
-@contextlib.contextmanager
-def _cancel_on_abort(sc: SparkContext, events: FitEvents, group: str) -> Iterator[None]:
+def _cancel_on_abort(tools: SessionTools, events: FitEvents, group: str) -> Iterator[None]:
     """Cancels the fit's jobs if it is aborted while the job runs.
 
     A fatal worker error (or a raising driver callback) aborts the fit: cancel the job
@@ -449,7 +453,7 @@ def _cancel_on_abort(sc: SparkContext, events: FitEvents, group: str) -> Iterato
         while not over.is_set():
             if events.aborted_event.wait(0.2):
                 if not over.is_set():
-                    sc.cancelJobGroup(group)
+                    tools.cancel(group)
                 return
 
     thread = threading.Thread(target=watch, name="sparkdl-cancel", daemon=True)

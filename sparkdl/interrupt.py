@@ -7,8 +7,9 @@ with the training job's ``collect``, so the cancel failed: the caller got a
 while Spark retried its stage with fresh workers.
 
 So a fit runs its Spark job on a driver thread (:func:`run_job`), which carries the
-caller's Spark local properties (scheduler pool, ...) plus the fit's own job group, and
-the caller's thread only waits. While a fit runs on the main thread
+caller's Spark local properties (scheduler pool, ...) plus the fit's own job group (a
+job tag on Spark Connect: :mod:`sparkdl.compat.sessions`), and the caller's thread only
+waits. While a fit runs on the main thread
 (:func:`interrupt_raises`), SIGINT raises ``KeyboardInterrupt`` there instead of running
 PySpark's handler. On it the fit aborts its service's training state (every worker's next
 request is refused and it stops), cancels its own job group from a fresh thread, and
@@ -37,8 +38,7 @@ from sparkdl.compat.spark_versions import inheritable_thread
 from sparkdl.errors import SparkDLError
 
 if TYPE_CHECKING:
-    from pyspark import SparkContext
-    from pyspark.sql import SparkSession
+    from sparkdl.compat.sessions import SessionTools
 
 __all__ = ["CANCEL_SECONDS", "JOB_THREAD", "interrupt_raises", "run_job"]
 
@@ -73,25 +73,23 @@ def interrupt_raises() -> Iterator[None]:
 
 
 def run_job(
-    sc: SparkContext,
+    tools: SessionTools,
     group: str,
     description: str,
     job: Callable[[], T],
     *,
     on_interrupt: Callable[[], None],
-    session: SparkSession | None = None,
 ) -> T:
     """Runs ``job`` (which runs Spark jobs) on a driver thread, in job group ``group``.
 
     Args:
-        sc: The SparkContext.
-        group: The fit's job group: the job's Spark jobs run in it, and it is what an
-            interrupt cancels.
+        tools: The session's :class:`~sparkdl.compat.sessions.SessionTools`.
+        group: The fit's job group (or tag): the job's Spark jobs run in it, and it is
+            what an interrupt cancels.
         description: The job group's description (the Spark UI's job name).
         job: What to run; its result or exception comes back here.
         on_interrupt: Called first when the caller is interrupted (abort the fit's
             training state so its workers stop).
-        session: The SparkSession, whose job tags the thread carries too.
 
     Returns:
         What ``job`` returned.
@@ -107,13 +105,12 @@ def run_job(
 
     def target() -> None:
         try:
-            sc.setJobGroup(group, description)
-            sc.setJobDescription(description)
-            result.set_result(job())
+            with tools.jobs_named(group, description):
+                result.set_result(job())
         except BaseException as exc:  # the caller sees it at result()
             result.set_exception(exc)
 
-    thread = inheritable_thread(target, name=JOB_THREAD, session=session)
+    thread = inheritable_thread(target, name=JOB_THREAD, session=tools.spark)
     try:
         thread.start()
         while not result.done():
@@ -124,13 +121,13 @@ def run_job(
                     "could not take its local properties). Is the SparkContext stopped?"
                 )
     except BaseException as exc:
-        _release(sc, group, thread, on_interrupt, exc)
+        _release(tools, group, thread, on_interrupt, exc)
         raise
     return result.result()
 
 
 def _release(
-    sc: SparkContext,
+    tools: SessionTools,
     group: str,
     thread: threading.Thread,
     on_interrupt: Callable[[], None],
@@ -142,7 +139,7 @@ def _release(
     with _sigint_ignored():
         _log.warning("fit stopped by %s: cancelling Spark job group %s", type(exc).__name__, group)
         on_interrupt()
-        _cancel_group(sc, group, deadline)
+        _cancel_group(tools, group, deadline)
         if thread.is_alive():
             thread.join(max(0.0, deadline - time.monotonic()))
 
@@ -160,7 +157,7 @@ def _sigint_ignored() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def _cancel_group(sc: SparkContext, group: str, deadline: float) -> None:
+def _cancel_group(tools: SessionTools, group: str, deadline: float) -> None:
     """Cancels ``group`` from a fresh thread (with its own Py4J connection: the
     interrupted thread's may have been cut mid-call), waiting until ``deadline`` at
     most."""
@@ -168,7 +165,7 @@ def _cancel_group(sc: SparkContext, group: str, deadline: float) -> None:
 
     def cancel() -> None:
         try:
-            sc.cancelJobGroup(group)
+            tools.cancel(group)
         except Exception as exc:  # a stopped context: nothing left to cancel
             _log.debug("could not cancel job group %s: %s", group, exc)
         finally:

@@ -25,6 +25,7 @@ from pyspark.sql import DataFrame
 
 from sparkdl import custom_objects as custom_objects_module
 from sparkdl import data, data_scan, payload, persistence, predict
+from sparkdl.compat.sessions import Inline, SessionTools, session_tools
 from sparkdl.compat.spark import param_parent
 from sparkdl.errors import ModelError
 from sparkdl.keras_io import model_from_bytes
@@ -323,21 +324,25 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         and how Keras loads on the executors; ``fields``: the call's own."""
         from sparkdl import keras_io
 
+        tools = session_tools(dataset.sparkSession)
         return payload.ScoringPayload(
-            model_bytes=self._broadcast(dataset),
+            model_bytes=self._broadcast(tools),
             digest=self._digest,
             custom_objects=self.custom_objects,
             input_shapes=self.input_shapes,
             sparse_columns=sparse,
             input_labels=[keras_io.input_label(model, i) for i in range(len(self.input_shapes))],
             safe_mode=self.safe_mode,
-            tf_logs=tensorflow_logs(dataset.sparkSession.sparkContext),
+            tf_logs=tensorflow_logs(tools),
             **fields,
         )
 
-    def _broadcast(self, dataset: DataFrame) -> Any:
-        """The model bytes as a broadcast of ``dataset``'s SparkContext (made once)."""
-        sc = dataset.sparkSession.sparkContext
+    def _broadcast(self, tools: SessionTools) -> Any:
+        """The model bytes as a broadcast of the session's SparkContext (made once), or
+        in the scoring tasks' closure on Spark Connect (which has no broadcast)."""
+        sc = tools.spark_context()
+        if sc is None:
+            return Inline(self.model_bytes)
         key = id(sc)
         if key not in self._broadcasts:
             self._broadcasts[key] = sc.broadcast(self.model_bytes)

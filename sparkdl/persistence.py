@@ -9,6 +9,12 @@ can write works (local, ``file://``, HDFS, DBFS, object stores):
 * ``state.json``: history, fit report and input shape (models only);
 * ``custom_objects.pkl``: the cloudpickled ``custom_objects``, when there are any.
 
+A Spark Connect client has no FileSystem handle (nor a ``SparkContext``): it writes
+each file as a one-file Parquet dataset of its bytes in chunks, under the same name,
+through the DataFrame writer (``mode("overwrite")`` for ``write().overwrite()``, which
+PySpark's own ``MLWriter`` cannot do over Connect), and reads a file with Spark's
+``binaryFile`` source. Either kind of session loads either layout.
+
 Loading is safe by default: ``KerasModel.load(path)`` (and ``read().load``, and a
 ``Pipeline`` holding the stage) loads ``model.keras`` in Keras's safe mode, which
 refuses to run code a file carries (a ``Lambda`` layer's bytecode), on the driver and
@@ -35,7 +41,8 @@ from typing import Any
 from pyspark import SparkContext
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReader, MLWriter
 
-from sparkdl.compat.spark import hadoop_filesystem, read_all_bytes, reset_uid
+from sparkdl.compat.sessions import is_connect
+from sparkdl.compat.spark import hadoop_filesystem, params_metadata, read_all_bytes, reset_uid
 from sparkdl.errors import ModelError
 
 __all__ = [
@@ -141,6 +148,19 @@ class StageWriter(MLWriter):
         super().__init__()
         self.instance = instance
 
+    def save(self, path: str) -> None:
+        if not is_connect(self.sparkSession):
+            super().save(path)
+            return
+        spark = self.sparkSession
+        mode = "overwrite" if self.shouldOverwrite else "errorifexists"
+        metadata = params_metadata(self.instance, spark)
+        frame = spark.createDataFrame([(metadata,)], "value string").coalesce(1)
+        frame.write.mode(mode).text(f"{path}/metadata")
+        for key, data in self.instance._persisted_files().items():
+            # Every file, an absent one as no rows: an overwrite leaves no stale file.
+            _write_chunks(spark, f"{path}/{FILES[key]}", data or b"", mode)
+
     def saveImpl(self, path: str) -> None:
         sc = self.sparkSession.sparkContext
         DefaultParamsWriter.saveMetadata(self.instance, path, sc)
@@ -240,12 +260,12 @@ class StageReader(MLReader):
         self.loading = loading or Loading()
 
     def load(self, path: str) -> Any:
-        sc = self.sparkSession.sparkContext
-        metadata = DefaultParamsReader.loadMetadata(path, sc)
-        files: dict[str, bytes | None] = {}
-        for key, name in FILES.items():
-            full = f"{path}/{name}"
-            files[key] = read_bytes(sc, full) if exists(sc, full) else None
+        spark = self.sparkSession
+        # PySpark 3.5 reads metadata through a SparkContext; Connect has only the session.
+        metadata = DefaultParamsReader.loadMetadata(
+            path, spark if is_connect(spark) else spark.sparkContext
+        )
+        files = {key: _read_file(spark, f"{path}/{name}") for key, name in FILES.items()}
         instance = self.cls._from_persisted(files, self.loading, path)
         reset_uid(instance, metadata["uid"])
         DefaultParamsReader.getAndSetParams(instance, metadata)
@@ -263,6 +283,45 @@ def load_state(data: bytes | None) -> dict[str, Any]:
         return {}
     state: dict[str, Any] = json.loads(data)
     return state
+
+
+def _write_chunks(spark: Any, path: str, data: bytes, mode: str) -> None:
+    """``data`` at ``path`` as a one-file Parquet dataset of ``(chunk, data)`` rows."""
+    rows = [(i, data[at : at + _CHUNK]) for i, at in enumerate(range(0, len(data), _CHUNK))]
+    frame = spark.createDataFrame(rows, "chunk int, data binary").coalesce(1)
+    frame.write.mode(mode).parquet(path)
+
+
+def _read_file(spark: Any, path: str) -> bytes | None:
+    """A stage file's bytes (``None`` when absent or empty), in either layout: a file,
+    or the Parquet dataset :func:`_write_chunks` wrote."""
+    if not is_connect(spark):
+        sc = spark.sparkContext
+        if not exists(sc, path):
+            return None
+        fs, target = hadoop_filesystem(sc, path)
+        if not fs.getFileStatus(target).isDirectory():
+            return read_bytes(sc, path)
+        return _read_chunks(spark, path)
+    from pyspark.errors import AnalysisException
+
+    try:
+        found = spark.read.format("binaryFile").load(path).select("path").collect()
+    except AnalysisException as exc:
+        if "PATH_NOT_FOUND" in str(exc):
+            return None
+        raise
+    if len(found) == 1 and str(found[0][0]).rstrip("/").endswith(
+        "/" + path.rstrip("/").split("/")[-1]
+    ):
+        content = spark.read.format("binaryFile").load(path).select("content").collect()
+        return bytes(content[0][0]) or None
+    return _read_chunks(spark, path)
+
+
+def _read_chunks(spark: Any, path: str) -> bytes | None:
+    rows = spark.read.parquet(path).orderBy("chunk").select("data").collect()
+    return b"".join(bytes(row[0]) for row in rows) or None
 
 
 def _jsonable(value: Any) -> Any:

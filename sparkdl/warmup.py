@@ -61,6 +61,8 @@ from sparkdl.tf_logs import TensorFlowLogs
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from sparkdl.compat.sessions import SessionTools
+
 __all__ = [
     "JOB_DESCRIPTION",
     "REWARM_AFTER",
@@ -138,7 +140,7 @@ def warm_up(
     """Imports TensorFlow and Keras in every Python worker, from a driver thread.
 
     Runs one ``mapInArrow`` job of ``workers`` tasks (default: one per task slot,
-    ``sc.defaultParallelism``) from a daemon thread of the driver, described as
+    as the session counts them) from a daemon thread of the driver, described as
     :data:`JOB_DESCRIPTION` in the Spark UI; each task starts the import in its
     worker's background (holding Python's import lock, so that the worker's next task
     waits for it) and ends. The caller's job group and other local properties are
@@ -174,13 +176,14 @@ def warm_up(
         True
     """
     from sparkdl.cluster import parse_local_master  # driver side only
+    from sparkdl.compat.sessions import session_tools
 
     try:
-        sc = spark.sparkContext
-        app_id = sc.applicationId
+        tools = session_tools(spark)
+        app_id = tools.key()
         with _lock:
             handle = _handles.get(app_id)
-            tasks = _tasks(sc, workers)
+            tasks = _tasks(tools, workers)
             if (
                 handle is None
                 or handle._stale()
@@ -188,10 +191,10 @@ def warm_up(
                 or handle._tasks < tasks
             ):
                 if engine is None:
-                    engine = wait or not parse_local_master(str(sc.master))
-                handle = _start(spark, tasks, wait=wait, engine=engine)
+                    engine = wait or not parse_local_master(tools.master)
+                handle = _start(tools, tasks, wait=wait, engine=engine)
                 _handles[app_id] = handle
-    except Exception as exc:  # Spark Connect has no SparkContext; a stopped one fails
+    except Exception as exc:  # a stopped session fails
         _log.debug("sparkdl warm-up skipped: %s", exc)
         return _finished(ok=False)
     if wait:
@@ -199,16 +202,17 @@ def warm_up(
     return handle
 
 
-def tensorflow_logs(sc: Any) -> TensorFlowLogs:
-    """How this SparkContext's workers load Keras (:mod:`sparkdl.tf_logs`), decided on
-    the driver from its environment, its Keras backend, the master and whether tasks
-    get GPUs."""
+def tensorflow_logs(tools: SessionTools) -> TensorFlowLogs:
+    """How this session's workers load Keras (:mod:`sparkdl.tf_logs`), decided on the
+    driver from its environment, its Keras backend, the master and whether tasks get
+    GPUs (a local master's executors share its terminal, the Connect server's too)."""
     from sparkdl.backends import check_supported, driver_backend
     from sparkdl.cluster import runs_in_driver_jvm  # driver side only
 
-    local = runs_in_driver_jvm(str(sc.master))
+    local = runs_in_driver_jvm(tools.master)
     backend = check_supported(driver_backend())
-    return TensorFlowLogs.resolve(local=local, gpus=gpus_requested(sc.getConf()), backend=backend)
+    gpus = gpus_requested({key: tools.conf(key) for key in _GPU_KEYS})
+    return TensorFlowLogs.resolve(local=local, gpus=gpus, backend=backend)
 
 
 def gpus_requested(conf: Any) -> bool:
@@ -219,7 +223,7 @@ def gpus_requested(conf: Any) -> bool:
         >>> gpus_requested({"spark.task.resource.gpu.amount": "1"})
         True
     """
-    for key in ("spark.task.resource.gpu.amount", "spark.executor.resource.gpu.amount"):
+    for key in _GPU_KEYS:
         try:
             if float(conf.get(key) or 0) > 0:
                 return True
@@ -228,7 +232,9 @@ def gpus_requested(conf: Any) -> bool:
     return False
 
 
-# Driver side: one handle per SparkContext (by application id).
+_GPU_KEYS = ("spark.task.resource.gpu.amount", "spark.executor.resource.gpu.amount")
+
+# Driver side: one handle per SparkContext (by application id) or Connect session.
 _lock = threading.Lock()
 _handles: dict[str, WarmUp] = {}
 
@@ -239,29 +245,29 @@ def _finished(*, ok: bool) -> WarmUp:
     return handle
 
 
-def _tasks(sc: Any, workers: int | None) -> int:
-    slots = max(1, int(sc.defaultParallelism))
+def _tasks(tools: SessionTools, workers: int | None) -> int:
+    slots = max(1, tools.slots())
     return slots if workers is None else max(1, min(int(workers), slots))
 
 
-def _start(spark: SparkSession, tasks: int, *, wait: bool, engine: bool) -> WarmUp:
+def _start(tools: SessionTools, tasks: int, *, wait: bool, engine: bool) -> WarmUp:
     """Runs the warm-up job (and :func:`_warm_engine`) from an inheritable daemon
     thread; returns its handle."""
-    sc = spark.sparkContext
-    if sc.getConf().get("spark.python.worker.reuse", "true").lower() != "true":
+    spark = tools.spark
+    if (tools.conf("spark.python.worker.reuse", "true") or "true").lower() != "true":
         _log.debug("sparkdl warm-up skipped: spark.python.worker.reuse is false")
         return _finished(ok=True)  # nothing a warm-up could do in this SparkContext
     handle = WarmUp()
     handle._blocking = block = wait
     handle._tasks = tasks
-    logs = tensorflow_logs(sc)
+    logs = tensorflow_logs(tools)
 
     def run() -> None:
         ok = False
         try:
             # Local properties are per thread: this sets the description of this
             # thread's jobs only, under the job group inherited from the caller.
-            spark.sparkContext.setLocalProperty("spark.job.description", JOB_DESCRIPTION)
+            tools.describe(JOB_DESCRIPTION)
             frame = spark.range(tasks, numPartitions=tasks)
             warm = _warm_partition(logs, _EXECUTOR_MODULE, block=block)
             rows = frame.mapInArrow(warm, "pid long, ok boolean").collect()

@@ -46,6 +46,7 @@ __all__ = [
     "hadoop_filesystem",
     "is_unsupported_barrier_chain",
     "param_parent",
+    "params_metadata",
     "read_all_bytes",
     "reset_uid",
     "retries_ran_out",
@@ -229,6 +230,21 @@ def param_parent() -> Any:
             "sparkdl/compat/spark.py updated."
         )
     return dummy()
+
+
+def params_metadata(stage: Any, spark: Any) -> str:
+    """The JSON line of Spark ML's Params metadata for ``stage`` (what
+    ``DefaultParamsWriter.saveMetadata`` writes), for a writer that must choose the
+    save mode itself: ``saveMetadata`` writes without one, so it cannot overwrite over
+    Spark Connect. Reaches the private ``DefaultParamsWriter._get_metadata_to_save``.
+
+    Example:
+        >>> params_metadata(stage, spark)  # doctest: +SKIP
+        '{"class": "sparkdl.model.KerasModel", ...}'
+    """
+    from pyspark.ml.util import DefaultParamsWriter
+
+    return str(DefaultParamsWriter._get_metadata_to_save(stage, spark))
 
 
 def reset_uid(stage: Any, uid: str) -> None:

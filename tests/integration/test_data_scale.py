@@ -24,7 +24,7 @@ def test_parquet_with_validation_spills_to_disk_past_the_budget(
 
     # The budget of a Python worker capped at a few hundred kB (it comes from
     # spark.executor.pyspark.memory, which a running session cannot change).
-    monkeypatch.setattr(cluster, "cache_budget", lambda sc: 100_000)
+    monkeypatch.setattr(cluster, "cache_budget", lambda tools: 100_000)
     train_df, test_df, (_, x_test, _, y_test) = digits
     train_df.repartition(8).write.parquet(str(tmp_path / "train"))
     spark.conf.set("spark.sql.files.maxPartitionBytes", "16k")  # a file a partition
@@ -229,8 +229,10 @@ def test_other_partition_counts_are_dealt_round_robin(spark) -> None:
     def plan(df) -> str:  # type: ignore[no-untyped-def]
         return df._jdf.queryExecution().executedPlan().toString()
 
-    shuffled = _partitioned(frame, 2)
+    shuffled = _partitioned(frame, 2, 8)
     assert shuffled.rdd.getNumPartitions() == 2
     assert "RoundRobinPartitioning" in plan(shuffled) and "Coalesce" not in plan(shuffled)
-    assert "Exchange" in plan(_partitioned(spark.range(10, numPartitions=1), 2))
-    assert _partitioned(frame, 8) is frame
+    assert "Exchange" in plan(_partitioned(spark.range(10, numPartitions=1), 2, 1))
+    assert _partitioned(frame, 8, 8) is frame
+    # Where the session cannot tell (Spark Connect), always dealt.
+    assert "RoundRobinPartitioning" in plan(_partitioned(frame, 8, None))

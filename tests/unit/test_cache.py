@@ -230,13 +230,13 @@ def test_dense_vectors_kept_sparse_are_scored_as_csr() -> None:
 
 
 class _Context:
-    """What :func:`sparkdl.cluster.cache_budget` reads of a SparkContext: its conf."""
+    """What :func:`sparkdl.cluster.cache_budget` reads of a session: its settings."""
 
     def __init__(self, conf: dict[str, str]) -> None:
-        self.conf = conf
+        self.settings = conf
 
-    def getConf(self) -> dict[str, str]:
-        return self.conf
+    def conf(self, key: str, default: str | None = None) -> str | None:
+        return self.settings.get(key, default)
 
 
 def test_cache_budget_is_half_of_each_python_workers_share() -> None:
