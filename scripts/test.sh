@@ -8,7 +8,10 @@
 #                                 compatibility subset in the other stacks of the matrix
 #                                 (bash scripts/matrix.sh oldest|jax) and checks the
 #                                 conf/ recipes (bash scripts/check_conf.sh); what CI runs
-# Other arguments pass through to pytest, e.g. `bash scripts/test.sh tests/unit -q`.
+# Each tier ends with tests/connect, the same tier over a Spark Connect session, in a
+# pytest process of its own (a Connect session marks its whole process as a client).
+# Other arguments pass through to the main pytest run (tests/connect is left out then),
+# e.g. `bash scripts/test.sh tests/unit -q`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 all=0
@@ -30,6 +33,7 @@ export TF_CPP_MIN_LOG_LEVEL=2 SPARK_LOCAL_IP=127.0.0.1
 .venv/bin/mypy
 if [ "$all" = 1 ]; then
     .venv/bin/python -m pytest --doctest-modules sparkdl tests -p no:cacheprovider ${args[@]+"${args[@]}"}
+    SPARKDL_CONNECT_TESTS=1 .venv/bin/python -m pytest tests/connect -p no:cacheprovider
     SPARKDL_SETUP_DONE=1 bash scripts/docs.sh
     bash scripts/matrix.sh oldest -q
     bash scripts/matrix.sh jax -q
@@ -38,4 +42,8 @@ if [ "$all" = 1 ]; then
 else
     .venv/bin/python -m pytest --doctest-modules sparkdl tests -p no:cacheprovider \
         -m "not slow" ${args[@]+"${args[@]}"}
+    if [ ${#args[@]} = 0 ]; then
+        SPARKDL_CONNECT_TESTS=1 .venv/bin/python -m pytest tests/connect -p no:cacheprovider \
+            -m "not slow"
+    fi
 fi

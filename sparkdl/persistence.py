@@ -153,7 +153,7 @@ class StageWriter(MLWriter):
             super().save(path)
             return
         spark = self.sparkSession
-        mode = "overwrite" if self.shouldOverwrite else "errorifexists"
+        mode = "overwrite" if self.shouldOverwrite else "error"
         metadata = params_metadata(self.instance, spark)
         frame = spark.createDataFrame([(metadata,)], "value string").coalesce(1)
         frame.write.mode(mode).text(f"{path}/metadata")

@@ -14,6 +14,10 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
+#: tests/connect runs in a pytest process of its own (see its conftest).
+collect_ignore = [] if os.environ.get("SPARKDL_CONNECT_TESTS") == "1" else ["connect"]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     import shutil
 
