@@ -22,7 +22,9 @@ order), so an accuracy is judged over seeds, not on one lucky or unlucky
 initialisation; plain Keras gets the same seeds.
 
 ``--backend jax`` runs Keras on JAX (the driver and, after it, the executors);
-``benchmarks/backends.py`` runs this once per backend, side by side.
+``benchmarks/backends.py`` runs this once per backend, side by side. ``--connect`` runs
+the sparkdl rows on a Spark Connect session (``remote("local[2]")``) instead of a
+classic one; ``benchmarks/sessions.py`` runs both, side by side.
 
 Run:
     .venv/bin/python benchmarks/digits.py
@@ -86,6 +88,7 @@ def main() -> None:
     )
     parser.add_argument("--no-cold", action="store_true", help="skip the cold row")
     parser.add_argument("--backend", choices=BACKENDS, default=BACKEND, help="Keras backend")
+    parser.add_argument("--connect", action="store_true", help="a Spark Connect session")
     args = parser.parse_args()
     fixed = {"mode", "merge", "frequency", "num_workers", "epochs", "batch_size", "seed"}
     settings = parse_settings(parser, args.set, fixed)
@@ -114,14 +117,16 @@ def main() -> None:
 
     plain_keras(0)
 
+    builder = SparkSession.builder
     spark = (
-        SparkSession.builder.master("local[2]")
+        (builder.remote("local[2]") if args.connect else builder.master("local[2]"))
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )
-    spark.sparkContext.setLogLevel("ERROR")
+    if not args.connect:
+        spark.sparkContext.setLogLevel("ERROR")
     train_df, _ = digits_frames(spark, partitions=2)
     train_df = train_df.cache()
     train_df.count()

@@ -310,8 +310,9 @@ def spark_session(args: argparse.Namespace) -> Iterator[SparkSession]:
     """
     from pyspark.sql import SparkSession
 
+    builder = SparkSession.builder
     spark = (
-        SparkSession.builder.master(args.master)
+        (builder.remote(args.master) if args.connect else builder.master(args.master))
         .appName("sparkdl-scale")
         .config("spark.driver.memory", args.driver_memory)
         .config("spark.driver.host", "127.0.0.1")
@@ -320,7 +321,8 @@ def spark_session(args: argparse.Namespace) -> Iterator[SparkSession]:
         .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )
-    spark.sparkContext.setLogLevel("ERROR")
+    if not args.connect:
+        spark.sparkContext.setLogLevel("ERROR")
     try:
         yield spark
     finally:
@@ -577,6 +579,7 @@ def main() -> None:
     parser.add_argument("--driver-memory", default="4g")
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "sparkdl-scale"))
     parser.add_argument("--backend", choices=BACKENDS, default=BACKEND, help="Keras backend")
+    parser.add_argument("--connect", action="store_true", help="a Spark Connect session")
     args = parser.parse_args()
     if args.memory_hidden is None:
         args.memory_hidden = args.hidden

@@ -8,12 +8,12 @@ from collections.abc import Iterator
 import pytest
 
 
-def spark_builder(master: str):  # type: ignore[no-untyped-def]
+def spark_builder(master: str, *, remote: bool = False):  # type: ignore[no-untyped-def]
     from pyspark.sql import SparkSession
 
+    builder = SparkSession.builder.remote(master) if remote else SparkSession.builder.master(master)
     return (
-        SparkSession.builder.master(master)
-        .appName("sparkdl-tests")
+        builder.appName("sparkdl-tests")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.ui.enabled", "false")
@@ -25,9 +25,15 @@ def spark_builder(master: str):  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
+    """``local[2]``; with ``SPARKDL_TEST_REMOTE=1`` a Spark Connect client of a
+    ``local[2]`` server instead (``bash scripts/test.sh`` runs the compatibility subset
+    so, in a process of its own)."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    session = spark_builder("local[2]").getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
+    if os.environ.get("SPARKDL_TEST_REMOTE") == "1":
+        session = spark_builder("local[2]", remote=True).getOrCreate()
+    else:
+        session = spark_builder("local[2]").getOrCreate()
+        session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
 

@@ -55,6 +55,7 @@ def test_waiting_for_every_answer_also_reaches_accuracy(digits, mode, merge) -> 
 _slow_loss = slow_loss(0, 0.04)
 
 
+@pytest.mark.slow  # three fits with a worker slowed on purpose (fast tier: 6 minutes)
 @pytest.mark.parametrize("mode", ["asynchronous", "hogwild", "synchronous"])
 def test_a_slow_worker_does_not_slow_the_other(digits, mode) -> None:
     train_df, _, _ = digits

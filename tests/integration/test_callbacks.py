@@ -159,6 +159,7 @@ def test_checkpoints_resume_a_stopped_fit(digits, tmp_path) -> None:
     assert abs(a - b) < 0.03 and a >= 0.9, (a, b)
 
 
+@pytest.mark.slow  # MLflow's import and file store take most of its 10 s
 def test_mlflow_run_logs_params_metrics_and_model(digits, tmp_path, monkeypatch) -> None:
     import mlflow
     import mlflow.keras

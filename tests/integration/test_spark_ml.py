@@ -88,6 +88,7 @@ def test_pipeline_fits_saves_and_loads_in_a_new_session(pixel_frames, tmp_path) 
     assert same_session.history == fitted.stages[-1].history
 
 
+@pytest.mark.slow  # six fits (fast tier: 6 minutes)
 def test_cross_validator_picks_the_better_learning_rate(digits) -> None:
     train_df, _, _ = digits
     estimator = KerasEstimator(

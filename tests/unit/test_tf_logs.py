@@ -107,6 +107,7 @@ def test_no_stderr_means_no_filter_and_no_error() -> None:
     assert done.returncode == 0 and done.stdout.strip() == b"ran", done
 
 
+@pytest.mark.slow  # two fresh processes importing TensorFlow
 @pytest.mark.parametrize("filtered", [True, False])
 def test_tensorflow_loads_quietly_in_a_fresh_process(filtered: bool) -> None:
     """The real thing: TensorFlow's import and first operation, with and without the
