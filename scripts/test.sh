@@ -34,6 +34,13 @@ export TF_CPP_MIN_LOG_LEVEL=2 SPARK_LOCAL_IP=127.0.0.1
 if [ "$all" = 1 ]; then
     .venv/bin/python -m pytest --doctest-modules sparkdl tests -p no:cacheprovider ${args[@]+"${args[@]}"}
     SPARKDL_CONNECT_TESTS=1 .venv/bin/python -m pytest tests/connect -p no:cacheprovider
+    # The compatibility subset over a Connect client of local[2]. Left out: the tests
+    # that start a second driver process (it would start a second local server on the
+    # first one's port) and the executors' Python (a setting of the server, not the client).
+    SPARKDL_TEST_REMOTE=1 .venv/bin/python -m pytest tests/integration -m compat \
+        -p no:cacheprovider -q \
+        --deselect tests/integration/test_backends.py::test_executors_without_the_backend_fail_before_training_naming_the_extra \
+        --deselect tests/integration/test_spark_ml.py::test_pipeline_fits_saves_and_loads_in_a_new_session
     SPARKDL_SETUP_DONE=1 bash scripts/docs.sh
     bash scripts/matrix.sh oldest -q
     bash scripts/matrix.sh jax -q

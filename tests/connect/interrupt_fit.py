@@ -31,6 +31,9 @@ def main() -> None:
     port = int(sys.argv[1])
     spark = (
         SparkSession.builder.remote("local[3]")
+        # A free port (the test's own server holds 15002): PySpark's client finds a
+        # local server's ephemeral port only under SPARK_TESTING, which the test sets.
+        .config("spark.connect.grpc.binding.port", "0")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.ui.enabled", "false")

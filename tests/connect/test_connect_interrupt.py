@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]  # a driver process of its ow
 
 def test_sigint_mid_fit_raises_keyboard_interrupt_and_frees_the_slots() -> None:
     script = os.path.join(os.path.dirname(__file__), "interrupt_fit.py")
-    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYTHONUNBUFFERED="1")
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYTHONUNBUFFERED="1", SPARK_TESTING="1")
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, script, str(port)],

@@ -15,10 +15,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 from examples.digits import digits_frames, digits_model
 from sparkdl import KerasEstimator
-from tests.integration.conftest import spark_builder
+from tests.integration.conftest import set_log_level, spark_builder
 
 spark = spark_builder("local[2]").getOrCreate()
-spark.sparkContext.setLogLevel("OFF")
+set_log_level(spark, "OFF")
 train_df, _ = digits_frames(spark)
 try:
     KerasEstimator(model=digits_model(), num_workers=2, epochs=1, verbose=0).fit(train_df)

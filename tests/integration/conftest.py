@@ -9,8 +9,11 @@ import pytest
 
 
 def spark_builder(master: str, *, remote: bool = False):  # type: ignore[no-untyped-def]
+    """A builder of ``master``; a Spark Connect client of it with ``remote`` or
+    ``SPARKDL_TEST_REMOTE=1`` (which the driver scripts the tests start inherit)."""
     from pyspark.sql import SparkSession
 
+    remote = remote or os.environ.get("SPARKDL_TEST_REMOTE") == "1"
     builder = SparkSession.builder.remote(master) if remote else SparkSession.builder.master(master)
     return (
         builder.appName("sparkdl-tests")
@@ -23,17 +26,22 @@ def spark_builder(master: str, *, remote: bool = False):  # type: ignore[no-unty
     )
 
 
+def set_log_level(session, level: str) -> None:  # type: ignore[no-untyped-def]
+    """Spark's log level, where the session has a SparkContext (not over Connect)."""
+    from sparkdl.compat.sessions import is_connect
+
+    if not is_connect(session):
+        session.sparkContext.setLogLevel(level)
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """``local[2]``; with ``SPARKDL_TEST_REMOTE=1`` a Spark Connect client of a
     ``local[2]`` server instead (``bash scripts/test.sh`` runs the compatibility subset
     so, in a process of its own)."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    if os.environ.get("SPARKDL_TEST_REMOTE") == "1":
-        session = spark_builder("local[2]", remote=True).getOrCreate()
-    else:
-        session = spark_builder("local[2]").getOrCreate()
-        session.sparkContext.setLogLevel("ERROR")
+    session = spark_builder("local[2]").getOrCreate()
+    set_log_level(session, "ERROR")
     yield session
     session.stop()
 

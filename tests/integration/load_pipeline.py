@@ -14,13 +14,13 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 import numpy as np
 from pyspark.ml import PipelineModel
 
-from tests.integration.conftest import spark_builder
+from tests.integration.conftest import set_log_level, spark_builder
 
 
 def main() -> None:
     model_dir, data_path, out_path = sys.argv[1:4]
     spark = spark_builder("local[1]").getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    set_log_level(spark, "ERROR")
     loaded = PipelineModel.load(model_dir)
     rows = loaded.transform(spark.read.parquet(data_path)).orderBy("id").collect()
     np.save(out_path, np.array([r.prediction for r in rows], np.float32))

@@ -238,7 +238,7 @@ def test_transform_and_evaluate_match_keras_on_collected_rows(digits, spark) -> 
         .withColumn("note", F.concat(F.lit("row-"), F.col("label").cast("string")))
         .repartition(4)
     )
-    assert wide.rdd.getNumPartitions() == 4
+    assert wide.select(F.spark_partition_id()).distinct().count() == 4
     rows = fitted.transform(wide).collect()
     assert set(rows[0].asDict()) == {"features", "label", "id", "note", "prediction", "class"}
     x = np.array([r.features for r in rows], np.float32)

@@ -56,6 +56,19 @@ def test_frame_from_arrow_keeps_the_rows_and_types(spark) -> None:
 
 
 def test_an_inheritable_thread_carries_the_job_group(spark) -> None:
+    from sparkdl.compat.sessions import is_connect
+
+    if is_connect(spark):  # a Connect client has job tags, per thread, instead
+        spark.addTag("sparkdl-test-tag")
+        seen_tags: list[set[str]] = []
+        thread = inheritable_thread(
+            lambda: seen_tags.append(spark.getTags()), name="t", session=spark
+        )
+        thread.start()
+        thread.join(30)
+        spark.removeTag("sparkdl-test-tag")
+        assert seen_tags == [{"sparkdl-test-tag"}]
+        return
     sc = spark.sparkContext
     sc.setJobGroup("sparkdl-test-group", "inherited")
     seen: list[str | None] = []
