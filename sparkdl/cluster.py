@@ -11,6 +11,7 @@ import re
 import time
 from typing import TYPE_CHECKING
 
+from sparkdl.compat.sessions import ConnectTools
 from sparkdl.compat.spark import task_slots
 from sparkdl.config import TrainConfig
 from sparkdl.errors import ClusterError
@@ -81,9 +82,8 @@ def num_workers(tools: SessionTools, config: TrainConfig) -> int:
 def service_host(tools: SessionTools) -> str:
     """The address executors reach this process at: loopback for local masters; on
     Spark Connect the client's address on the route to the server."""
-    client_host = getattr(tools, "client_host", None)
-    if client_host is not None:
-        return str(client_host())
+    if isinstance(tools, ConnectTools):
+        return tools.client_host()
     if parse_local_master(tools.master):
         return "127.0.0.1"
     return tools.spark.conf.get("spark.driver.host", "127.0.0.1") or "127.0.0.1"

@@ -242,7 +242,7 @@ class Fit:
             _follow(stack, runner.start, runner.abandon)  # (a no-op after finish)
 
     def _plan(self, tools: SessionTools) -> FitPlan:
-        host = cluster.service_host(tools)
+        host = self.config.service_host or cluster.service_host(tools)
         # Over Spark Connect the service's traffic stays on this machine only when
         # the executors reach this client on loopback.
         local = cluster.parse_local_master(tools.master) and (

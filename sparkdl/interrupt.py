@@ -118,7 +118,7 @@ def run_job(
             if not thread.is_alive() and not result.done():
                 raise SparkDLError(
                     "The fit's Spark job thread ended before the job started (Spark "
-                    "could not take its local properties). Is the SparkContext stopped?"
+                    "could not take its local properties or job tags). Is the session stopped?"
                 )
     except BaseException as exc:
         _release(tools, group, thread, on_interrupt, exc)

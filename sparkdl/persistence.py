@@ -13,7 +13,7 @@ A Spark Connect client has no FileSystem handle (nor a ``SparkContext``): it wri
 each file as a one-file Parquet dataset of its bytes in chunks, under the same name,
 through the DataFrame writer (``mode("overwrite")`` for ``write().overwrite()``, which
 PySpark's own ``MLWriter`` cannot do over Connect), and reads a file with Spark's
-``binaryFile`` source. Either kind of session loads either layout.
+``binaryFile`` source. The reader takes either layout on either kind of session.
 
 Loading is safe by default: ``KerasModel.load(path)`` (and ``read().load``, and a
 ``Pipeline`` holding the stage) loads ``model.keras`` in Keras's safe mode, which
@@ -308,7 +308,7 @@ def _read_file(spark: Any, path: str) -> bytes | None:
     try:
         found = spark.read.format("binaryFile").load(path).select("path").collect()
     except AnalysisException as exc:
-        if "PATH_NOT_FOUND" in str(exc):
+        if exc.getCondition() == "PATH_NOT_FOUND":
             return None
         raise
     if len(found) == 1 and str(found[0][0]).rstrip("/").endswith(

@@ -140,7 +140,7 @@ def warm_up(
     """Imports TensorFlow and Keras in every Python worker, from a driver thread.
 
     Runs one ``mapInArrow`` job of ``workers`` tasks (default: one per task slot,
-    as the session counts them) from a daemon thread of the driver, described as
+    the default parallelism) from a daemon thread of the driver, described as
     :data:`JOB_DESCRIPTION` in the Spark UI; each task starts the import in its
     worker's background (holding Python's import lock, so that the worker's next task
     waits for it) and ends. The caller's job group and other local properties are
@@ -246,7 +246,7 @@ def _finished(*, ok: bool) -> WarmUp:
 
 
 def _tasks(tools: SessionTools, workers: int | None) -> int:
-    slots = max(1, tools.slots())
+    slots = max(1, tools.parallelism())
     return slots if workers is None else max(1, min(int(workers), slots))
 
 

@@ -47,11 +47,14 @@ __all__ = ["ClassicTools", "ConnectTools", "Inline", "SessionTools", "is_connect
 
 #: Rows of the ``range`` whose partitions tell a Connect session's default parallelism.
 _PROBE_ROWS = 1 << 20
+#: Seconds a probed parallelism is reused (executors come and go on a cluster).
+_PROBE_SECONDS = 30.0
+_probed: dict[str, tuple[int, float]] = {}
 
 
 def is_connect(spark: Any) -> bool:
-    """Whether ``spark`` is a Spark Connect session (by its class, not the process's
-    environment: a process may hold a classic and a Connect session).
+    """Whether ``spark`` is a Spark Connect session, by its class. (PySpark itself
+    decides by the process's environment, so one process runs sessions of one kind.)
 
     Example:
         >>> is_connect(object())
@@ -61,8 +64,24 @@ def is_connect(spark: Any) -> bool:
 
 
 def session_tools(spark: SparkSession) -> SessionTools:
-    """The :class:`SessionTools` of ``spark``'s kind."""
-    return ConnectTools(spark) if is_connect(spark) else ClassicTools(spark)
+    """The :class:`SessionTools` of ``spark``'s kind.
+
+    Raises:
+        ConfigError: A Spark Connect session of PySpark before 4.0.
+    """
+    if not is_connect(spark):
+        return ClassicTools(spark)
+    from sparkdl.compat.spark_versions import spark_version
+    from sparkdl.errors import ConfigError
+
+    if spark_version() < (4, 0):
+        raise ConfigError(
+            "sparkdl trains over Spark Connect with PySpark 4.0 or later on the client. "
+            "Received: a Spark Connect session of PySpark "
+            f"{'.'.join(map(str, spark_version()))}. Upgrade the client "
+            '(pip install -U "sparkdl-keras[connect]") or use a classic session.'
+        )
+    return ConnectTools(spark)
 
 
 @dataclass(frozen=True)
@@ -98,6 +117,10 @@ class SessionTools:
     def slots(self) -> int:
         """Tasks the cluster runs at once now."""
         raise NotImplementedError
+
+    def parallelism(self) -> int:
+        """The default parallelism (how many Python workers a warm-up warms)."""
+        return self.slots()
 
     def key(self) -> str:
         """Names the session's driver (one warm-up handle each)."""
@@ -150,6 +173,9 @@ class ClassicTools(SessionTools):
     def slots(self) -> int:
         return task_slots(self.sc)
 
+    def parallelism(self) -> int:
+        return int(self.sc.defaultParallelism)
+
     def key(self) -> str:
         return str(self.sc.applicationId)
 
@@ -197,15 +223,28 @@ class ConnectTools(SessionTools):
         parallelism (the executors' cores) of a ``range`` over the task's cores."""
         cores = _local_cores(self.master)
         if cores is None:
-            from pyspark.sql import functions as F
-
-            probe = self.spark.range(_PROBE_ROWS).select(F.spark_partition_id().alias("p"))
-            cores = int(probe.agg(F.max("p")).collect()[0][0]) + 1
+            cores = self._probed_cores()
         try:
             task_cpus = max(1, int(self.conf("spark.task.cpus", "1") or 1))
         except ValueError:
             task_cpus = 1
         return max(1, cores // task_cpus)
+
+    def _probed_cores(self) -> int:
+        """The default parallelism of a ``range`` (one small job), remembered for
+        :data:`_PROBE_SECONDS` per session: a fit and its warm-up ask once."""
+        import time
+
+        from pyspark.sql import functions as F
+
+        key, now = self.key(), time.monotonic()
+        known = _probed.get(key)
+        if known is not None and now - known[1] < _PROBE_SECONDS:
+            return known[0]
+        probe = self.spark.range(_PROBE_ROWS).select(F.spark_partition_id().alias("p"))
+        cores = int(probe.agg(F.max("p")).collect()[0][0]) + 1
+        _probed[key] = (cores, now)
+        return cores
 
     def key(self) -> str:
         spark: Any = self.spark  # a Connect session (not the classic type mypy sees)
@@ -223,15 +262,26 @@ class ConnectTools(SessionTools):
         self.spark.interruptTag(group)
 
     def client_host(self) -> str:
-        """The address executors most likely reach this client at: loopback when the
-        Connect server is on this machine, else the local address of the route to it."""
+        """The address executors most likely reach this client at.
+
+        A client on the Connect server's machine: loopback for a local master, else
+        the driver's address (``spark.driver.host``: the client runs on the driver
+        node, as a notebook on a Databricks standard-access cluster). Any other client:
+        its local address on the route to the server. Loopback when none is found.
+        """
         spark: Any = self.spark
-        server = str(getattr(spark.client, "host", "") or "localhost")
-        if server in ("localhost", "127.0.0.1", "::1") or server.startswith("127."):
+        server = str(getattr(spark.client, "host", "") or "localhost").strip("[]")
+        if server in ("localhost", "::1") or server.startswith("127."):
+            if self.master.startswith("local"):
+                return "127.0.0.1"
+            return self.conf("spark.driver.host") or "127.0.0.1"
+        try:
+            family, kind, _, _, address = socket.getaddrinfo(server, 9, type=socket.SOCK_DGRAM)[0]
+            with socket.socket(family, kind) as probe:
+                probe.connect(address)  # UDP: picks a route, sends nothing
+                return str(probe.getsockname()[0])
+        except OSError:
             return "127.0.0.1"
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect((server, 9))  # UDP: picks a route, sends nothing
-            return str(probe.getsockname()[0])
 
 
 def _local_cores(master: str) -> int | None:
