@@ -31,7 +31,14 @@ import numpy as np
 from sparkdl.errors import ConfigError
 from sparkdl.server import wire
 
-__all__ = ["Checkpoint", "checkpoint_callback", "checkpoint_name", "latest", "write"]
+__all__ = [
+    "Checkpoint",
+    "checkpoint_callback",
+    "checkpoint_name",
+    "latest",
+    "latest_epoch",
+    "write",
+]
 
 _NAME = re.compile(r"^ckpt-(\d{6})(?:-r(\d+))?$")
 
@@ -110,6 +117,14 @@ def latest(directory: str) -> Checkpoint | None:
         settings=dict(state.get("settings", {})),
         path=path,
     )
+
+
+def latest_epoch(directory: str) -> int | None:
+    """Epochs done at the newest complete checkpoint in ``directory`` (its name only,
+    nothing read), or ``None`` if there is none."""
+    root = _local(directory)
+    names = _complete(root) if os.path.isdir(root) else []
+    return _key(names[-1])[0] if names else None
 
 
 def checkpoint_callback(

@@ -49,27 +49,42 @@ def runs_in_driver_jvm(master: str) -> bool:
     return re.fullmatch(r"local(\[.*\])?", master) is not None
 
 
-def num_workers(tools: SessionTools, config: TrainConfig) -> int:
+def num_workers(
+    tools: SessionTools, config: TrainConfig, *, hosted: bool = False, relay: bool = False
+) -> int:
     """The fit's workers; checks the slots a barrier stage needs (waits for executors on
     real clusters).
 
     Modes without a barrier run ordinary tasks, which Spark queues when there are more
     than slots, so a given ``num_workers`` needs no check; the default is one per slot.
+    A service in the cluster (``hosted``) always runs a barrier stage, and its relay
+    (``relay``: callbacks, checkpoints or progress to follow) needs one slot more for
+    its polls, so the default then leaves one slot free.
 
     Raises:
         ClusterError: A barrier stage would need more slots than the cluster has.
     """
-    barrier = mode_class(config.mode).barrier
+    barrier = mode_class(config.mode).barrier or hosted
     if not barrier and config.num_workers:
         return config.num_workers
     master = tools.master
+    spare = 1 if relay else 0
     wait_until = time.monotonic() + (0 if runs_in_driver_jvm(master) else config.slot_wait_timeout)
     while True:
         slots = tools.slots()
-        wanted = config.num_workers or slots
-        if slots >= wanted > 0:
+        wanted = config.num_workers or slots - spare
+        if slots >= wanted + spare and wanted > 0:
             return wanted
         if time.monotonic() >= wait_until:
+            if spare and slots >= max(wanted, 1):
+                raise ClusterError(
+                    f"{max(wanted, 1)} worker(s) take all {slots} task slot(s) (master "
+                    f"{master!r}), but with the parameter service in the cluster the "
+                    "driver follows the fit (callbacks, checkpoints, progress) through "
+                    "small Spark jobs that need one free slot. Pass a smaller "
+                    "num_workers=, add a slot, or use service_placement='driver' (the "
+                    "client must then be reachable from the executors)."
+                )
             raise ClusterError(
                 f"mode={config.mode!r} runs num_workers={wanted} tasks at once as a barrier "
                 f"stage, but the cluster has {slots} task slot(s) (master {master!r}). Lower "

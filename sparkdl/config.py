@@ -35,6 +35,7 @@ from sparkdl.sync.recipe import check as check_recipe
 __all__ = [
     "DATA_CACHES",
     "FREQUENCIES",
+    "SERVICE_PLACEMENTS",
     "CheckpointConfig",
     "FailureConfig",
     "RunConfig",
@@ -50,6 +51,8 @@ __all__ = [
 FREQUENCIES: tuple[str, ...] = ("epoch", "batch")
 #: Where a worker keeps its partition (``TrainConfig.data_cache``).
 DATA_CACHES: tuple[str, ...] = ("auto", "memory", "disk")
+#: Where the parameter service runs (``TrainConfig.service_placement``).
+SERVICE_PLACEMENTS: tuple[str, ...] = ("auto", "driver", "cluster")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -223,8 +226,19 @@ class ServiceConfig:
     service_host: str | None = None
     port: int = 0
     service_tls: bool | None = None
+    service_placement: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.service_placement not in SERVICE_PLACEMENTS:
+            raise ConfigError(
+                f"Expected service_placement to be one of {list(SERVICE_PLACEMENTS)}. "
+                f"Received: service_placement={self.service_placement!r}"
+            )
+        if self.service_placement == "cluster" and self.service_host:
+            raise ConfigError(
+                f"service_host={self.service_host!r} names the driver's address, but "
+                "service_placement='cluster' runs the service on an executor. Drop one."
+            )
         if self.service_tls is not None and not isinstance(self.service_tls, bool):
             raise ConfigError(
                 f"Expected service_tls to be True, False or None (on for a cluster, off "
@@ -309,6 +323,11 @@ class TrainConfig:
             for the fit and pinned by its workers (:mod:`sparkdl.server.tls`).
             ``None``: on unless the master is local (``local[...]``,
             ``local-cluster[...]``), where the traffic never leaves the machine.
+        service_placement: Where the parameter service runs: ``"driver"`` (in this
+            process; executors connect to it), ``"cluster"`` (inside the training job,
+            beside one worker; this process follows the fit through Spark jobs only,
+            so it never listens on a socket), or ``"auto"``: the driver on a classic
+            session, the cluster on Spark Connect.
         request_timeout: Seconds a worker waits for one service call (connect and read).
         round_timeout: Seconds a synchronous round waits for missing workers; then it
             closes with the workers present and logs a warning (their late pushes are
@@ -404,6 +423,7 @@ class TrainConfig:
     service_host: str | None = ServiceConfig.service_host
     port: int = ServiceConfig.port
     service_tls: bool | None = ServiceConfig.service_tls
+    service_placement: str = ServiceConfig.service_placement
     request_timeout: float = FailureConfig.request_timeout
     round_timeout: float = FailureConfig.round_timeout
     backup_workers: int = SyncConfig.backup_workers

@@ -16,7 +16,9 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -34,14 +36,17 @@ from sparkdl.compat.sessions import SessionTools, session_tools
 from sparkdl.compat.spark import failure_summary, is_unsupported_barrier_chain, retries_ran_out
 from sparkdl.config import TrainConfig
 from sparkdl.errors import SparkDLError, WorkerError
+from sparkdl.executor.hosting import service_result
 from sparkdl.interrupt import interrupt_raises, run_job
 from sparkdl.metric_states import MetricStates
-from sparkdl.payload import RESULT_SCHEMA, VALIDATION, WorkerPayload, train_function
+from sparkdl.payload import RESULT_SCHEMA, VALIDATION, Hosting, WorkerPayload, train_function
 from sparkdl.plan import FitPlan, format_resolved
 from sparkdl.progress import Progress
+from sparkdl.relay import Relay
 from sparkdl.reports import SERVICE_KEYS, FitReport, WorkerReport
 from sparkdl.server.attempts import SparkAttempts
 from sparkdl.server.events import FitEvents
+from sparkdl.server.relay import relay_digest
 from sparkdl.server.service import ParameterService
 from sparkdl.server.store import WeightStore
 from sparkdl.server.tls import Certificate
@@ -127,8 +132,14 @@ class Fit:
         plan = self._plan(tools)
         resolved = self._announce(plan)
         model_bytes = keras_io.model_to_bytes(self.model)
-        store = self._store(plan, model_bytes)
-        runner = self._driver_callbacks(model_bytes, store)
+        group = f"sparkdl-fit-{time.time():.0f}-{secrets.token_hex(6)}"
+        relay_token = secrets.token_urlsafe(32)
+        events: WeightStore | Relay = (
+            self._relay(tools, group, plan, relay_token)
+            if plan.hosted
+            else self._store(plan, model_bytes)
+        )
+        runner = self._driver_callbacks(model_bytes, events)
         # The fitted model is rebuilt while the workers train, or is the callbacks'
         # master model, which already exists.
         built = None if runner else _build_in_background(model_bytes, self.custom_objects)
@@ -138,30 +149,49 @@ class Fit:
             f"sparkdl fit: {plan.mode.name}/{plan.merge.name}, {plan.num_workers} workers, "
             f"{plan.epochs} epochs, {rows} rows"
         )
-        group = f"sparkdl-fit-{store.started:.0f}-{id(store):x}"
         with interrupt_raises(), contextlib.ExitStack() as stack:
-            payload = self._payload(
-                plan,
-                *_serve(stack, store, plan, SparkAttempts(tools.spark_context(), group)),
-                stack.enter_context(tools.shared(model_bytes)),
-            )
-            self._follow_fit(stack, tools, store, group, name, plan, rows, runner)
+            shared = stack.enter_context(tools.shared(model_bytes))
+            if isinstance(events, WeightStore):
+                service, certificate = _serve(
+                    stack, events, plan, SparkAttempts(tools.spark_context(), group)
+                )
+                payload = self._payload(
+                    plan,
+                    service.url,
+                    service.token,
+                    certificate.pem if certificate else None,
+                    shared,
+                )
+            else:
+                payload = self._payload(
+                    plan,
+                    "",
+                    secrets.token_urlsafe(32),
+                    None,
+                    shared,
+                    hosting=self._hosting(plan, group, relay_token, tools),
+                )
+            self._follow_fit(stack, tools, events, group, name, plan, rows, runner)
             prepare_seconds = time.perf_counter() - started + self._checks_seconds()
-            reports = run_job(
+            reports, result = run_job(
                 tools,
                 group,
                 name,
-                lambda: self._launch(tools, payload, store, runner),
-                on_interrupt=lambda: store.abort("the fit was interrupted (KeyboardInterrupt)"),
+                lambda: self._launch(tools, payload, events, runner),
+                on_interrupt=lambda: events.abort("the fit was interrupted (KeyboardInterrupt)"),
             )
-            weights = runner.finish() if runner else store.weights()
-            history, status = store.history(), store.status()
+            if isinstance(events, Relay):
+                if result is None:
+                    raise WorkerError("The training job ended without the service's result.", {})
+                events.finish(result["history"], result["status"], result["weights"])
+            weights = runner.finish() if runner else _final_weights(events, result)
+            history, status = events.history(), events.status()
         trained = runner.master if runner else built.result()  # type: ignore[union-attr]
         report = FitReport(
             seconds=time.perf_counter() - started,
             rows=self.prepared.summary.rows,
             job_group=group,
-            service_url=payload.url,
+            service_url=payload.url or "in the cluster",
             workers=reports,
             service={key: status.get(key) for key in SERVICE_KEYS},
             prepare_seconds=prepare_seconds,
@@ -191,17 +221,19 @@ class Fit:
     def _payload(
         self,
         plan: FitPlan,
-        service: ParameterService,
-        certificate: Certificate | None,
+        url: str,
+        token: str,
+        tls_cert: bytes | None,
         model_bytes: Any,
+        hosting: Hosting | None = None,
     ) -> WorkerPayload:
         """What every training task receives (``model_bytes`` broadcast)."""
         prepared = self.prepared
         return WorkerPayload(
             plan=plan,
-            url=service.url,
-            token=service.token,
-            tls_cert=certificate.pem if certificate else None,
+            url=url,
+            token=token,
+            tls_cert=tls_cert,
             model_bytes=model_bytes,
             custom_objects=custom_objects.dumps(self.custom_objects),
             input_shapes=list(prepared.input_shapes),
@@ -214,22 +246,49 @@ class Fit:
             label_shapes=list(prepared.label_shapes),
             initial_steps=keras_io.optimizer_steps(self.model),
             class_weighted=bool(self.config.class_weight),
+            hosting=hosting,
+        )
+
+    def _hosting(self, plan: FitPlan, group: str, relay_token: str, tools: SessionTools) -> Hosting:
+        """What the workers need to host the service among themselves."""
+        return Hosting(
+            fit_id=group,
+            relay_digest=relay_digest(relay_token),
+            gate_epochs=self._gated(),
+            history=self.history,
+            planned_rows=[],  # set by _launch, from how the job partitions the frame
+            bind_host="127.0.0.1" if cluster.parse_local_master(tools.master) else None,
+        )
+
+    def _relay(self, tools: SessionTools, group: str, plan: FitPlan, token: str) -> Relay:
+        """The fit's events when the service runs in the cluster: polled by Spark jobs."""
+        return Relay(
+            self.prepared.frame.sparkSession,
+            tools,
+            group,
+            {"fit_id": group, "token": token, "timeout": plan.request_timeout},
+            epochs=plan.epochs,
+            history=self.history,
+            want_weights=self._gated(),
         )
 
     def _follow_fit(
         self,
         stack: contextlib.ExitStack,
         tools: SessionTools,
-        store: WeightStore,
+        store: FitEvents,
         group: str,
         name: str,
         plan: FitPlan,
         rows: int,
         runner: DriverCallbacks | None,
     ) -> None:
-        """Starts what follows the fit's events on the driver (the Spark UI's epoch
-        marks, cancelling the job on an abort, the progress bar, the driver callbacks),
-        each stopped by ``stack``. Spark Connect has no Spark UI marks."""
+        """Starts what follows the fit's events on the driver (the relay's polls when
+        the service runs in the cluster, the Spark UI's epoch marks, cancelling the job
+        on an abort, the progress bar, the driver callbacks), each stopped by
+        ``stack``. Spark Connect has no Spark UI marks."""
+        if isinstance(store, Relay) and (runner or self.config.verbose):
+            _follow(stack, store.start, store.stop)
         sc = tools.spark_context()
         if sc is not None:
             marks = EpochMarks(sc, store, group, name, plan.epochs, plan.initial_epoch)
@@ -242,15 +301,24 @@ class Fit:
             _follow(stack, runner.start, runner.abandon)  # (a no-op after finish)
 
     def _plan(self, tools: SessionTools) -> FitPlan:
-        host = self.config.service_host or cluster.service_host(tools)
-        # Over Spark Connect the service's traffic stays on this machine only when
-        # the executors reach this client on loopback.
-        local = cluster.parse_local_master(tools.master) and (
-            not tools.connect or host == "127.0.0.1"
-        )
+        config = self.config
+        placement = config.service_placement
+        if placement == "auto":
+            placement = "cluster" if tools.connect else "driver"
+        hosted = placement == "cluster"
+        local_master = bool(cluster.parse_local_master(tools.master))
+        if hosted:  # the service binds beside a worker: loopback on a local master
+            host, local = ("127.0.0.1" if local_master else "executor"), local_master
+        else:
+            host = config.service_host or cluster.service_host(tools)
+            # Over Spark Connect the service's traffic stays on this machine only when
+            # the executors reach this client on loopback.
+            local = local_master and (not tools.connect or host == "127.0.0.1")
+        # The relay's polls need a task slot beside the training job's.
+        relay = hosted and bool(self.callbacks or config.checkpoint_dir or config.verbose)
         return FitPlan.resolve(
-            self.config,
-            num_workers=cluster.num_workers(tools, self.config),
+            config,
+            num_workers=cluster.num_workers(tools, config, hosted=hosted, relay=relay),
             rows=self.prepared.summary.rows,
             threads=cluster.task_cpus(tools),
             service_host=host,
@@ -260,6 +328,7 @@ class Fit:
             tf_logs=tensorflow_logs(tools),
             local_master=local,
             optimizer=keras_io.optimizer_kind(self.model),
+            service_placement=placement,
         )
 
     def _checks_seconds(self) -> float:
@@ -277,20 +346,17 @@ class Fit:
             prepared.label_shapes,
         )
         metrics.prefetch()
-        return WeightStore(
+        return WeightStore.for_plan(
+            plan,
             self.model.get_weights(),
-            num_workers=plan.num_workers,
-            merge=plan.merge,
-            mode=plan.mode,
-            round_timeout=plan.round_timeout,
             history=self.history,
-            backup_workers=plan.backup_workers,
-            epochs=plan.epochs,
-            # Driver callbacks see each synchronous epoch before the workers go on.
-            gate_epochs=bool(self.callbacks or self.config.checkpoint_dir),
+            gate_epochs=self._gated(),
             metric_merge=metrics.results,
-            compression=plan.compression,
         )
+
+    def _gated(self) -> bool:
+        """Driver callbacks see each synchronous epoch before the workers go on."""
+        return bool(self.callbacks or self.config.checkpoint_dir)
 
     def _driver_callbacks(self, model_bytes: bytes, store: FitEvents) -> DriverCallbacks | None:
         callbacks = list(self.callbacks)
@@ -331,10 +397,12 @@ class Fit:
         self,
         tools: SessionTools,
         payload: WorkerPayload,
-        store: WeightStore,
+        events: WeightStore | Relay,
         runner: DriverCallbacks | None,
-    ) -> list[WorkerReport]:
-        """Runs the training job; returns the workers' reports in worker order.
+    ) -> tuple[list[WorkerReport], dict[str, Any] | None]:
+        """Runs the training job; returns the workers' reports in worker order and,
+        when the service ran in the cluster, its result
+        (:func:`~sparkdl.executor.hosting.service_result`).
 
         Before the job starts, the service learns the most rows each worker may join
         with, from the scan's rows per partition and how the job partitions the frame
@@ -349,13 +417,17 @@ class Fit:
             if self.validation
             else _partitioned(frame, workers, tools.num_partitions(frame))
         )
-        store.plan_rows(summary.planned_rows(workers, shuffled=split is not frame))
+        payload = _planned(
+            payload, events, summary.planned_rows(workers, shuffled=split is not frame)
+        )
         try:
-            if plan.mode.barrier:
+            if plan.mode.barrier or plan.hosted:
                 rows = _run_barrier_job(
                     split,
                     payload,
-                    replan=lambda: store.plan_rows(summary.planned_rows(workers, shuffled=True)),
+                    replan=lambda: _planned(
+                        payload, events, summary.planned_rows(workers, shuffled=True)
+                    ),
                 )
             else:  # ordinary tasks: none waits for another, Spark may queue them
                 rows = split.mapInArrow(train_function(payload), RESULT_SCHEMA).collect()
@@ -364,9 +436,32 @@ class Fit:
                 runner.abandon()
                 if runner.error is not None:  # a callback stopped the fit by raising
                     raise runner.error from None
-            raise _worker_error(exc, store.failures()) from None
-        reports = (WorkerReport.from_json(r["report"]) for r in rows)
-        return sorted(reports, key=lambda r: r.worker)
+            raise _worker_error(exc, events.failures()) from None
+        reports = (WorkerReport.from_json(r["report"]) for r in rows if r["worker"] >= 0)
+        result = service_result(rows) if plan.hosted else None
+        return sorted(reports, key=lambda r: r.worker), result
+
+
+def _planned(
+    payload: WorkerPayload, events: WeightStore | Relay, rows: Sequence[int]
+) -> WorkerPayload:
+    """Gives the service the driver's plan of rows per worker: the store in this
+    process, or the payload for a service the workers host."""
+    if payload.hosting is None:
+        assert isinstance(events, WeightStore)
+        events.plan_rows(rows)
+        return payload
+    return dataclasses.replace(
+        payload, hosting=dataclasses.replace(payload.hosting, planned_rows=list(rows))
+    )
+
+
+def _final_weights(events: WeightStore | Relay, result: dict[str, Any] | None) -> list[np.ndarray]:
+    """The center as training ended: the store's, or the hosted service's result."""
+    if isinstance(events, WeightStore):
+        return events.weights()
+    assert result is not None
+    return list(result["weights"])
 
 
 def _partitioned(frame: DataFrame, workers: int, partitions: int | None) -> DataFrame:
@@ -387,7 +482,7 @@ def _partitioned(frame: DataFrame, workers: int, partitions: int | None) -> Data
 
 
 def _run_barrier_job(
-    frame: DataFrame, payload: WorkerPayload, replan: Callable[[], None]
+    frame: DataFrame, payload: WorkerPayload, replan: Callable[[], WorkerPayload]
 ) -> list[Any]:
     """Runs the barrier stage so that Spark retries it when a worker is lost.
 
@@ -400,7 +495,8 @@ def _run_barrier_job(
     Spark also refuses a barrier stage over a chain whose ancestors have another
     partition count (``union``, ``coalesce``...). That check fails at submission,
     before any task runs, so retrying over ``repartition(num_workers)`` loses nothing;
-    ``replan`` gives the service the rows that shuffle plans for each worker first.
+    ``replan`` gives the service the rows that shuffle plans for each worker first
+    (and returns the payload to run with).
     """
     train = train_function(payload)
     try:
@@ -409,8 +505,9 @@ def _run_barrier_job(
         if not is_unsupported_barrier_chain(exc):
             raise
     _log.info("barrier stage needs a shuffle for this DataFrame; repartitioning")
-    replan()
+    payload = replan()
     frame = frame.repartition(payload.plan.num_workers)
+    train = train_function(payload)
     return frame.mapInArrow(train, RESULT_SCHEMA, barrier=True).repartition(1).collect()
 
 

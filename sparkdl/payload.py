@@ -41,6 +41,7 @@ __all__ = [
     "VALIDATION",
     "WEIGHT",
     "Column",
+    "Hosting",
     "ScoringPayload",
     "WorkerPayload",
     "cached_columns",
@@ -61,8 +62,10 @@ LABEL = "__sparkdl_label"
 VALIDATION = "__sparkdl_validation"
 #: The prepared column of per-row weights (``weight_col``, ``class_weight``).
 WEIGHT = "__sparkdl_weight"
-#: Schema of the one row each worker returns: its id and its report as JSON.
-RESULT_SCHEMA = "worker int, report string"
+#: Schema of the rows a training task returns: each worker one row, its id and its
+#: report as JSON (``blob`` null); the service's host, when the service runs in the
+#: cluster, also its result (:mod:`sparkdl.executor.hosting`), in rows of negative id.
+RESULT_SCHEMA = "worker int, report string, blob binary"
 #: Schema of the one row each ``evaluate`` task returns: rows, logs and metric states.
 EVALUATION_SCHEMA = "rows long, logs string, states string"
 
@@ -176,6 +179,30 @@ def cached_columns(
 
 
 @dataclass(frozen=True)
+class Hosting:
+    """What the workers need to run the service among themselves
+    (``service_placement="cluster"``: :mod:`sparkdl.executor.hosting`).
+
+    Attributes:
+        fit_id: Names the fit's rendezvous and snapshot files on the executors.
+        relay_digest: SHA-256 of the relay's token (:mod:`sparkdl.server.relay`).
+        gate_epochs: Synchronous workers wait at each epoch's end for the driver's
+            callbacks.
+        history: Logs of the epochs done before (a resumed fit).
+        planned_rows: The driver's plan of training rows per worker.
+        bind_host: The address the service binds to: ``"127.0.0.1"`` on a local
+            master; ``None``: the host's executor address.
+    """
+
+    fit_id: str
+    relay_digest: str
+    gate_epochs: bool
+    history: dict[str, list[float]] | None
+    planned_rows: list[int]
+    bind_host: str | None
+
+
+@dataclass(frozen=True)
 class WorkerPayload:
     """Everything a worker needs, as plain values.
 
@@ -202,6 +229,8 @@ class WorkerPayload:
             goes on from it).
         class_weighted: The weights are ``class_weight``'s, which Keras does not apply
             to validation rows.
+        hosting: The service runs among the workers (``url`` and ``tls_cert`` are
+            then learnt at the rendezvous); ``None``: it runs in the driver.
     """
 
     plan: FitPlan
@@ -220,6 +249,7 @@ class WorkerPayload:
     label_shapes: list[tuple[int, ...]] = field(default_factory=list)
     initial_steps: int = 0
     class_weighted: bool = False
+    hosting: Hosting | None = None
 
     def columns(self) -> tuple[list[Column], list[Column], Column | None]:
         """How the feature, label and weight columns are cached
@@ -249,7 +279,7 @@ def train_function(
 
     def train_partition(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
         task = importlib.import_module("sparkdl.executor.task")
-        yield task.run(payload, batches)
+        yield from task.run(payload, batches)
 
     return train_partition
 

@@ -69,6 +69,8 @@ class FitPlan:
         service_host: Address the service binds to and workers call.
         port: The service's port; 0 picks a free one.
         service_tls: The service speaks HTTPS (``TrainConfig.service_tls`` resolved).
+        service_placement: ``"driver"`` or ``"cluster"`` (``TrainConfig.
+            service_placement`` resolved: :mod:`sparkdl.executor.hosting`).
         data_cache: ``"auto"``, ``"memory"`` or ``"disk"`` (``TrainConfig.data_cache``).
         cache_budget: Bytes of its partition an ``"auto"`` worker keeps in memory.
         tf_logs: How workers load TensorFlow: its C++ log level, and whether its
@@ -98,6 +100,7 @@ class FitPlan:
     service_host: str
     port: int
     service_tls: bool = False
+    service_placement: str = "driver"
     data_cache: str = "auto"
     cache_budget: int = DEFAULT_CACHE_BUDGET
     tf_logs: TensorFlowLogs = field(default_factory=TensorFlowLogs)
@@ -117,6 +120,7 @@ class FitPlan:
         tf_logs: TensorFlowLogs | None = None,
         local_master: bool = True,
         optimizer: str = "sgd",
+        service_placement: str = "driver",
     ) -> FitPlan:
         """Resolves ``config`` for a fit over ``rows`` rows on ``num_workers`` workers.
 
@@ -135,6 +139,8 @@ class FitPlan:
             local_master: The master is local (``service_tls=None`` then means off).
             optimizer: The model's optimizer kind, for ``lr_scaling="auto"``
                 (:func:`sparkdl.keras_io.optimizer_kind`).
+            service_placement: ``"driver"`` or ``"cluster"``, resolved from the
+                setting's ``"auto"`` by the session's kind.
 
         Raises:
             ConfigError: ``backup_workers`` leaves no worker for a round.
@@ -179,10 +185,16 @@ class FitPlan:
             service_host=config.service_host or service_host,
             port=config.port,
             service_tls=not local_master if tls is None else tls,
+            service_placement=service_placement,
             data_cache=config.scaling.data_cache,
             cache_budget=cache_budget,
             tf_logs=tf_logs or TensorFlowLogs(),
         )
+
+    @property
+    def hosted(self) -> bool:
+        """The service runs inside the training job (``service_placement="cluster"``)."""
+        return self.service_placement == "cluster"
 
     def held_in(self, rows: int) -> int:
         """Of ``rows`` rows of a worker (or of the fit), those ``model.fit`` trains on:
@@ -236,7 +248,12 @@ class FitPlan:
             else self.data_cache
         )
         scheme = "HTTPS (per-fit certificate)" if self.service_tls else "HTTP"
-        lines["service"] = f"{self.service_host}, {scheme}"
+        where = (
+            "in the cluster, beside worker 0 (followed through Spark jobs)"
+            if self.hosted
+            else self.service_host
+        )
+        lines["service"] = f"{where}, {scheme}"
         return lines
 
 

@@ -22,12 +22,13 @@ from collections.abc import Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark import TaskContext
+from pyspark import BarrierTaskContext, TaskContext
 
 from sparkdl import gpu
 from sparkdl.backends import prepare
 from sparkdl.errors import ServiceError
 from sparkdl.executor.cache import PartitionCache
+from sparkdl.executor.hosting import Hosted
 from sparkdl.executor.imports import import_executor
 from sparkdl.executor.spool import Budget
 from sparkdl.payload import RESULT_SCHEMA, VALIDATION, Column, WorkerPayload
@@ -37,25 +38,31 @@ from sparkdl.server.client import ServiceClient
 __all__ = ["RESULT_SCHEMA", "run"]
 
 
-def run(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> pa.RecordBatch:
-    """Trains one partition: the task's one result row (:data:`RESULT_SCHEMA`).
+def run(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> list[pa.RecordBatch]:
+    """Trains one partition: the task's result rows (:data:`RESULT_SCHEMA`).
 
     Args:
         payload: What the driver sent.
         batches: The partition's record batches (the prepared columns).
 
     Returns:
-        One row: the worker's id and its :class:`~sparkdl.reports.WorkerReport` as JSON.
+        The worker's id and its :class:`~sparkdl.reports.WorkerReport` as JSON; when
+        this worker hosted the service, the service's result rows after it
+        (:mod:`sparkdl.executor.hosting`).
     """
-    report = _train_task(payload, batches)
-    return pa.RecordBatch.from_pydict(
-        {"worker": [report.worker], "report": [report.to_json()]},
-        schema=pa.schema([("worker", pa.int32()), ("report", pa.string())]),
+    report, hosted = _train_task(payload, batches)
+    row = pa.RecordBatch.from_pydict(
+        {"worker": [report.worker], "report": [report.to_json()], "blob": [None]},
+        schema=pa.schema([("worker", pa.int32()), ("report", pa.string()), ("blob", pa.binary())]),
     )
+    return [row, *hosted]
 
 
-def _train_task(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> WorkerReport:
-    """Caches the partition, joins the service, trains; reports a failure to the service.
+def _train_task(
+    payload: WorkerPayload, batches: Iterable[pa.RecordBatch]
+) -> tuple[WorkerReport, list[pa.RecordBatch]]:
+    """Caches the partition, joins the service (first hosting it among the workers when
+    the payload says so), trains; reports a failure to the service.
 
     The cache (memory or files) is released when the task ends, failed or not.
     """
@@ -76,8 +83,10 @@ def _train_task(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> Wo
         daemon=True,
     )
     importer.start()
-    client = _client(payload, worker, int(ctx.taskAttemptId()))
+    attempt = int(ctx.taskAttemptId())
+    client = None if payload.hosting else _client(payload, worker, attempt)
     phase = "cache"
+    hosted_rows: list[pa.RecordBatch] = []
     try:
         with contextlib.ExitStack() as caches:
             data, held_out = _open_caches(caches, payload, payload.cached_columns())
@@ -91,6 +100,14 @@ def _train_task(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> Wo
                 _append(batch, data, held_out)
             cache_seconds = time.perf_counter() - started
             phase = "train"
+            hosted = None
+            if payload.hosting is not None:
+                hosted = caches.enter_context(
+                    Hosted(payload, BarrierTaskContext.get(), worker, importer.join)
+                )
+                payload = hosted.payload
+                client = _client(payload, worker, attempt)
+            assert client is not None
             joined = client.join(data.rows)
             importer.join()
             import_seconds = time.perf_counter() - started
@@ -99,14 +116,18 @@ def _train_task(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> Wo
             report = train(payload, client, worker, data, held_out, joined)
             report.cache_mode = data.mode
             report.data_bytes = data.data_bytes + (held_out.data_bytes if held_out else 0)
+            if hosted is not None:
+                hosted_rows = hosted.finish()
     except BaseException as exc:
         # Spark reuses this process for its next task, which must not import
         # TensorFlow while this task's import thread still does (see warmup).
         importer.join()
-        client.report_failure(exc, fatal=not _transient(exc, phase))
+        if client is not None:
+            client.report_failure(exc, fatal=not _transient(exc, phase))
         raise
     finally:
-        client.close()
+        if client is not None:
+            client.close()
     report.cache_seconds = cache_seconds
     report.peak_rss_bytes = _peak_rss()
     report.import_seconds = import_seconds
@@ -115,7 +136,7 @@ def _train_task(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> Wo
     report.attempt = client.attempt
     report.started_at, report.ended_at = started_at, time.time()
     report.task_seconds = time.perf_counter() - started
-    return report
+    return report, hosted_rows
 
 
 def _client(payload: WorkerPayload, worker: int, attempt: int) -> ServiceClient:

@@ -21,6 +21,8 @@ Routes:
     ``POST /join?wait=S``: JSON ``{"worker": id, "rows": n, "attempt": a}``; answers
         ``{"rows": [...], "seq": s, "version": v, "position": [epoch, step] | null}``
         (synchronous mode: once every worker joined; 202 while not yet).
+    ``GET /relay...``: the relay's routes, with a token of their own, when the service
+        runs in the cluster (:mod:`sparkdl.server.relay`).
     ``POST /fail``: JSON ``{"worker": id, "traceback": text, "attempt": a, "fatal":
         bool}``; a fatal failure aborts training.
 
@@ -47,7 +49,7 @@ from typing import Any
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
-from sparkdl.server import wire
+from sparkdl.server import relay, wire
 from sparkdl.server.attempts import AttemptCheck
 from sparkdl.server.parse import (
     MAX_WAIT_SECONDS,
@@ -80,6 +82,7 @@ def create_app(
     *,
     attempts: AttemptCheck | None = None,
     wait_slots: int | None = None,
+    relay_digest: str | None = None,
 ) -> Flask:
     """Builds the Flask app that serves ``store``, guarded by ``token``.
 
@@ -92,6 +95,8 @@ def create_app(
         wait_slots: Long polls (``wait=S``) waiting at once, at most; one past them
             waits :data:`BUSY_WAIT_SECONDS` at most, so long polls never hold every
             server thread. ``None``: twice the workers.
+        relay_digest: The SHA-256 of the relay's token (:mod:`sparkdl.server.relay`):
+            serve the relay's routes to its holder. ``None``: no relay routes.
 
     Returns:
         A Flask app (never run it with ``debug=True``; :class:`ParameterService` serves
@@ -101,9 +106,11 @@ def create_app(
     app.config["MAX_CONTENT_LENGTH"] = max_body_bytes(store)
     app.config["DEBUG"] = False
     app.config["PROPAGATE_EXCEPTIONS"] = False
-    app.before_request(_authenticator(app, token))
+    app.before_request(_authenticator(app, token, relay_digest))
     waiting = _WaitSlots(wait_slots if wait_slots is not None else 2 * store.num_workers)
     _Routes(store, attempts, waiting).register(app)
+    if relay_digest is not None:
+        _register_relay(app, relay.RelayRoutes(store), waiting)
     _register_error_handlers(app)
     return app
 
@@ -253,13 +260,34 @@ class _WaitSlots:
             self._slots.release()
 
 
-def _authenticator(app: Flask, token: str) -> Callable[[], Response | None]:
-    """Checks the token (in constant time), then the announced body size."""
+def _register_relay(app: Flask, routes: relay.RelayRoutes, waiting: _WaitSlots) -> None:
+    """The relay's routes; its long poll takes a wait slot like the workers'."""
+
+    def exchange() -> Response:
+        with waiting(wait_arg()) as wait:
+            return _json(200, _finite(routes.exchange(wait)))
+
+    app.get(relay.PREFIX, endpoint="relay")(exchange)
+    app.get(relay.PREFIX + "/weights", endpoint="relay_weights")(
+        lambda: _weights_response(routes.weights())
+    )
+
+
+def _authenticator(
+    app: Flask, token: str, relay_digest: str | None
+) -> Callable[[], Response | None]:
+    """Checks the token (in constant time): the relay's on its routes, the workers' on
+    every other; then the announced body size."""
     expected = f"Bearer {token}".encode()
 
     def authenticate() -> Response | None:
-        given = request.headers.get("Authorization", "").encode("utf-8", "replace")
-        if not hmac.compare_digest(given, expected):
+        header = request.headers.get("Authorization", "")
+        given = header.encode("utf-8", "replace")
+        if relay.is_relay_path(request.path):
+            trusted = relay_digest is not None and relay.token_matches(header, relay_digest)
+        else:
+            trusted = hmac.compare_digest(given, expected)
+        if not trusted:
             return _json_error(
                 401, "Missing or wrong token: send 'Authorization: Bearer <token>' of this fit."
             )

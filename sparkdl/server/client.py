@@ -211,6 +211,15 @@ class ServiceClient:
         result: dict[str, Any] = json.loads(bytes(data))
         return result
 
+    def get(self, path: str) -> tuple[int, Any]:
+        """``(status, body)`` of a GET of ``path`` (the relay's routes:
+        :mod:`sparkdl.relay`), retried like every call.
+
+        Raises:
+            ServiceError: No answer after the retries.
+        """
+        return self._request("GET", path)
+
     def report_failure(self, exc: BaseException, *, fatal: bool = True) -> None:
         """Sends this worker's traceback to the service (best effort, never raises).
 

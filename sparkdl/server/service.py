@@ -77,6 +77,8 @@ class ParameterService:
             every attempt.
         tls: Serve HTTPS with this certificate (:mod:`sparkdl.server.tls`); ``None``
             serves plain HTTP.
+        relay_digest: Serve the relay's routes to the holder of the token of this
+            SHA-256 (:mod:`sparkdl.server.relay`); ``None``: none.
     """
 
     def __init__(
@@ -89,10 +91,12 @@ class ParameterService:
         threads: int | None = None,
         attempts: AttemptCheck | None = None,
         tls: Certificate | None = None,
+        relay_digest: str | None = None,
     ) -> None:
         self.store = store
         self._attempts = attempts
         self._tls = tls
+        self._relay_digest = relay_digest
         self.token = token or secrets.token_urlsafe(32)
         self._host = host
         self._port = port
@@ -133,6 +137,7 @@ class ParameterService:
             self.token,
             attempts=self._attempts,
             wait_slots=max(self._threads - RESERVED_THREADS, self.store.num_workers + 1),
+            relay_digest=self._relay_digest,
         )
         # Connections wait at a gate, not in a thread, until their request head is in,
         # and a token holder's body too (sparkdl.server.gate): idle, trickling or

@@ -41,7 +41,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -49,6 +49,11 @@ from sparkdl.server.errors import StoreError
 from sparkdl.server.meta import check_push_meta
 from sparkdl.server.state import SEQ_WINDOW, TrainingState
 from sparkdl.sync.merges import Update
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from sparkdl.plan import FitPlan
 
 __all__ = ["SEQ_WINDOW", "StoreError", "WeightStore"]
 
@@ -60,6 +65,42 @@ class WeightStore(TrainingState):
     :class:`~sparkdl.server.state.TrainingState`, whose steps (what a policy runs for a
     push) assume the lock held.
     """
+
+    @classmethod
+    def for_plan(
+        cls,
+        plan: FitPlan,
+        weights: Sequence[np.ndarray],
+        *,
+        history: dict[str, list[float]] | None,
+        gate_epochs: bool,
+        metric_merge: Callable[[Sequence[Any]], dict[str, float]] | None,
+    ) -> WeightStore:
+        """The store of a fit resolved as ``plan``, starting from ``weights``: the one
+        place a fit's store is built, in the driver or beside a worker
+        (:mod:`sparkdl.executor.hosting`).
+
+        Args:
+            plan: The fit's plan.
+            weights: The center to start from.
+            history: Logs of the epochs done before.
+            gate_epochs: Synchronous workers wait at each epoch's end for the
+                driver's callbacks (:meth:`release`).
+            metric_merge: Merges the workers' metric states into an epoch's logs.
+        """
+        return cls(
+            weights,
+            num_workers=plan.num_workers,
+            merge=plan.merge,
+            mode=plan.mode,
+            round_timeout=plan.round_timeout,
+            history=history,
+            backup_workers=plan.backup_workers,
+            epochs=plan.epochs,
+            gate_epochs=gate_epochs,
+            metric_merge=metric_merge,
+            compression=plan.compression,
+        )
 
     # ------------------------------------------------------------------ reads
     @property

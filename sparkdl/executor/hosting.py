@@ -1,0 +1,328 @@
+"""The parameter service inside the training job (``service_placement="cluster"``).
+
+Over Spark Connect the user's process may be one that no executor can reach (a laptop,
+a notebook container, Databricks serverless), so the service runs beside a worker of
+the barrier stage, as PySpark's TorchDistributor runs its rendezvous in barrier task 0.
+Every worker, once its partition is cached, enters :class:`Hosted`:
+
+1. Each says how many epochs the newest *snapshot* on its machine holds (the service's
+   host writes one after every closed epoch, in the checkpoint format, to the
+   executor's local disk) and ``allGather`` shares the counts. The worker with the
+   newest snapshot hosts the service (the lowest id among equals: worker 0 on a
+   first attempt), so a retried stage finds the center where it survived.
+2. The host builds the store from that snapshot (or from the model), starts the
+   service on its executor's address (TLS as the plan says, the fit's token, and the
+   relay's routes for the driver: :mod:`sparkdl.server.relay`), and a second
+   ``allGather`` gives every worker its URL, certificate and starting epoch.
+3. Each worker writes the service's address (never the token) to a *rendezvous file*
+   on its machine, where the driver's relay jobs find it (:mod:`sparkdl.relay`).
+4. After training, ``barrier()`` waits for every worker; the host then returns the
+   service's result (weights, history, status) as extra result rows and stops it.
+
+If the host's Python process dies, Spark retries the whole barrier stage (its output
+feeds a shuffle: :func:`sparkdl.fit._run_barrier_job`); the new attempt rejoins at step
+1 and resumes from the last closed epoch.
+
+Example:
+    >>> _choose_host([3, 5, 5, None])
+    1
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from sparkdl import checkpoints
+from sparkdl.payload import Hosting, WorkerPayload
+
+__all__ = ["Hosted", "read_rendezvous", "rendezvous_dir", "result_rows", "service_result"]
+
+_log = logging.getLogger(__name__)
+
+#: Bytes of the final weights per result row (well below gRPC's and Arrow's limits).
+CHUNK_BYTES = 4 << 20
+#: Result rows of the host: ``worker`` -1 holds the JSON result, -2 the weights' chunks.
+RESULT_ROW, WEIGHTS_ROW = -1, -2
+_RESULT_SCHEMA = pa.schema([("worker", pa.int32()), ("report", pa.string()), ("blob", pa.binary())])
+
+
+class Hosted:
+    """This worker's part in hosting the fit's service.
+
+    Args:
+        payload: The driver's payload (its ``hosting`` set).
+        context: The task's ``BarrierTaskContext``.
+        worker: This worker's id.
+        keras_ready: Waits until Keras is imported (the host builds the model).
+
+    Attributes:
+        payload: The payload to train with: the service's URL and certificate, and
+            the epoch training resumes at.
+    """
+
+    def __init__(
+        self,
+        payload: WorkerPayload,
+        context: Any,
+        worker: int,
+        keras_ready: Callable[[], None],
+    ) -> None:
+        assert payload.hosting is not None
+        self.hosting: Hosting = payload.hosting
+        self.payload = payload
+        self._context = context
+        self._worker = worker
+        self._keras_ready = keras_ready
+        self._service: Any = None
+        self._keeper: _Keeper | None = None
+        self._rendezvous: str | None = None
+
+    def __enter__(self) -> Hosted:
+        hosting, context = self.hosting, self._context
+        snapshots = _snapshot_dir(hosting.fit_id)
+        mine = checkpoints.latest_epoch(snapshots)
+        counts = [json.loads(m)["epochs"] for m in context.allGather(json.dumps({"epochs": mine}))]
+        host = _choose_host(counts)
+        message = ""
+        try:
+            if host == self._worker:
+                message = json.dumps(self._serve(snapshots))
+        finally:
+            # Every worker takes part in both gathers, or the others wait for ever.
+            answers = context.allGather(message)
+        found = json.loads(answers[host])
+        self._rendezvous = _write_rendezvous(hosting.fit_id, found)
+        plan = dataclasses.replace(self.payload.plan, initial_epoch=int(found["initial_epoch"]))
+        self.payload = dataclasses.replace(
+            self.payload,
+            plan=plan,
+            url=found["url"],
+            tls_cert=found["cert"].encode() if found["cert"] else None,
+        )
+        return self
+
+    def finish(self) -> list[pa.RecordBatch]:
+        """Waits until every worker trained; the host returns the service's result rows."""
+        self._context.barrier()
+        if self._service is None:
+            return []
+        store = self._service.store
+        return result_rows(store.weights(), store.history(), store.status(), store.failures())
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._keeper is not None:
+            self._keeper.stop()
+        if self._service is not None:
+            self._service.stop()
+        if self._rendezvous is not None:
+            with contextlib.suppress(OSError):
+                os.remove(self._rendezvous)
+        if exc[0] is None and self._service is not None:  # the fit is over: no retry needs it
+            shutil.rmtree(_snapshot_dir(self.hosting.fit_id), ignore_errors=True)
+
+    # ---------------------------------------------------------------- the host
+    def _serve(self, snapshots: str) -> dict[str, Any]:
+        """Builds the store (from the newest snapshot, else the model) and starts the
+        service; returns what the other workers need."""
+        from sparkdl.metric_states import MetricStates
+        from sparkdl.server.service import ParameterService
+        from sparkdl.server.store import WeightStore
+        from sparkdl.server.tls import Certificate
+
+        self._keras_ready()
+        payload, hosting = self.payload, self.hosting
+        plan = payload.plan
+        model = _model(payload)
+        snapshot = checkpoints.latest(snapshots)
+        weights = snapshot.weights if snapshot else model.get_weights()
+        history = snapshot.history if snapshot else hosting.history
+        metrics = MetricStates(
+            lambda: model, payload.input_shapes, payload.label_kinds, payload.label_shapes
+        )
+        store = WeightStore.for_plan(
+            plan,
+            weights,
+            history=history,
+            gate_epochs=hosting.gate_epochs,
+            metric_merge=metrics.results,
+        )
+        store.plan_rows(hosting.planned_rows)
+        host = hosting.bind_host or _executor_host(self._context, self._worker)
+        certificate = Certificate.make(host) if plan.service_tls else None
+        service = ParameterService(
+            store,
+            host=host,
+            port=plan.port,
+            token=payload.token,
+            tls=certificate,
+            relay_digest=hosting.relay_digest,
+        ).start()
+        self._service = service
+        done = snapshot.epoch if snapshot else plan.initial_epoch
+        self._keeper = _Keeper(store, snapshots, done)
+        if snapshot:
+            _log.warning(
+                "sparkdl: the parameter service resumes from the snapshot after epoch %d", done
+            )
+        return {
+            "url": service.url,
+            "cert": certificate.pem.decode() if certificate else "",
+            "initial_epoch": done,
+        }
+
+
+def rendezvous_dir() -> str:
+    """This machine's directory of rendezvous and snapshot files (the user's only)."""
+    path = os.path.join(tempfile.gettempdir(), f"sparkdl-{os.getuid()}")
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    return path
+
+
+def read_rendezvous(fit_id: str) -> dict[str, Any] | None:
+    """The service's address as a worker on this machine wrote it, or ``None``."""
+    try:
+        with open(os.path.join(rendezvous_dir(), f"{_safe(fit_id)}.json")) as f:
+            found: dict[str, Any] = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return found
+
+
+def result_rows(
+    weights: list[np.ndarray],
+    history: dict[str, list[float]],
+    status: dict[str, Any],
+    failures: dict[int, str],
+) -> list[pa.RecordBatch]:
+    """The service's result as result rows: one JSON row, then the weights (``.npz``,
+    no pickle) in chunks of :data:`CHUNK_BYTES`."""
+    buffer = io.BytesIO()
+    np.savez(buffer, *[np.asarray(w) for w in weights])
+    data = buffer.getvalue()
+    chunks = [data[i : i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES)] or [b""]
+    result = json.dumps(
+        {"history": history, "status": status, "failures": failures, "chunks": len(chunks)},
+        default=_plain,
+    )
+    rows = [
+        pa.RecordBatch.from_pydict(
+            {"worker": [RESULT_ROW], "report": [result], "blob": [None]}, schema=_RESULT_SCHEMA
+        )
+    ]
+    rows += [
+        pa.RecordBatch.from_pydict(
+            {"worker": [WEIGHTS_ROW], "report": [str(i)], "blob": [chunk]}, schema=_RESULT_SCHEMA
+        )
+        for i, chunk in enumerate(chunks)
+    ]
+    return rows
+
+
+def service_result(rows: list[Any]) -> dict[str, Any] | None:
+    """The host's result from the job's rows: ``history``, ``status``, ``failures``
+    (worker ids as ints) and ``weights``; ``None`` when no host row came back."""
+    head = [r for r in rows if r["worker"] == RESULT_ROW]
+    if not head:
+        return None
+    result: dict[str, Any] = json.loads(head[0]["report"])
+    parts = sorted((int(r["report"]), bytes(r["blob"])) for r in rows if r["worker"] == WEIGHTS_ROW)
+    if len(parts) != result["chunks"]:
+        raise RuntimeError(
+            f"The service's weights came back in {len(parts)} of {result['chunks']} parts."
+        )
+    with np.load(io.BytesIO(b"".join(p for _, p in parts)), allow_pickle=False) as arrays:
+        result["weights"] = [arrays[f"arr_{i}"] for i in range(len(arrays.files))]
+    result["failures"] = {int(k): v for k, v in result["failures"].items()}
+    return result
+
+
+# -------------------------------------------------------------------- helpers
+class _Keeper:
+    """Writes a snapshot (the checkpoint format, newest only) after every closed epoch,
+    where a retried stage's host finds it."""
+
+    def __init__(self, store: Any, directory: str, done: int) -> None:
+        self._store = store
+        self._directory = directory
+        self._done = done
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="sparkdl-snapshots", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        store = self._store
+        while not self._stop.is_set() and not store.aborted_event.is_set():
+            closed = store.wait_epochs(self._done + 1, 0.5)
+            if closed <= self._done:
+                continue
+            weights = store.epoch_weights(closed - 1, wait=60.0)
+            history = {k: v[:closed] for k, v in store.history().items()}
+            try:
+                checkpoints.write(self._directory, closed, weights, history, {}, keep=1)
+            except OSError as exc:  # a full disk costs the resume, not the fit
+                _log.warning("sparkdl: could not write the service's snapshot: %s", exc)
+            self._done = closed
+
+
+def _choose_host(counts: list[int | None]) -> int:
+    """The worker with the newest snapshot (the lowest id among equals)."""
+    best = max(-1 if c is None else c for c in counts)
+    return next(i for i, c in enumerate(counts) if (-1 if c is None else c) == best)
+
+
+def _snapshot_dir(fit_id: str) -> str:
+    return os.path.join(rendezvous_dir(), f"{_safe(fit_id)}-snapshots")
+
+
+def _write_rendezvous(fit_id: str, found: dict[str, Any]) -> str:
+    """Writes the service's address (URL, certificate) where relay tasks find it."""
+    path = os.path.join(rendezvous_dir(), f"{_safe(fit_id)}.json")
+    text = json.dumps({"url": found["url"], "cert": found["cert"]})
+    fd, staging = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".rendezvous-")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(staging, path)
+    return path
+
+
+def _safe(fit_id: str) -> str:
+    return "".join(c for c in fit_id if c.isalnum() or c in "-_")[:100]
+
+
+def _executor_host(context: Any, worker: int) -> str:
+    """This task's executor address, as Spark knows it (``host:port``)."""
+    address = str(context.getTaskInfos()[worker].address)
+    host = address.rsplit(":", 1)[0]
+    return host.strip("[]") or "127.0.0.1"
+
+
+def _model(payload: WorkerPayload) -> Any:
+    import cloudpickle
+
+    from sparkdl.keras_io import model_from_bytes
+
+    custom = cloudpickle.loads(payload.custom_objects) if payload.custom_objects else None
+    return model_from_bytes(payload.model_bytes.value, custom)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON: {type(value).__name__}")
