@@ -205,9 +205,10 @@ class Relay:
     def _loop(self) -> None:
         with self._tools.jobs_named(self._group, "sparkdl relay: the fit's progress"):
             while not self._over.is_set():
-                query, weights_for = self._query()
+                self._wake.clear()  # a decision made from here on polls at once
+                query, fetched = self._query()
                 try:
-                    rows = self._poll(query, weights_for)
+                    rows = self._poll(query, fetched)
                 except Exception as exc:  # the job cancelled at the fit's end, say
                     if self._over.is_set():
                         return
@@ -215,11 +216,16 @@ class Relay:
                     self._over.wait(self.IDLE_SECONDS)
                     continue
                 self.polls += 1
-                if not self._take(rows):
+                if not self._take(rows) or self._owed():
                     self._wake.wait(self.IDLE_SECONDS)
-                self._wake.clear()
 
-    def _query(self) -> tuple[dict[str, Any], bool]:
+    def _owed(self) -> bool:
+        """The callbacks have an epoch to run on, and the workers wait for them."""
+        with self._lock:
+            done = int(self._status["epochs_done"])
+            return self._want_weights and self._released < done and done - 1 in self._weights
+
+    def _query(self) -> tuple[dict[str, Any], int]:
         with self._lock:
             status = self._status
             done = int(status["epochs_done"])
@@ -231,13 +237,15 @@ class Relay:
             if self._abort is not None:
                 query["abort"] = self._abort
             fetched = max(self._weights, default=-1)
-            weights_for = self._want_weights and done > 0 and fetched < done - 1
             # Nothing to wait for while the callbacks still owe a release.
-            query["wait"] = 0.0 if weights_for or self._released < done else self.POLL_WAIT
-        return query, weights_for
+            behind = self._want_weights and done > 0 and fetched < done - 1
+            query["wait"] = 0.0 if behind or self._released < done else self.POLL_WAIT
+        return query, fetched
 
-    def _poll(self, query: dict[str, Any], weights_for: bool) -> list[Any]:
-        request = dict(self._request, query=query, weights=weights_for)
+    def _poll(self, query: dict[str, Any], fetched: int) -> list[Any]:
+        # With callbacks, the task also brings the weights of an epoch newer than
+        # ``fetched`` (the one its long poll saw close): one job per epoch.
+        request = dict(self._request, query=query, fetched=fetched if self._want_weights else None)
         frame = self._spark.range(0, 1, 1, 1).mapInArrow(poll_function(request), POLL_SCHEMA)
         return list(frame.collect())
 
@@ -320,9 +328,9 @@ def poll_rows(request: dict[str, Any]) -> pa.RecordBatch:
             if status != 200:
                 raise ServiceError(f"relay answered {status}: {bytes(data)[:300]!r}")
             add("status", bytes(data))
-            if request["weights"]:
-                known = json.loads(bytes(data)).get("epochs_done", 0)
-                if known > 0:
+            if request["fetched"] is not None:
+                known = int(json.loads(bytes(data)).get("epochs_done", 0))
+                if known - 1 > request["fetched"]:
                     status, data = client.get(f"/relay/weights?epoch={known - 1}")
                     if status == 200:
                         blob = bytes(data)
