@@ -191,7 +191,7 @@ class Fit:
             seconds=time.perf_counter() - started,
             rows=self.prepared.summary.rows,
             job_group=group,
-            service_url=payload.url or "in the cluster",
+            service_url=payload.url or str(status.get("url", "")),
             workers=reports,
             service={key: status.get(key) for key in SERVICE_KEYS},
             prepare_seconds=prepare_seconds,

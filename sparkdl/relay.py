@@ -270,7 +270,9 @@ class Relay:
                 self._status = found
                 if weights is not None:
                     self._weights[weights[0]] = weights[1]
-                if found.get("aborted"):
+                if found.get("aborted") and found.get("failures"):
+                    # A worker's fatal failure (not the service's stop as the job
+                    # ends): the driver cancels the job rather than let Spark retry.
                     self.aborted_event.set()
             self._lock.notify_all()
         return True

@@ -120,7 +120,8 @@ class Hosted:
         if self._service is None:
             return []
         store = self._service.store
-        return result_rows(store.weights(), store.history(), store.status(), store.failures())
+        status = dict(store.status(), url=self._service.url)
+        return result_rows(store.weights(), store.history(), status, store.failures())
 
     def __exit__(self, *exc: Any) -> None:
         if self._keeper is not None:

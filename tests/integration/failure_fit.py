@@ -6,7 +6,9 @@ tests/integration/test_fault_tolerance.py and benchmarks/recovery.py:
     python tests/integration/failure_fit.py MASTER SCENARIO [SCENARIO ...]
 
 Scenarios: ``sync-kill``, ``async-kill`` (partition 0's Python worker exits in the
-middle of epoch 6, on its first attempt only), ``sync-clean``, ``async-clean`` (the
+middle of epoch 6, on its first attempt only), ``sync-kill-hosted``,
+``async-kill-hosted`` (the same with ``service_placement="cluster"``: the process that
+dies hosts the service), ``sync-clean``, ``async-clean`` (the
 same fits without a failure), ``async-always`` (partition 0 exits on every attempt, so
 retries run out), ``async-kill-topk``, ``sync-kill-sign`` (the kills with compressed
 updates: the new attempt starts from the full weights), ``sync-slow``, ``sync-backup``
@@ -105,6 +107,8 @@ def run(spark: Any, scenario: str, workdir: str) -> dict[str, Any]:
     settings: dict[str, Any] = {}
     if scenario.endswith("-topk") or scenario.endswith("-sign"):
         scenario_kind, settings["compression"] = scenario.rsplit("-", 1)
+    elif scenario.endswith("-hosted"):
+        scenario_kind, settings["service_placement"] = scenario[: -len("-hosted")], "cluster"
     else:
         scenario_kind = scenario
     if scenario_kind.endswith("-kill") or scenario == "async-always":
