@@ -57,6 +57,8 @@ def results() -> dict[str, dict[str, Any]]:
             "async-kill-topk",
             "sync-kill-sign",
             "sync-backup",
+            "sync-kill-hosted",
+            "async-kill-hosted",
         ],
     )
 
@@ -84,6 +86,29 @@ def test_a_killed_worker_rejoins_and_the_fit_completes(results, scenario) -> Non
         # far less than one epoch, where a restart from scratch would add 5 epochs.
         assert result["generation"] == 1 and result["restarts"] == 2
         assert EPOCHS * ROWS <= seen <= EPOCHS * ROWS + 2 * 4 * 32
+
+
+@pytest.mark.parametrize("scenario", ["sync-kill-hosted", "async-kill-hosted"])
+def test_a_killed_service_host_resumes_from_its_last_snapshot(results, scenario) -> None:
+    """service_placement="cluster": the process that dies mid-epoch 6 hosts the service.
+    The retried barrier stage finds the snapshot of the last closed epoch on the
+    executor's disk, a new host serves it, and the fit completes at accuracy."""
+    result = results[scenario]
+    assert "error" not in result, result.get("error")
+    assert len(result["kills"]) == 1  # the host's process really died, once
+    assert result["epochs"] == EPOCHS and result["accuracy"] >= 0.95
+    # The new service counts only what it served: epochs after its snapshot.
+    seen = result["samples_seen"]
+    assert seen < EPOCHS * ROWS or scenario.startswith("async"), seen
+    if scenario.startswith("sync"):
+        # Synchronous epochs close together: the snapshot after epoch 5 is the last
+        # closed one, so only the epoch in progress is redone.
+        assert seen == (EPOCHS - 5) * ROWS, seen
+    else:
+        # An asynchronous epoch closes when the slowest worker ends it: the snapshot
+        # is at most as new as that worker, and nothing trains twice beyond it.
+        assert seen % ROWS == 0 and seen <= EPOCHS * ROWS, seen
+    assert all(w["epochs_run"] <= EPOCHS for w in result["workers"])
 
 
 @pytest.mark.parametrize("scenario", ["async-kill-topk", "sync-kill-sign"])
