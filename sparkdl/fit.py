@@ -36,10 +36,16 @@ from sparkdl.compat.sessions import SessionTools, session_tools
 from sparkdl.compat.spark import failure_summary, is_unsupported_barrier_chain, retries_ran_out
 from sparkdl.config import TrainConfig
 from sparkdl.errors import SparkDLError, WorkerError
-from sparkdl.executor.hosting import service_result
 from sparkdl.interrupt import interrupt_raises, run_job
 from sparkdl.metric_states import MetricStates
-from sparkdl.payload import RESULT_SCHEMA, VALIDATION, Hosting, WorkerPayload, train_function
+from sparkdl.payload import (
+    RESULT_SCHEMA,
+    VALIDATION,
+    Hosting,
+    WorkerPayload,
+    service_result,
+    train_function,
+)
 from sparkdl.plan import FitPlan, format_resolved
 from sparkdl.progress import Progress
 from sparkdl.relay import Relay

@@ -18,6 +18,8 @@ Example:
 from __future__ import annotations
 
 import importlib
+import io
+import json
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +53,8 @@ __all__ = [
     "label_name",
     "predict_function",
     "ragged_rows_message",
+    "result_rows",
+    "service_result",
     "train_function",
     "width_error",
 ]
@@ -66,6 +70,11 @@ WEIGHT = "__sparkdl_weight"
 #: report as JSON (``blob`` null); the service's host, when the service runs in the
 #: cluster, also its result (:mod:`sparkdl.executor.hosting`), in rows of negative id.
 RESULT_SCHEMA = "worker int, report string, blob binary"
+#: Bytes of a hosted service's final weights per result row (below gRPC's limits).
+CHUNK_BYTES = 4 << 20
+#: Result rows of the service's host: ``worker`` -1 holds the JSON result, -2 the
+#: weights' chunks.
+RESULT_ROW, WEIGHTS_ROW = -1, -2
 #: Schema of the one row each ``evaluate`` task returns: rows, logs and metric states.
 EVALUATION_SCHEMA = "rows long, logs string, states string"
 
@@ -364,3 +373,65 @@ def evaluate_function(
         yield scoring.evaluate(payload, batches)
 
     return evaluate_partition
+
+
+def result_rows(
+    weights: list[np.ndarray],
+    history: dict[str, list[float]],
+    status: dict[str, Any],
+    failures: dict[int, str],
+) -> list[pa.RecordBatch]:
+    """The service's result as result rows: one JSON row, then the weights (``.npz``,
+    no pickle) in chunks of :data:`CHUNK_BYTES`."""
+    import pyarrow as pa
+
+    buffer = io.BytesIO()
+    np.savez(buffer, *[np.asarray(w) for w in weights])
+    data = buffer.getvalue()
+    chunks = [data[i : i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES)] or [b""]
+    result = json.dumps(
+        {"history": history, "status": status, "failures": failures, "chunks": len(chunks)},
+        default=_plain,
+    )
+    rows = [
+        pa.RecordBatch.from_pydict(
+            {"worker": [RESULT_ROW], "report": [result], "blob": [None]}, schema=_result_schema()
+        )
+    ]
+    rows += [
+        pa.RecordBatch.from_pydict(
+            {"worker": [WEIGHTS_ROW], "report": [str(i)], "blob": [chunk]}, schema=_result_schema()
+        )
+        for i, chunk in enumerate(chunks)
+    ]
+    return rows
+
+
+def service_result(rows: list[Any]) -> dict[str, Any] | None:
+    """The host's result from the job's rows: ``history``, ``status``, ``failures``
+    (worker ids as ints) and ``weights``; ``None`` when no host row came back."""
+    head = [r for r in rows if r["worker"] == RESULT_ROW]
+    if not head:
+        return None
+    result: dict[str, Any] = json.loads(head[0]["report"])
+    parts = sorted((int(r["report"]), bytes(r["blob"])) for r in rows if r["worker"] == WEIGHTS_ROW)
+    if len(parts) != result["chunks"]:
+        raise RuntimeError(
+            f"The service's weights came back in {len(parts)} of {result['chunks']} parts."
+        )
+    with np.load(io.BytesIO(b"".join(p for _, p in parts)), allow_pickle=False) as arrays:
+        result["weights"] = [arrays[f"arr_{i}"] for i in range(len(arrays.files))]
+    result["failures"] = {int(k): v for k, v in result["failures"].items()}
+    return result
+
+
+def _result_schema() -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema([("worker", pa.int32()), ("report", pa.string()), ("blob", pa.binary())])
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON: {type(value).__name__}")

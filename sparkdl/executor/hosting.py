@@ -17,7 +17,8 @@ Every worker, once its partition is cached, enters :class:`Hosted`:
 3. Each worker writes the service's address (never the token) to a *rendezvous file*
    on its machine, where the driver's relay jobs find it (:mod:`sparkdl.relay`).
 4. After training, ``barrier()`` waits for every worker; the host then returns the
-   service's result (weights, history, status) as extra result rows and stops it.
+   service's result (weights, history, status) as extra result rows
+   (:func:`sparkdl.payload.result_rows`) and stops it.
 
 If the host's Python process dies, Spark retries the whole barrier stage (its output
 feeds a shuffle: :func:`sparkdl.fit._run_barrier_job`); the new attempt rejoins at step
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import io
 import json
 import logging
 import os
@@ -42,21 +42,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
-from sparkdl import checkpoints
-from sparkdl.payload import Hosting, WorkerPayload
+from sparkdl.payload import Hosting, WorkerPayload, result_rows
 
-__all__ = ["Hosted", "read_rendezvous", "rendezvous_dir", "result_rows", "service_result"]
+__all__ = ["Hosted", "read_rendezvous", "rendezvous_dir"]
 
 _log = logging.getLogger(__name__)
-
-#: Bytes of the final weights per result row (well below gRPC's and Arrow's limits).
-CHUNK_BYTES = 4 << 20
-#: Result rows of the host: ``worker`` -1 holds the JSON result, -2 the weights' chunks.
-RESULT_ROW, WEIGHTS_ROW = -1, -2
-_RESULT_SCHEMA = pa.schema([("worker", pa.int32()), ("report", pa.string()), ("blob", pa.binary())])
 
 
 class Hosted:
@@ -91,6 +83,8 @@ class Hosted:
         self._rendezvous: str | None = None
 
     def __enter__(self) -> Hosted:
+        from sparkdl import checkpoints
+
         hosting, context = self.hosting, self._context
         snapshots = _snapshot_dir(hosting.fit_id)
         mine = checkpoints.latest_epoch(snapshots)
@@ -138,6 +132,7 @@ class Hosted:
     def _serve(self, snapshots: str) -> dict[str, Any]:
         """Builds the store (from the newest snapshot, else the model) and starts the
         service; returns what the other workers need."""
+        from sparkdl import checkpoints
         from sparkdl.metric_states import MetricStates
         from sparkdl.server.service import ParameterService
         from sparkdl.server.store import WeightStore
@@ -202,54 +197,6 @@ def read_rendezvous(fit_id: str) -> dict[str, Any] | None:
     return found
 
 
-def result_rows(
-    weights: list[np.ndarray],
-    history: dict[str, list[float]],
-    status: dict[str, Any],
-    failures: dict[int, str],
-) -> list[pa.RecordBatch]:
-    """The service's result as result rows: one JSON row, then the weights (``.npz``,
-    no pickle) in chunks of :data:`CHUNK_BYTES`."""
-    buffer = io.BytesIO()
-    np.savez(buffer, *[np.asarray(w) for w in weights])
-    data = buffer.getvalue()
-    chunks = [data[i : i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES)] or [b""]
-    result = json.dumps(
-        {"history": history, "status": status, "failures": failures, "chunks": len(chunks)},
-        default=_plain,
-    )
-    rows = [
-        pa.RecordBatch.from_pydict(
-            {"worker": [RESULT_ROW], "report": [result], "blob": [None]}, schema=_RESULT_SCHEMA
-        )
-    ]
-    rows += [
-        pa.RecordBatch.from_pydict(
-            {"worker": [WEIGHTS_ROW], "report": [str(i)], "blob": [chunk]}, schema=_RESULT_SCHEMA
-        )
-        for i, chunk in enumerate(chunks)
-    ]
-    return rows
-
-
-def service_result(rows: list[Any]) -> dict[str, Any] | None:
-    """The host's result from the job's rows: ``history``, ``status``, ``failures``
-    (worker ids as ints) and ``weights``; ``None`` when no host row came back."""
-    head = [r for r in rows if r["worker"] == RESULT_ROW]
-    if not head:
-        return None
-    result: dict[str, Any] = json.loads(head[0]["report"])
-    parts = sorted((int(r["report"]), bytes(r["blob"])) for r in rows if r["worker"] == WEIGHTS_ROW)
-    if len(parts) != result["chunks"]:
-        raise RuntimeError(
-            f"The service's weights came back in {len(parts)} of {result['chunks']} parts."
-        )
-    with np.load(io.BytesIO(b"".join(p for _, p in parts)), allow_pickle=False) as arrays:
-        result["weights"] = [arrays[f"arr_{i}"] for i in range(len(arrays.files))]
-    result["failures"] = {int(k): v for k, v in result["failures"].items()}
-    return result
-
-
 # -------------------------------------------------------------------- helpers
 class _Keeper:
     """Writes a snapshot (the checkpoint format, newest only) after every closed epoch,
@@ -268,6 +215,8 @@ class _Keeper:
         self._thread.join(timeout=10)
 
     def _loop(self) -> None:
+        from sparkdl import checkpoints
+
         store = self._store
         while not self._stop.is_set() and not store.aborted_event.is_set():
             closed = store.wait_epochs(self._done + 1, 0.5)
@@ -321,9 +270,3 @@ def _model(payload: WorkerPayload) -> Any:
 
     custom = cloudpickle.loads(payload.custom_objects) if payload.custom_objects else None
     return model_from_bytes(payload.model_bytes.value, custom)
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(f"not JSON: {type(value).__name__}")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import urllib3
 
-from sparkdl.executor.hosting import result_rows, service_result
+from sparkdl.payload import result_rows, service_result
 from sparkdl.server import wire
 from sparkdl.server.client import ServiceClient
 from sparkdl.server.relay import relay_digest
