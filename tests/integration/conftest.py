@@ -37,10 +37,12 @@ def set_log_level(session, level: str) -> None:  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """``local[2]``; with ``SPARKDL_TEST_REMOTE=1`` a Spark Connect client of a
-    ``local[2]`` server instead (``bash scripts/test.sh`` runs the compatibility subset
-    so, in a process of its own)."""
+    ``local[3]`` server instead (``bash scripts/test.sh`` runs the compatibility subset
+    so, in a process of its own): the service then runs in the cluster, and its relay
+    takes the third slot beside the two workers."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    session = spark_builder("local[2]").getOrCreate()
+    remote = os.environ.get("SPARKDL_TEST_REMOTE") == "1"
+    session = spark_builder("local[3]" if remote else "local[2]").getOrCreate()
     set_log_level(session, "ERROR")
     yield session
     session.stop()
