@@ -239,7 +239,8 @@ class Relay:
             fetched = max(self._weights, default=-1)
             # Nothing to wait for while the callbacks still owe a release.
             behind = self._want_weights and done > 0 and fetched < done - 1
-            query["wait"] = 0.0 if behind or self._released < done else self.POLL_WAIT
+            owed = self._want_weights and self._released < done
+            query["wait"] = 0.0 if behind or owed else self.POLL_WAIT
         return query, fetched
 
     def _poll(self, query: dict[str, Any], fetched: int) -> list[Any]:

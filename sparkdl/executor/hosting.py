@@ -37,6 +37,8 @@ import json
 import logging
 import os
 import shutil
+import stat
+import sys
 import tempfile
 import threading
 from collections.abc import Callable
@@ -83,6 +85,13 @@ class Hosted:
         self._rendezvous: str | None = None
 
     def __enter__(self) -> Hosted:
+        try:
+            return self._enter()
+        except BaseException:
+            self.__exit__(*sys.exc_info())  # a started service stops with the task
+            raise
+
+    def _enter(self) -> Hosted:
         from sparkdl import checkpoints
 
         hosting, context = self.hosting, self._context
@@ -97,6 +106,11 @@ class Hosted:
         finally:
             # Every worker takes part in both gathers, or the others wait for ever.
             answers = context.allGather(message)
+        if not answers[host]:
+            raise RuntimeError(
+                f"Worker {host} could not start the parameter service (its task's error "
+                "says why); this worker stops with it."
+            )
         found = json.loads(answers[host])
         self._rendezvous = _write_rendezvous(hosting.fit_id, found)
         plan = dataclasses.replace(self.payload.plan, initial_epoch=int(found["initial_epoch"]))
@@ -184,6 +198,12 @@ def rendezvous_dir() -> str:
     """This machine's directory of rendezvous and snapshot files (the user's only)."""
     path = os.path.join(tempfile.gettempdir(), f"sparkdl-{os.getuid()}")
     os.makedirs(path, mode=0o700, exist_ok=True)
+    found = os.lstat(path)
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o077:
+        raise PermissionError(
+            f"{path} is not a directory of this user's alone (another user's, a link, or "
+            "open to others): remove it, or set TMPDIR for the executors."
+        )
     return path
 
 
