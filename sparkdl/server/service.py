@@ -168,7 +168,9 @@ class ParameterService:
         except OSError as exc:
             raise ServiceError(
                 f"Could not bind the parameter service to {self._host}:{self._port}: {exc}. "
-                "Pass another port= (0 picks a free one) or service_host=."
+                "Pass another port= (0 picks a free one) or service_host=; where this "
+                "process may not listen, service_placement='cluster' runs the service "
+                "inside the training job."
             ) from exc
         sock = server.socket
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):

@@ -1,7 +1,7 @@
 """The public paths over a Spark Connect session (``remote("local[3]")``): fit in every
 mode x merge, callbacks, the progress bar, checkpoints and resume, transform, evaluate,
-save / load, a Pipeline with a registered custom layer, warm-up. Real Spark Connect,
-real TensorFlow, the real service over real sockets on 127.0.0.1."""
+save / load, a Pipeline with a registered custom layer, a CrossValidator, warm-up. Real
+Spark Connect, real TensorFlow, the real service over real sockets on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -148,6 +148,28 @@ def test_a_pipeline_with_a_custom_layer_saves_and_loads(digits, tmp_path) -> Non
     before = [r["class"] for r in fitted.transform(test_df).orderBy("label").collect()]
     after = [r["class"] for r in loaded.transform(test_df).orderBy("label").collect()]
     assert before == after
+
+
+@pytest.mark.slow  # six fits
+def test_a_cross_validator_picks_the_better_learning_rate(digits) -> None:
+    from pyspark.ml.evaluation import MulticlassClassificationEvaluator
+    from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
+
+    train_df, _, _ = digits
+    estimator = KerasEstimator(
+        model=digits_model(), class_col="class", num_workers=2, epochs=4, seed=0
+    )
+    grid = ParamGridBuilder().addGrid(estimator.learningRate, [1e-6, 0.003]).build()
+    evaluator = MulticlassClassificationEvaluator(
+        predictionCol="class", labelCol="label", metricName="accuracy"
+    )
+    cv = CrossValidator(
+        estimator=estimator, estimatorParamMaps=grid, evaluator=evaluator, numFolds=2, seed=0
+    )
+    best = cv.fit(train_df)
+    assert best.avgMetrics[1] > best.avgMetrics[0] + 0.3, best.avgMetrics
+    lr = float(keras.ops.convert_to_numpy(best.bestModel.get_model().optimizer.learning_rate))
+    assert abs(lr - 0.003) < 1e-9
 
 
 @pytest.mark.slow
