@@ -82,9 +82,10 @@ def main() -> None:
     parser.add_argument(
         "--set",
         nargs="*",
+        action="extend",
         default=[],
         metavar="KEY=VALUE",
-        help="estimator settings for every sparkdl row (e.g. lr_scaling=linear)",
+        help="estimator settings for every sparkdl row (e.g. lr_scaling=linear); repeatable",
     )
     parser.add_argument("--no-cold", action="store_true", help="skip the cold row")
     parser.add_argument("--backend", choices=BACKENDS, default=BACKEND, help="Keras backend")

@@ -94,6 +94,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from benchmarks.backend import BACKEND, BACKENDS  # sets KERAS_BACKEND: before Keras
+from benchmarks.digits import parse_settings
 
 if TYPE_CHECKING:
     import keras
@@ -353,6 +354,7 @@ def sparkdl_fit(
         frequency=frequency,
         data_cache=cache,
         seed=args.seed,
+        **args.settings,
     )
     fitted = estimator.fit(spark.read.parquet(path))
     report = fitted.fit_report
@@ -580,7 +582,17 @@ def main() -> None:
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "sparkdl-scale"))
     parser.add_argument("--backend", choices=BACKENDS, default=BACKEND, help="Keras backend")
     parser.add_argument("--connect", action="store_true", help="a Spark Connect session")
+    parser.add_argument(
+        "--set",
+        nargs="*",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="estimator settings for every sparkdl fit (e.g. service_placement=cluster)",
+    )
     args = parser.parse_args()
+    fixed = {"epochs", "batch_size", "num_workers", "mode", "frequency", "data_cache", "seed"}
+    args.settings = parse_settings(parser, args.set, fixed | {"features_col", "label_col"})
     if args.memory_hidden is None:
         args.memory_hidden = args.hidden
     os.makedirs(args.workdir, exist_ok=True)
