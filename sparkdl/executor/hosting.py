@@ -5,20 +5,24 @@ a notebook container, Databricks serverless), so the service runs beside a worke
 the barrier stage, as PySpark's TorchDistributor runs its rendezvous in barrier task 0.
 Every worker, once its partition is cached, enters :class:`Hosted`:
 
-1. Each says how many epochs the newest *snapshot* on its machine holds (the service's
+1. Worker 0 builds the store from the newest *snapshot* on its machine (the service's
    host writes one after every closed epoch, in the checkpoint format, to the
-   executor's local disk) and ``allGather`` shares the counts. The worker with the
-   newest snapshot hosts the service (the lowest id among equals: worker 0 on a
-   first attempt), so a retried stage finds the center where it survived.
-2. The host builds the store from that snapshot (or from the model), starts the
-   service on its executor's address (TLS as the plan says, the fit's token, and the
-   relay's routes for the driver: :mod:`sparkdl.server.relay`), and a second
-   ``allGather`` gives every worker its URL, certificate and starting epoch.
+   executor's local disk), else from the model, and starts the service on its
+   executor's address (TLS as the plan says, the fit's token, and the relay's routes
+   for the driver: :mod:`sparkdl.server.relay`).
+2. One ``allGather`` gives every worker the service's URL, certificate and starting
+   epoch, and how many epochs each worker's machine has a snapshot of. If another
+   machine holds a newer snapshot (a retried stage after worker 0 moved), worker 0
+   stops its service and the worker with the newest one (the lowest id among equals)
+   hosts instead, shared by a second ``allGather``: the retried stage finds the center
+   where it survived. Each gather costs its waiters up to a second (Spark polls a
+   barrier once a second), so a first attempt makes only one.
 3. Each worker writes the service's address (never the token) to a *rendezvous file*
    on its machine, where the driver's relay jobs find it (:mod:`sparkdl.relay`).
-4. After training, ``barrier()`` waits for every worker; the host then returns the
-   service's result (weights, history, status) as extra result rows
-   (:func:`sparkdl.payload.result_rows`) and stops it.
+4. After training, each worker tells the service it left (``POST /leave``); the host
+   waits until every worker left, then returns the service's result (weights,
+   history, status) as extra result rows (:func:`sparkdl.payload.result_rows`) and
+   stops it.
 
 If the host's Python process dies, Spark retries the whole barrier stage (its output
 feeds a shuffle: :func:`sparkdl.fit._run_barrier_job`); the new attempt rejoins at step
@@ -51,6 +55,9 @@ from sparkdl.payload import Hosting, WorkerPayload, result_rows
 __all__ = ["Hosted", "read_rendezvous", "rendezvous_dir"]
 
 _log = logging.getLogger(__name__)
+
+#: Seconds between the host's checks while it waits for the workers to leave.
+_LEAVE_POLL = 5.0
 
 
 class Hosted:
@@ -94,25 +101,25 @@ class Hosted:
     def _enter(self) -> Hosted:
         from sparkdl import checkpoints
 
-        hosting, context = self.hosting, self._context
-        snapshots = _snapshot_dir(hosting.fit_id)
+        snapshots = _snapshot_dir(self.hosting.fit_id)
         mine = checkpoints.latest_epoch(snapshots)
-        counts = [json.loads(m)["epochs"] for m in context.allGather(json.dumps({"epochs": mine}))]
-        host = _choose_host(counts)
-        message = ""
-        try:
-            if host == self._worker:
-                message = json.dumps(self._serve(snapshots))
-        finally:
-            # Every worker takes part in both gathers, or the others wait for ever.
-            answers = context.allGather(message)
-        if not answers[host]:
+        # Worker 0 offers the service; one allGather shares its address and every
+        # worker's newest snapshot. Only a retried stage whose newest snapshot is on
+        # another machine needs a second gather, with that worker as the host.
+        host = 0
+        answers = self._offer(host, snapshots, mine)
+        newest = _choose_host([json.loads(a)["epochs"] for a in answers])
+        if newest != host:
+            self._stop_service()
+            host = newest
+            answers = self._offer(host, snapshots, mine)
+        found = json.loads(answers[host])
+        if "url" not in found:
             raise RuntimeError(
                 f"Worker {host} could not start the parameter service (its task's error "
                 "says why); this worker stops with it."
             )
-        found = json.loads(answers[host])
-        self._rendezvous = _write_rendezvous(hosting.fit_id, found)
+        self._rendezvous = _write_rendezvous(self.hosting.fit_id, found)
         plan = dataclasses.replace(self.payload.plan, initial_epoch=int(found["initial_epoch"]))
         self.payload = dataclasses.replace(
             self.payload,
@@ -122,24 +129,47 @@ class Hosted:
         )
         return self
 
+    def _offer(self, host: int, snapshots: str, mine: int | None) -> list[str]:
+        """One ``allGather``: every worker's newest snapshot, and from ``host`` the
+        service it started (its URL, certificate and starting epoch)."""
+        message: dict[str, Any] = {"epochs": mine}
+        try:
+            if host == self._worker:
+                message.update(self._serve(snapshots))
+        finally:
+            # Every worker takes part in every gather, or the others wait for ever.
+            answers = self._context.allGather(json.dumps(message))
+        return list(answers)
+
+    def _stop_service(self) -> None:
+        if self._keeper is not None:
+            self._keeper.stop()
+            self._keeper = None
+        if self._service is not None:
+            self._service.stop()
+            self._service = None
+
     def finish(self) -> list[pa.RecordBatch]:
-        """Waits until every worker trained; the host returns the service's result rows."""
-        self._context.barrier()
+        """The host waits until every worker left (``/leave``: each tells the service
+        when its training ended) and returns the service's result rows; the others
+        return at once. The store wakes the host as the last worker leaves, where a
+        Spark barrier would cost up to a second."""
         if self._service is None:
             return []
         store = self._service.store
+        while not store.wait_left(_LEAVE_POLL):
+            if store.aborted_event.is_set():
+                break  # another worker's failure ends the stage
         status = dict(store.status(), url=self._service.url)
         return result_rows(store.weights(), store.history(), status, store.failures())
 
     def __exit__(self, *exc: Any) -> None:
-        if self._keeper is not None:
-            self._keeper.stop()
-        if self._service is not None:
-            self._service.stop()
+        hosted = self._service is not None
+        self._stop_service()
         if self._rendezvous is not None:
             with contextlib.suppress(OSError):
                 os.remove(self._rendezvous)
-        if exc[0] is None and self._service is not None:  # the fit is over: no retry needs it
+        if exc[0] is None and hosted:  # the fit is over: no retry needs it
             shutil.rmtree(_snapshot_dir(self.hosting.fit_id), ignore_errors=True)
 
     # ---------------------------------------------------------------- the host

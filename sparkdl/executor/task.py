@@ -117,6 +117,7 @@ def _train_task(
             report.cache_mode = data.mode
             report.data_bytes = data.data_bytes + (held_out.data_bytes if held_out else 0)
             if hosted is not None:
+                client.leave()
                 hosted_rows = hosted.finish()
     except BaseException as exc:
         # Spark reuses this process for its next task, which must not import

@@ -25,6 +25,8 @@ Routes:
         runs in the cluster (:mod:`sparkdl.server.relay`).
     ``POST /fail``: JSON ``{"worker": id, "traceback": text, "attempt": a, "fatal":
         bool}``; a fatal failure aborts training.
+    ``POST /leave``: JSON ``{"worker": id, "attempt": a}``: the worker finished
+        training (the host of a service in the cluster stops it once every worker left).
 
 Example:
     >>> import numpy as np
@@ -138,6 +140,7 @@ class _Routes:
         app.post("/push")(self._push)
         app.post("/join")(self._join)
         app.post("/fail")(self._fail)
+        app.post("/leave")(self._leave)
 
     def vouched(self, worker: int, attempt: int) -> int:
         """``attempt``, once confirmed when it is new for ``worker`` (a known worker)."""
@@ -239,6 +242,12 @@ class _Routes:
             attempt=self.vouched(worker, meta_int(report, "attempt", 0)),
             fatal=report.get("fatal", True),
         )
+        return _json(200, {"ok": True})
+
+    def _leave(self) -> Response:
+        report = json_body()
+        worker = meta_int(report, "worker")
+        self.store.leave(worker, attempt=self.vouched(worker, meta_int(report, "attempt", 0)))
         return _json(200, {"ok": True})
 
 

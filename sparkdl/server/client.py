@@ -240,6 +240,12 @@ class ServiceClient:
                 "POST", "/fail", body=body, headers={"Content-Type": "application/json"}, retries=1
             )
 
+    def leave(self) -> None:
+        """Tells the service this worker finished training (its host waits for every
+        worker before it stops: :mod:`sparkdl.executor.hosting`)."""
+        body = json.dumps({"worker": self.worker, "attempt": self.attempt}).encode()
+        self._request("POST", "/leave", body=body, headers={"Content-Type": "application/json"})
+
     def close(self) -> None:
         """Closes the connection."""
         self._conn.close()

@@ -137,6 +137,9 @@ class TrainingState(abc.ABC):
         self._history = EpochHistory(history, metric_merge)
         self._failures: dict[int, str] = {}
         self._rows: dict[int, int] = {}
+        #: Workers whose training ended (``/leave``): the host of a service in the
+        #: cluster stops it once every worker left.
+        self._left: set[int] = set()
         #: The most training rows each worker may join with (the driver's plan:
         #: :meth:`~sparkdl.server.store.WeightStore.plan_rows`); ``None`` takes a
         #: worker's count as given (a store no fit planned: tests, benchmarks).

@@ -209,6 +209,7 @@ class WeightStore(TrainingState):
                 "full_answers": self.replicas.full_answers() if self.replicas else None,
                 "planned_rows": None if self.planned_rows is None else list(self.planned_rows),
                 "joined_rows": {str(w): n for w, n in sorted(self._rows.items())},
+                "left": sorted(self._left),
             }
 
     # ------------------------------------------------------ the driver's events
@@ -365,6 +366,38 @@ class WeightStore(TrainingState):
                 "position": list(record.position) if record.position else None,
                 "generation": self.rounds.generation,
             }
+
+    def leave(self, worker: int, attempt: int = 0) -> None:
+        """Worker ``worker`` finished training (its last push answered).
+
+        A service in the cluster (:mod:`sparkdl.executor.hosting`) stops only once
+        every worker left; a Spark barrier would cost each waiting worker up to a
+        second (Spark polls a barrier once a second).
+
+        Raises:
+            StoreError: 400 for a bad worker id; 409 for a superseded attempt.
+        """
+        self.check_worker(worker)
+        with self.lock:
+            newest = self.ledger.newest_attempt(worker)
+            if attempt < newest:
+                raise StoreError(
+                    409, f"Worker {worker} attempt {attempt} was superseded by attempt {newest}."
+                )
+            self._left.add(worker)
+            self.lock.notify_all()
+
+    def wait_left(self, wait: float) -> bool:
+        """Waits up to ``wait`` seconds until every worker left (or the fit was
+        aborted); returns whether every worker left."""
+        deadline = time.monotonic() + wait
+        with self.lock:
+            while len(self._left) < self.num_workers and self.control.aborted is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self.lock.wait(min(left, 1.0))
+            return len(self._left) >= self.num_workers
 
     def report_failure(
         self, worker: int, trace: str, *, attempt: int = 0, fatal: bool = True

@@ -18,6 +18,16 @@ import pytest
 from tests.integration.conftest import digits, spark_builder  # noqa: F401  (a fixture)
 
 
+def clean_env() -> dict[str, str]:
+    """This process's environment less what its Connect session set in it, for a
+    process of its own (a classic driver, another Connect client or server): with
+    ``SPARK_CONNECT_MODE_ENABLED`` a classic session refuses to start, and with
+    ``SPARK_CONNECT_AUTHENTICATE_TOKEN`` a client speaks TLS with this session's token
+    and a server asks for it."""
+    leaked = ("SPARK_CONNECT", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE", "PYSPARK_REMOTE_INIT_CONF")
+    return {k: v for k, v in os.environ.items() if not k.startswith(leaked)}
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

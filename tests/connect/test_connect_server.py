@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from benchmarks.idle_connections import free_port
+from tests.connect.conftest import clean_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]  # processes of their own
 
@@ -42,7 +43,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str]
     log_path = str(workdir / "server.log")
     port = free_port()
     submit = os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-submit")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_REMOTE")}
+    env = clean_env()
+    env.pop("PYTHONPATH", None)
     env.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
@@ -90,7 +92,7 @@ def results(server: tuple[int, str]) -> dict[str, dict[str, Any]]:
     port, log_path = server
     scenarios = ["sync", "async-stop", "sync-kill", "async-kill", "driver"]
     script = os.path.join(os.path.dirname(__file__), "remote_client.py")
-    env = {k: v for k, v in os.environ.items() if k != "SPARK_REMOTE"}
+    env = clean_env()
     env.update(PYTHONUNBUFFERED="1")
     proc = subprocess.run(
         [sys.executable, script, str(port), *scenarios],

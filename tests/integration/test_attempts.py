@@ -35,6 +35,8 @@ def test_the_service_refuses_an_attempt_its_check_does_not_confirm() -> None:
         headers=auth,
     )
     assert failed.status_code == 409 and store.status()["aborted"] is None
+    left = client.post("/leave", json={"worker": 1, "attempt": FORGED}, headers=auth)
+    assert left.status_code == 409 and store.status()["left"] == []
     assert store.newest_attempt(0) == 0  # nothing fenced
     honest = client.post("/join", json={"worker": 0, "rows": 10, "attempt": 7}, headers=auth)
     assert honest.status_code == 200 and store.newest_attempt(0) == 7

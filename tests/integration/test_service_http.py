@@ -77,6 +77,7 @@ def test_every_route_needs_the_token(service, http, header) -> None:
         ("POST", "/push"),
         ("POST", "/fail"),
         ("POST", "/join"),
+        ("POST", "/leave"),
     ]:
         response = http.urlopen(
             method, path, headers=headers, body=b"" if method == "POST" else None
@@ -167,7 +168,7 @@ def bad_requests(draw):
     if kind == "random":
         return "POST", "/push", headers, draw(st.binary(max_size=4096))
     if kind == "json":
-        path = draw(st.sampled_from(["/join", "/fail"]))
+        path = draw(st.sampled_from(["/join", "/fail", "/leave"]))
         body = draw(
             st.one_of(
                 st.binary(max_size=512),
@@ -435,3 +436,37 @@ def test_a_whole_push_under_compression_is_checked_like_any_body() -> None:
         client.push(dense, base_version=0, samples=1, meta={"whole": True}, replica=replica)
         assert store.version == 1
         np.testing.assert_array_equal(store.weights()[0], dense[0])
+
+
+def test_leave_counts_each_worker_once_and_refuses_bad_or_superseded_leaves() -> None:
+    """``POST /leave`` (a worker's training ended; the host of a service in the cluster
+    waits for every worker): a token holder's malformed leave, another worker id or a
+    superseded attempt gets a 4xx and counts nothing; leaving twice counts once."""
+    store = WeightStore(
+        [np.zeros(s, np.float32) for s in SHAPES], num_workers=2, merge=Delta(), mode="asynchronous"
+    )
+    with ParameterService(store, host="127.0.0.1") as svc:
+        pool = urllib3.HTTPConnectionPool("127.0.0.1", svc.port, retries=False, timeout=10)
+        head = {**auth(svc), "Content-Type": "application/json"}
+        ServiceClient(svc.url, svc.token, worker=1, attempt=5).join(10)
+        for body, status in [
+            (b"not json", 400),
+            (json.dumps({"worker": 2}).encode(), 400),
+            (json.dumps({"worker": -1}).encode(), 400),
+            (json.dumps({"worker": "0"}).encode(), 400),
+            (json.dumps({"worker": 1, "attempt": 4}).encode(), 409),  # superseded by 5
+        ]:
+            answer = pool.urlopen("POST", "/leave", body=body, headers=head)
+            assert answer.status == status, (body, answer.data)
+            assert "error" in json.loads(answer.data)
+        assert store.status()["left"] == [] and not store.wait_left(0.0)
+        clients = [ServiceClient(svc.url, svc.token, worker=0)]
+        clients.append(ServiceClient(svc.url, svc.token, worker=1, attempt=5))
+        clients[0].leave()
+        clients[0].leave()  # a retried leave counts once
+        assert store.status()["left"] == [0] and not store.wait_left(0.05)
+        clients[1].leave()
+        assert store.status()["left"] == [0, 1] and store.wait_left(0.0)
+        pool.close()
+        for client in clients:
+            client.close()
