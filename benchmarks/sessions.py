@@ -46,7 +46,7 @@ def main() -> None:
             title, flags = RUNS[name]
             started = time.perf_counter()
             out = subprocess.run(
-                [sys.executable, script, *flags, *rest],
+                [sys.executable, script, *rest, *flags],  # the run's own flags last: they win
                 check=True,
                 capture_output=True,
                 text=True,

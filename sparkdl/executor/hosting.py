@@ -18,7 +18,8 @@ Every worker, once its partition is cached, enters :class:`Hosted`:
    where it survived. Each gather costs its waiters up to a second (Spark polls a
    barrier once a second), so a first attempt makes only one.
 3. Each worker writes the service's address (never the token) to a *rendezvous file*
-   on its machine, where the driver's relay jobs find it (:mod:`sparkdl.relay`).
+   of its own on its machine, where the driver's relay jobs find it
+   (:mod:`sparkdl.relay`).
 4. After training, each worker tells the service it left (``POST /leave``); the host
    waits until every worker left, then returns the service's result (weights,
    history, status) as extra result rows (:func:`sparkdl.payload.result_rows`) and
@@ -90,6 +91,7 @@ class Hosted:
         self._service: Any = None
         self._keeper: _Keeper | None = None
         self._rendezvous: str | None = None
+        self._complete = False  # the host saw the fit's training end
 
     def __enter__(self) -> Hosted:
         try:
@@ -99,27 +101,27 @@ class Hosted:
             raise
 
     def _enter(self) -> Hosted:
-        from sparkdl import checkpoints
-
         snapshots = _snapshot_dir(self.hosting.fit_id)
-        mine = checkpoints.latest_epoch(snapshots)
+        mine = self._newest_snapshot(snapshots)
         # Worker 0 offers the service; one allGather shares its address and every
         # worker's newest snapshot. Only a retried stage whose newest snapshot is on
         # another machine needs a second gather, with that worker as the host.
         host = 0
-        answers = self._offer(host, snapshots, mine)
+        answers, error = self._offer(host, snapshots, mine)
         newest = _choose_host([json.loads(a)["epochs"] for a in answers])
         if newest != host:
             self._stop_service()
             host = newest
-            answers = self._offer(host, snapshots, mine)
+            answers, error = self._offer(host, snapshots, mine)
+        if error is not None:
+            raise error  # this worker stays the host and could not serve
         found = json.loads(answers[host])
         if "url" not in found:
             raise RuntimeError(
                 f"Worker {host} could not start the parameter service (its task's error "
                 "says why); this worker stops with it."
             )
-        self._rendezvous = _write_rendezvous(self.hosting.fit_id, found)
+        self._rendezvous = _write_rendezvous(self.hosting.fit_id, self._worker, found)
         plan = dataclasses.replace(self.payload.plan, initial_epoch=int(found["initial_epoch"]))
         self.payload = dataclasses.replace(
             self.payload,
@@ -129,19 +131,36 @@ class Hosted:
         )
         return self
 
-    def _offer(self, host: int, snapshots: str, mine: int | None) -> list[str]:
+    def _newest_snapshot(self, snapshots: str) -> int | None:
+        """Epochs the newest snapshot of this fit on this machine holds (``None``)."""
+        from sparkdl import checkpoints
+
+        return checkpoints.latest_epoch(snapshots)
+
+    def _offer(
+        self, host: int, snapshots: str, mine: int | None
+    ) -> tuple[list[str], Exception | None]:
         """One ``allGather``: every worker's newest snapshot, and from ``host`` the
-        service it started (its URL, certificate and starting epoch)."""
+        service it started (its URL, certificate and starting epoch).
+
+        Returns:
+            The gathered messages, and the error of a host that could not serve: it
+            still takes part in the gather (every worker takes part in every gather, or
+            the others wait for ever) and raises only if it stays the host.
+        """
         message: dict[str, Any] = {"epochs": mine}
-        try:
-            if host == self._worker:
+        error = None
+        if host == self._worker:
+            try:
                 message.update(self._serve(snapshots))
-        finally:
-            # Every worker takes part in every gather, or the others wait for ever.
-            answers = self._context.allGather(json.dumps(message))
-        return list(answers)
+            except Exception as exc:
+                _log.warning("sparkdl: worker %d could not start the service: %s", host, exc)
+                self._stop_service()
+                error = exc
+        return list(self._context.allGather(json.dumps(message))), error
 
     def _stop_service(self) -> None:
+        """Stops this worker's service and its snapshots, if it started them."""
         if self._keeper is not None:
             self._keeper.stop()
             self._keeper = None
@@ -157,19 +176,23 @@ class Hosted:
         if self._service is None:
             return []
         store = self._service.store
-        while not store.wait_left(_LEAVE_POLL):
-            if store.aborted_event.is_set():
-                break  # another worker's failure ends the stage
+        while not store.wait_left(_LEAVE_POLL) and not store.aborted_event.is_set():
+            pass  # no deadline, as a barrier: a failed worker's task ends the stage
         status = dict(store.status(), url=self._service.url)
+        self._complete = bool(status["stop_requested"]) or (
+            int(status["epochs_done"]) >= self.payload.plan.epochs
+        )
         return result_rows(store.weights(), store.history(), status, store.failures())
 
     def __exit__(self, *exc: Any) -> None:
-        hosted = self._service is not None
         self._stop_service()
         if self._rendezvous is not None:
             with contextlib.suppress(OSError):
                 os.remove(self._rendezvous)
-        if exc[0] is None and hosted:  # the fit is over: no retry needs it
+        if exc[0] is None and self._complete:
+            # Every epoch closed (or the driver stopped the fit): no retry needs the
+            # snapshots. Kept otherwise, so that a host that stopped early (a forged
+            # leave) costs a retried stage no more than the epoch in progress.
             shutil.rmtree(_snapshot_dir(self.hosting.fit_id), ignore_errors=True)
 
     # ---------------------------------------------------------------- the host
@@ -238,9 +261,25 @@ def rendezvous_dir() -> str:
 
 
 def read_rendezvous(fit_id: str) -> dict[str, Any] | None:
-    """The service's address as a worker on this machine wrote it, or ``None``."""
+    """The service's address as a worker on this machine wrote it last, or ``None``.
+
+    Each worker writes a file of its own (a worker that ends early removes only its
+    own); the newest one is a retried stage's, whose service is the live one.
+    """
+    directory = rendezvous_dir()
+    prefix = f"{_safe(fit_id)}.w"
+    newest: tuple[float, str] | None = None
+    with contextlib.suppress(OSError):
+        for name in os.listdir(directory):
+            if name.startswith(prefix) and name.endswith(".json"):
+                with contextlib.suppress(OSError):
+                    found_at = os.stat(os.path.join(directory, name)).st_mtime
+                    if newest is None or found_at > newest[0]:
+                        newest = (found_at, name)
+    if newest is None:
+        return None
     try:
-        with open(os.path.join(rendezvous_dir(), f"{_safe(fit_id)}.json")) as f:
+        with open(os.path.join(directory, newest[1])) as f:
             found: dict[str, Any] = json.load(f)
     except (OSError, ValueError):
         return None
@@ -291,9 +330,10 @@ def _snapshot_dir(fit_id: str) -> str:
     return os.path.join(rendezvous_dir(), f"{_safe(fit_id)}-snapshots")
 
 
-def _write_rendezvous(fit_id: str, found: dict[str, Any]) -> str:
-    """Writes the service's address (URL, certificate) where relay tasks find it."""
-    path = os.path.join(rendezvous_dir(), f"{_safe(fit_id)}.json")
+def _write_rendezvous(fit_id: str, worker: int, found: dict[str, Any]) -> str:
+    """Writes the service's address (URL, certificate) where relay tasks find it, in
+    this worker's own file."""
+    path = os.path.join(rendezvous_dir(), f"{_safe(fit_id)}.w{worker}.json")
     text = json.dumps({"url": found["url"], "cert": found["cert"]})
     fd, staging = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".rendezvous-")
     with os.fdopen(fd, "w") as f:

@@ -244,7 +244,11 @@ class ServiceClient:
         """Tells the service this worker finished training (its host waits for every
         worker before it stops: :mod:`sparkdl.executor.hosting`)."""
         body = json.dumps({"worker": self.worker, "attempt": self.attempt}).encode()
-        self._request("POST", "/leave", body=body, headers={"Content-Type": "application/json"})
+        status, data = self._request(
+            "POST", "/leave", body=body, headers={"Content-Type": "application/json"}
+        )
+        if status != 200:  # the host would wait for this worker for ever
+            raise ServiceError(_error_text(self.url, status, data))
 
     def close(self) -> None:
         """Closes the connection."""

@@ -375,21 +375,33 @@ class WeightStore(TrainingState):
         second (Spark polls a barrier once a second).
 
         Raises:
-            StoreError: 400 for a bad worker id; 409 for a superseded attempt.
+            StoreError: 400 for a bad worker id; 409 for a worker that never joined,
+                an attempt that is not the worker's newest, or an aborted fit. A
+                refused leave changes nothing.
         """
         self.check_worker(worker)
         with self.lock:
+            self.control.check_aborted()
             newest = self.ledger.newest_attempt(worker)
-            if attempt < newest:
+            if worker not in self.rounds.joined or attempt != newest:
                 raise StoreError(
-                    409, f"Worker {worker} attempt {attempt} was superseded by attempt {newest}."
+                    409,
+                    f"Expected a leave from worker {worker}'s joined attempt {newest}. "
+                    f"Received: attempt={attempt}"
+                    + ("" if worker in self.rounds.joined else " (the worker never joined)"),
                 )
             self._left.add(worker)
             self.lock.notify_all()
 
     def wait_left(self, wait: float) -> bool:
-        """Waits up to ``wait`` seconds until every worker left (or the fit was
-        aborted); returns whether every worker left."""
+        """Waits until every worker left.
+
+        Args:
+            wait: Seconds to wait at most.
+
+        Returns:
+            Whether every worker left (``False`` also once the fit was aborted).
+        """
         deadline = time.monotonic() + wait
         with self.lock:
             while len(self._left) < self.num_workers and self.control.aborted is None:

@@ -5,7 +5,8 @@ These tests run in a pytest process of their own (``bash scripts/test.sh`` runs
 ``pytest tests/connect`` after the main suite): a Connect session marks the whole
 process as a Connect client (``SPARK_CONNECT_MODE_ENABLED``), which PySpark ML's
 classic code paths then refuse. ``tests/conftest.py`` leaves this directory out of
-any other run. The builder and the digits frames are the integration tests' own.
+any other run. The builder, the digits frames and the saved stages' expected figures
+are the integration tests' own.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.integration.conftest import digits, spark_builder  # noqa: F401  (a fixture)
+from tests.integration.test_saved_stages import expected  # noqa: F401  (a fixture)
 
 
 def clean_env() -> dict[str, str]:

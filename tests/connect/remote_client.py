@@ -16,6 +16,8 @@ connection to a port other than the server's.
 
 Scenarios (one ``RESULT {json}`` line each):
 
+Each scenario runs, scoring and saving included, under the monitor.
+
 - ``sync``: synchronous average fit with TLS to the service, the progress bar, a
   callback that records epochs, checkpoints; then transform, evaluate, save and load;
 - ``async-stop``: an asynchronous delta fit that a callback stops after its third epoch;
@@ -130,9 +132,19 @@ class SocketWatch:
                         continue
                     if state == "0A":  # LISTEN
                         self.listening.add(local)
-                    elif int(remote.rsplit(":", 1)[1], 16) not in (0, PORT):
+                    elif not _is_server(remote):
                         self.foreign.add(f"{local} -> {remote} state {state}")
         self.samples += 1
+
+
+def _is_server(remote: str) -> bool:
+    """Whether a /proc/net/tcp{,6} remote address (hex ``ADDRESS:PORT``) is the Connect
+    server, 127.0.0.1:PORT (as IPv4, or IPv4-mapped IPv6), or no peer at all."""
+    address, port = remote.rsplit(":", 1)
+    if int(port, 16) == 0 and int(address, 16) == 0:
+        return True  # no peer (a socket not connected yet)
+    loopback = ("0100007F", "0000000000000000FFFF00000100007F")
+    return int(port, 16) == PORT and address.upper() in loopback
 
 
 def watch_self_test() -> bool:
@@ -150,19 +162,38 @@ def watch_self_test() -> bool:
 
 
 def run(spark: Any, scenario: str, workdir: str) -> dict[str, Any]:
+    """Runs one scenario under a :class:`SocketWatch` (the fit and all that follows)."""
+    result: dict[str, Any] = {"scenario": scenario}
+    started = time.time()
+    with SocketWatch() as watch:
+        if scenario == "driver":
+            _driver_placement(spark, result)
+        else:
+            _train_and_score(spark, scenario, workdir, result)
+    result.update(
+        seconds=time.time() - started,
+        listening=sorted(watch.listening),
+        foreign=sorted(watch.foreign),
+        watch_samples=watch.samples,
+        refused=list(REFUSED),
+    )
+    return result
+
+
+def _driver_placement(spark: Any, result: dict[str, Any]) -> None:
+    train_df, _ = digits_frames(spark)
+    try:
+        KerasEstimator(
+            model=digits_model(), num_workers=2, epochs=1, service_placement="driver"
+        ).fit(train_df)
+    except Exception as exc:  # what the user would see
+        result["error"] = f"{type(exc).__name__}: {exc}"
+
+
+def _train_and_score(spark: Any, scenario: str, workdir: str, result: dict[str, Any]) -> None:
     train_df, test_df = digits_frames(spark)
     _, x_test, _, y_test = digits_arrays()
-    result: dict[str, Any] = {"scenario": scenario}
-    if scenario == "driver":
-        try:
-            KerasEstimator(
-                model=digits_model(), num_workers=2, epochs=1, service_placement="driver"
-            ).fit(train_df)
-        except Exception as exc:  # what the user would see
-            result.update(error=f"{type(exc).__name__}: {exc}", refused=list(REFUSED))
-        return result
     seen: list[int] = []
-    settings: dict[str, Any] = {}
     model = digits_model()
 
     def record(epoch: int, logs: Any) -> None:
@@ -171,6 +202,7 @@ def run(spark: Any, scenario: str, workdir: str) -> dict[str, Any]:
             recorder.model.stop_training = True
 
     recorder = keras.callbacks.LambdaCallback(on_epoch_end=record)
+    settings: dict[str, Any]
     if scenario == "sync":
         settings = dict(
             mode="synchronous",
@@ -197,18 +229,11 @@ def run(spark: Any, scenario: str, workdir: str) -> dict[str, Any]:
             epochs=20,
             custom_objects={loss.__name__: loss},
         )
-    started = time.time()
-    with SocketWatch() as watch:
-        fitted = KerasEstimator(
-            model=model, callbacks=[recorder], num_workers=2, batch_size=32, seed=0, **settings
-        ).fit(train_df)
+    fitted = KerasEstimator(
+        model=model, callbacks=[recorder], num_workers=2, batch_size=32, seed=0, **settings
+    ).fit(train_df)
     report = fitted.fit_report
     result.update(
-        seconds=time.time() - started,
-        listening=sorted(watch.listening),
-        foreign=sorted(watch.foreign),
-        watch_samples=watch.samples,
-        refused=list(REFUSED),
         epochs=len(fitted.history["loss"]),
         callback_epochs=seen,
         accuracy=accuracy(fitted.get_model(), x_test, y_test),
@@ -234,7 +259,6 @@ def run(spark: Any, scenario: str, workdir: str) -> dict[str, Any]:
         again = np.array([r.prediction for r in loaded.transform(test_df).collect()], np.float32)
         result["loaded_error"] = float(np.max(np.abs(again - predictions)))
         result["checkpoints"] = sorted(os.listdir(os.path.join(workdir, "checkpoints")))
-    return result
 
 
 def main() -> None:

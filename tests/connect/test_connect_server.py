@@ -161,7 +161,10 @@ def test_a_killed_service_host_costs_at_most_the_epoch_in_progress(results, scen
         # The new service resumes from the snapshot after epoch 5: only epoch 6 is redone.
         assert seen == (EPOCHS - 5) * ROWS, seen
     else:
-        assert seen % ROWS == 0 and seen <= EPOCHS * ROWS, seen
+        # An asynchronous epoch closes when the slower worker ends it, and the host died
+        # in its epoch 6: the new service starts from a snapshot of at least epoch 4
+        # (a restart from scratch would serve all 20 epochs).
+        assert seen % ROWS == 0 and seen <= (EPOCHS - 4) * ROWS, seen
     assert all(run <= EPOCHS for run in result["epochs_run"])
 
 

@@ -5,7 +5,6 @@ classic session in a process of its own."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -19,12 +18,6 @@ from tests.connect.conftest import clean_env
 from tests.integration.test_saved_stages import SAVED, assert_scores_match
 
 pytestmark = [pytest.mark.spark]
-
-
-@pytest.fixture(scope="module")
-def expected() -> dict:  # type: ignore[type-arg]
-    with open(os.path.join(SAVED, "expected.json")) as f:
-        return json.load(f)  # type: ignore[no-any-return]
 
 
 def test_a_model_and_a_pipeline_saved_on_a_classic_session_load_over_connect(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import pickle
 import socket
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -440,33 +441,60 @@ def test_a_whole_push_under_compression_is_checked_like_any_body() -> None:
 
 def test_leave_counts_each_worker_once_and_refuses_bad_or_superseded_leaves() -> None:
     """``POST /leave`` (a worker's training ended; the host of a service in the cluster
-    waits for every worker): a token holder's malformed leave, another worker id or a
-    superseded attempt gets a 4xx and counts nothing; leaving twice counts once."""
+    waits for every worker): a token holder's malformed leave, another worker id, a
+    worker that never joined, or an attempt other than the worker's newest gets a 4xx
+    and counts nothing; leaving twice counts once; an aborted fit takes no leave."""
     store = WeightStore(
         [np.zeros(s, np.float32) for s in SHAPES], num_workers=2, merge=Delta(), mode="asynchronous"
     )
     with ParameterService(store, host="127.0.0.1") as svc:
         pool = urllib3.HTTPConnectionPool("127.0.0.1", svc.port, retries=False, timeout=10)
         head = {**auth(svc), "Content-Type": "application/json"}
-        ServiceClient(svc.url, svc.token, worker=1, attempt=5).join(10)
+        clients = [
+            ServiceClient(svc.url, svc.token, worker=0, retries=0),
+            ServiceClient(svc.url, svc.token, worker=1, attempt=5, retries=0),
+        ]
+        with pytest.raises(ServiceError, match="never joined"):
+            clients[0].leave()
+        clients[1].join(10)
         for body, status in [
             (b"not json", 400),
             (json.dumps({"worker": 2}).encode(), 400),
             (json.dumps({"worker": -1}).encode(), 400),
             (json.dumps({"worker": "0"}).encode(), 400),
             (json.dumps({"worker": 1, "attempt": 4}).encode(), 409),  # superseded by 5
+            (json.dumps({"worker": 1, "attempt": 6}).encode(), 409),  # never joined
         ]:
             answer = pool.urlopen("POST", "/leave", body=body, headers=head)
             assert answer.status == status, (body, answer.data)
             assert "error" in json.loads(answer.data)
         assert store.status()["left"] == [] and not store.wait_left(0.0)
-        clients = [ServiceClient(svc.url, svc.token, worker=0)]
-        clients.append(ServiceClient(svc.url, svc.token, worker=1, attempt=5))
+        assert store.newest_attempt(1) == 5  # nothing fenced
+        clients[0].join(10)
         clients[0].leave()
         clients[0].leave()  # a retried leave counts once
         assert store.status()["left"] == [0] and not store.wait_left(0.05)
-        clients[1].leave()
-        assert store.status()["left"] == [0, 1] and store.wait_left(0.0)
+        store.abort("a worker failed")
+        with pytest.raises(ServiceError, match="abort"):
+            clients[1].leave()
+        assert store.status()["left"] == [0] and not store.wait_left(0.0)
         pool.close()
         for client in clients:
             client.close()
+
+
+def test_the_last_leave_wakes_a_waiting_host() -> None:
+    store = joined(
+        WeightStore([np.zeros(2, np.float32)], num_workers=2, merge=Delta(), mode="asynchronous")
+    )
+    store.leave(0)
+    woke: list[float] = []
+    waiter = threading.Thread(
+        target=lambda: woke.append(time.monotonic()) if store.wait_left(10.0) else None
+    )
+    waiter.start()
+    time.sleep(0.1)
+    left_at = time.monotonic()
+    store.leave(1)
+    waiter.join(10)
+    assert woke and woke[0] - left_at < 0.5  # woken by the leave, not by its 1 s poll

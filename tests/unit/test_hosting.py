@@ -1,0 +1,152 @@
+"""The rendezvous of a service in the cluster (:mod:`sparkdl.executor.hosting`), with
+worker threads whose ``allGather`` is a ``threading.Barrier`` and whose machines hold
+the snapshots a test gives them: which worker hosts, how many gathers it takes, and what
+a worker sees when the host cannot serve. (The real barrier stage, service and relay are
+tested by the slow tier's killed-host fits.)"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from sparkdl.config import TrainConfig
+from sparkdl.executor.hosting import Hosted
+from sparkdl.payload import Hosting, WorkerPayload
+from sparkdl.plan import FitPlan
+
+
+class FakeBarrier:
+    """``allGather`` of ``n`` worker threads, counting the gathers."""
+
+    def __init__(self, n: int) -> None:
+        self.messages: list[str] = [""] * n
+        self.barrier = threading.Barrier(n, timeout=10)
+        self.gathers = 0
+
+    def context(self, worker: int) -> Any:
+        barrier = self
+
+        class Context:
+            def allGather(self, message: str = "") -> list[str]:
+                barrier.messages[worker] = message
+                if barrier.barrier.wait() == 0:
+                    barrier.gathers += 1
+                gathered = list(barrier.messages)
+                barrier.barrier.wait()  # every worker read before the next gather writes
+                return gathered
+
+        return Context()
+
+
+class Worker(Hosted):
+    """A worker whose machine holds a snapshot of ``snapshot`` epochs (or none), and
+    whose service is a URL naming it (or an error)."""
+
+    snapshot: int | None = None
+    fails = False
+    served = 0
+    stopped = 0
+
+    def _newest_snapshot(self, snapshots: str) -> int | None:
+        return self.snapshot
+
+    def _serve(self, snapshots: str) -> dict[str, Any]:
+        if self.fails:
+            raise OSError("no port free")
+        self.served += 1
+        self._service = object()
+        return {"url": f"http://w{self._worker}", "cert": "", "initial_epoch": self.snapshot or 0}
+
+    def _stop_service(self) -> None:
+        if self._service is not None:
+            self.stopped += 1
+        self._service = None
+
+
+def payload() -> WorkerPayload:
+    plan = FitPlan.resolve(TrainConfig(), num_workers=3, rows=300, threads=1, service_host="x")
+    return WorkerPayload(
+        plan=plan,
+        url="",
+        token="t",
+        model_bytes=b"",
+        custom_objects=None,
+        input_shapes=[(3,)],
+        label_kinds=["int"],
+        hosting=Hosting("test-rendezvous", "d", False, None, [100, 100, 100], "127.0.0.1"),
+    )
+
+
+def rendezvous(
+    snapshots: list[int | None], fails: set[int] = frozenset()
+) -> tuple[list[Any], FakeBarrier]:  # type: ignore[assignment]
+    """Runs ``_enter`` in one thread per worker; returns each one's result or error."""
+    fake = FakeBarrier(len(snapshots))
+    workers = []
+    for worker, snapshot in enumerate(snapshots):
+        hosted = Worker(payload(), fake.context(worker), worker, lambda: None)
+        hosted.snapshot, hosted.fails = snapshot, worker in fails
+        workers.append(hosted)
+    results: list[Any] = [None] * len(workers)
+
+    def enter(worker: int) -> None:
+        try:
+            results[worker] = workers[worker]._enter()
+        except Exception as exc:
+            results[worker] = exc
+        finally:
+            workers[worker].__exit__(None, None, None)
+
+    threads = [threading.Thread(target=enter, args=(w,)) for w in range(len(workers))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    return [(r, w) for r, w in zip(results, workers, strict=True)], fake
+
+
+def test_a_first_attempt_takes_one_gather_and_worker_0_hosts() -> None:
+    results, fake = rendezvous([None, None, None])
+    assert fake.gathers == 1
+    assert [r.payload.url for r, _ in results] == ["http://w0"] * 3
+    assert [w.served for _, w in results] == [1, 0, 0]
+
+
+def test_a_retry_moves_the_service_to_the_newest_snapshot() -> None:
+    results, fake = rendezvous([3, 5, 5])  # worker 0's machine holds an older snapshot
+    assert fake.gathers == 2
+    assert [r.payload.url for r, _ in results] == ["http://w1"] * 3
+    assert [r.payload.plan.initial_epoch for r, _ in results] == [5, 5, 5]
+    assert [w.served for _, w in results] == [1, 1, 0]
+    assert results[0][1].stopped == 1  # worker 0's service stopped before the move
+
+
+def test_a_retry_that_finds_the_newest_snapshot_on_worker_0_takes_one_gather() -> None:
+    results, fake = rendezvous([5, None, 5])
+    assert fake.gathers == 1
+    assert {r.payload.url for r, _ in results} == {"http://w0"}
+
+
+def test_a_host_that_cannot_serve_fails_every_worker_with_its_reason() -> None:
+    results, fake = rendezvous([None, None, None], fails={0})
+    assert fake.gathers == 1  # worker 0 still took part: nobody waits for ever
+    assert isinstance(results[0][0], OSError)
+    for result, _ in results[1:]:
+        assert isinstance(result, RuntimeError)
+        assert "Worker 0 could not start the parameter service" in str(result)
+
+
+def test_a_worker_0_that_cannot_serve_trains_when_the_service_moves() -> None:
+    results, fake = rendezvous([None, 4, None], fails={0})
+    assert fake.gathers == 2
+    assert [r.payload.url for r, _ in results] == ["http://w1"] * 3
+
+
+@pytest.fixture(autouse=True)
+def _own_rendezvous_dir(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
