@@ -79,14 +79,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs of each row (median)")
     parser.add_argument("--optimizer", choices=["adam", "sgd", "momentum"], default="adam")
     parser.add_argument("--learning-rate", type=float, default=0.003)
-    parser.add_argument(
-        "--set",
-        nargs="*",
-        action="extend",
-        default=[],
-        metavar="KEY=VALUE",
-        help="estimator settings for every sparkdl row (e.g. lr_scaling=linear); repeatable",
-    )
+    add_set_argument(parser, "estimator settings for every sparkdl row (e.g. lr_scaling=linear)")
     parser.add_argument("--no-cold", action="store_true", help="skip the cold row")
     parser.add_argument("--backend", choices=BACKENDS, default=BACKEND, help="Keras backend")
     parser.add_argument("--connect", action="store_true", help="a Spark Connect session")
@@ -204,6 +197,13 @@ def main() -> None:
             f"{mean:.4f}{spread} | {100 * (mean - keras_acc):+.2f} | {updates} | "
             f"{_share(figures, 3)} | {_share(figures, 4)} |"
         )
+
+
+def add_set_argument(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--set KEY=VALUE ...``, repeatable (read with :func:`parse_settings`)."""
+    parser.add_argument(
+        "--set", nargs="*", action="extend", default=[], metavar="KEY=VALUE", help=help
+    )
 
 
 def parse_settings(

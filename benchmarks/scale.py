@@ -94,7 +94,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from benchmarks.backend import BACKEND, BACKENDS  # sets KERAS_BACKEND: before Keras
-from benchmarks.digits import parse_settings
+from benchmarks.digits import add_set_argument, parse_settings
 
 if TYPE_CHECKING:
     import keras
@@ -582,13 +582,8 @@ def main() -> None:
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "sparkdl-scale"))
     parser.add_argument("--backend", choices=BACKENDS, default=BACKEND, help="Keras backend")
     parser.add_argument("--connect", action="store_true", help="a Spark Connect session")
-    parser.add_argument(
-        "--set",
-        nargs="*",
-        action="extend",
-        default=[],
-        metavar="KEY=VALUE",
-        help="estimator settings for every sparkdl fit (e.g. service_placement=cluster)",
+    add_set_argument(
+        parser, "estimator settings for every sparkdl fit (e.g. service_placement=cluster)"
     )
     args = parser.parse_args()
     fixed = {"epochs", "batch_size", "num_workers", "mode", "frequency", "data_cache", "seed"}

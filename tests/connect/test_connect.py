@@ -152,24 +152,9 @@ def test_a_pipeline_with_a_custom_layer_saves_and_loads(digits, tmp_path) -> Non
 
 @pytest.mark.slow  # six fits
 def test_a_cross_validator_picks_the_better_learning_rate(digits) -> None:
-    from pyspark.ml.evaluation import MulticlassClassificationEvaluator
-    from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
+    from tests.integration.test_spark_ml import check_cross_validator
 
-    train_df, _, _ = digits
-    estimator = KerasEstimator(
-        model=digits_model(), class_col="class", num_workers=2, epochs=4, seed=0
-    )
-    grid = ParamGridBuilder().addGrid(estimator.learningRate, [1e-6, 0.003]).build()
-    evaluator = MulticlassClassificationEvaluator(
-        predictionCol="class", labelCol="label", metricName="accuracy"
-    )
-    cv = CrossValidator(
-        estimator=estimator, estimatorParamMaps=grid, evaluator=evaluator, numFolds=2, seed=0
-    )
-    best = cv.fit(train_df)
-    assert best.avgMetrics[1] > best.avgMetrics[0] + 0.3, best.avgMetrics
-    lr = float(keras.ops.convert_to_numpy(best.bestModel.get_model().optimizer.learning_rate))
-    assert abs(lr - 0.003) < 1e-9
+    check_cross_validator(digits[0])
 
 
 @pytest.mark.slow
