@@ -46,6 +46,7 @@ import stat
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -53,12 +54,15 @@ import pyarrow as pa
 
 from sparkdl.payload import Hosting, WorkerPayload, result_rows
 
-__all__ = ["Hosted", "read_rendezvous", "rendezvous_dir"]
+__all__ = ["PRUNE_SECONDS", "Hosted", "prune", "read_rendezvous", "rendezvous_dir"]
 
 _log = logging.getLogger(__name__)
 
 #: Seconds between the host's checks while it waits for the workers to leave.
 _LEAVE_POLL = 5.0
+#: Rendezvous files and snapshots untouched for this long belong to fits that ended
+#: (:func:`prune`).
+PRUNE_SECONDS = 2 * 24 * 3600.0
 
 
 class Hosted:
@@ -101,6 +105,7 @@ class Hosted:
             raise
 
     def _enter(self) -> Hosted:
+        prune()
         snapshots = _snapshot_dir(self.hosting.fit_id)
         mine = self._newest_snapshot(snapshots)
         # Worker 0 offers the service; one allGather shares its address and every
@@ -121,7 +126,8 @@ class Hosted:
                 f"Worker {host} could not start the parameter service (its task's error "
                 "says why); this worker stops with it."
             )
-        self._rendezvous = _write_rendezvous(self.hosting.fit_id, self._worker, found)
+        attempt = int(self._context.taskAttemptId())
+        self._rendezvous = _write_rendezvous(self.hosting.fit_id, self._worker, attempt, found)
         plan = dataclasses.replace(self.payload.plan, initial_epoch=int(found["initial_epoch"]))
         self.payload = dataclasses.replace(
             self.payload,
@@ -261,29 +267,44 @@ def rendezvous_dir() -> str:
 
 
 def read_rendezvous(fit_id: str) -> dict[str, Any] | None:
-    """The service's address as a worker on this machine wrote it last, or ``None``.
+    """The service's address as the newest task attempt on this machine wrote it, or
+    ``None``.
 
-    Each worker writes a file of its own (a worker that ends early removes only its
-    own); the newest one is a retried stage's, whose service is the live one.
+    Each worker writes a file of its own, named by its task attempt (a worker that ends
+    early removes only its own); the highest attempt id is the newest stage attempt's,
+    whose service is the live one (Spark numbers task attempts in launch order).
     """
-    directory = rendezvous_dir()
-    prefix = f"{_safe(fit_id)}.w"
-    newest: tuple[float, str] | None = None
-    with contextlib.suppress(OSError):
-        for name in os.listdir(directory):
-            if name.startswith(prefix) and name.endswith(".json"):
-                with contextlib.suppress(OSError):
-                    found_at = os.stat(os.path.join(directory, name)).st_mtime
-                    if newest is None or found_at > newest[0]:
-                        newest = (found_at, name)
-    if newest is None:
+    files = _rendezvous_files(fit_id)
+    if not files:
         return None
     try:
-        with open(os.path.join(directory, newest[1])) as f:
+        with open(files[max(files)]) as f:
             found: dict[str, Any] = json.load(f)
     except (OSError, ValueError):
         return None
     return found
+
+
+def prune(older_than: float = PRUNE_SECONDS) -> None:
+    """Removes the rendezvous files and snapshots of fits that ended long ago.
+
+    A fit that completes removes its own; one that failed, was cancelled, or whose
+    service moved to another machine leaves them (a snapshot holds the model's
+    weights). Each hosted fit prunes what has not changed for ``older_than`` seconds
+    (a running fit rewrites its snapshot every epoch).
+    """
+    directory = rendezvous_dir()
+    deadline = time.time() - older_than
+    with contextlib.suppress(OSError):
+        for name in os.listdir(directory):
+            path = os.path.join(directory, name)
+            with contextlib.suppress(OSError):
+                if os.lstat(path).st_mtime >= deadline:
+                    continue
+                if name.endswith("-snapshots"):
+                    shutil.rmtree(path, ignore_errors=True)
+                elif name.endswith(".json") or name.startswith(".rendezvous-"):
+                    os.remove(path)
 
 
 # -------------------------------------------------------------------- helpers
@@ -301,7 +322,7 @@ class _Keeper:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=10)
+        self._thread.join()  # a snapshot being written ends before anything removes it
 
     def _loop(self) -> None:
         from sparkdl import checkpoints
@@ -330,16 +351,36 @@ def _snapshot_dir(fit_id: str) -> str:
     return os.path.join(rendezvous_dir(), f"{_safe(fit_id)}-snapshots")
 
 
-def _write_rendezvous(fit_id: str, worker: int, found: dict[str, Any]) -> str:
+def _write_rendezvous(fit_id: str, worker: int, attempt: int, found: dict[str, Any]) -> str:
     """Writes the service's address (URL, certificate) where relay tasks find it, in
-    this worker's own file."""
-    path = os.path.join(rendezvous_dir(), f"{_safe(fit_id)}.w{worker}.json")
+    this task attempt's own file; removes the files of older attempts of this fit on
+    this machine (a killed attempt's, which name a dead service)."""
+    path = os.path.join(rendezvous_dir(), f"{_safe(fit_id)}.a{attempt}.w{worker}.json")
     text = json.dumps({"url": found["url"], "cert": found["cert"]})
     fd, staging = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".rendezvous-")
     with os.fdopen(fd, "w") as f:
         f.write(text)
     os.replace(staging, path)
+    for older, stale in _rendezvous_files(fit_id).items():
+        if older < attempt and stale != path:
+            with contextlib.suppress(OSError):
+                os.remove(stale)
     return path
+
+
+def _rendezvous_files(fit_id: str) -> dict[int, str]:
+    """This fit's rendezvous files on this machine, by task attempt id."""
+    directory = rendezvous_dir()
+    prefix = f"{_safe(fit_id)}.a"
+    found: dict[int, str] = {}
+    with contextlib.suppress(OSError):
+        for name in os.listdir(directory):
+            if not (name.startswith(prefix) and name.endswith(".json")):
+                continue
+            attempt = name[len(prefix) :].split(".", 1)[0]
+            if attempt.isdigit():
+                found[int(attempt)] = os.path.join(directory, name)
+    return found
 
 
 def _safe(fit_id: str) -> str:

@@ -40,7 +40,7 @@ import time
 from typing import Any
 
 PORT = int(sys.argv[1])
-ALLOWED = {("127.0.0.1", PORT), ("::ffff:127.0.0.1", PORT), ("localhost", PORT)}
+ALLOWED = {("127.0.0.1", PORT), ("::ffff:127.0.0.1", PORT)}
 REFUSED: list[str] = []
 _INET = (socket.AF_INET, socket.AF_INET6)
 
@@ -263,7 +263,10 @@ def _train_and_score(spark: Any, scenario: str, workdir: str, result: dict[str, 
 
 def main() -> None:
     print("WATCH " + json.dumps(watch_self_test()), flush=True)
-    spark = SparkSession.builder.remote(f"sc://127.0.0.1:{PORT}").getOrCreate()
+    with SocketWatch() as watch:
+        spark = SparkSession.builder.remote(f"sc://127.0.0.1:{PORT}").getOrCreate()
+        spark.range(1).collect()
+    print("SESSION " + json.dumps(sorted(watch.listening) + sorted(watch.foreign)), flush=True)
     with tempfile.TemporaryDirectory() as workdir:
         for scenario in sys.argv[2:]:
             print("RESULT " + json.dumps(run(spark, scenario, workdir)), flush=True)

@@ -463,7 +463,7 @@ def test_leave_counts_each_worker_once_and_refuses_bad_or_superseded_leaves() ->
             (json.dumps({"worker": -1}).encode(), 400),
             (json.dumps({"worker": "0"}).encode(), 400),
             (json.dumps({"worker": 1, "attempt": 4}).encode(), 409),  # superseded by 5
-            (json.dumps({"worker": 1, "attempt": 6}).encode(), 409),  # never joined
+            (json.dumps({"worker": 1, "attempt": 6}).encode(), 409),  # not its newest
         ]:
             answer = pool.urlopen("POST", "/leave", body=body, headers=head)
             assert answer.status == status, (body, answer.data)

@@ -6,7 +6,9 @@ tested by the slow tier's killed-host fits.)"""
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -29,6 +31,9 @@ class FakeBarrier:
         barrier = self
 
         class Context:
+            def taskAttemptId(self) -> int:
+                return 100 + worker
+
             def allGather(self, message: str = "") -> list[str]:
                 barrier.messages[worker] = message
                 if barrier.barrier.wait() == 0:
@@ -142,6 +147,47 @@ def test_a_worker_0_that_cannot_serve_trains_when_the_service_moves() -> None:
     results, fake = rendezvous([None, 4, None], fails={0})
     assert fake.gathers == 2
     assert [r.payload.url for r, _ in results] == ["http://w1"] * 3
+
+
+def test_a_moved_host_that_cannot_serve_fails_every_worker_too() -> None:
+    results, fake = rendezvous([None, 4, None], fails={0, 1})
+    assert fake.gathers == 2
+    assert isinstance(results[1][0], OSError)
+    for result, _ in (results[0], results[2]):
+        assert "Worker 1 could not start the parameter service" in str(result)
+
+
+def test_the_relay_reads_the_newest_attempts_file_and_stale_ones_go() -> None:
+    from sparkdl.executor import hosting
+
+    assert hosting.read_rendezvous("fit") is None
+    old = hosting._write_rendezvous("fit", 0, 7, {"url": "http://dead", "cert": ""})
+    hosting._write_rendezvous("fit", 1, 8, {"url": "http://dead", "cert": ""})
+    assert hosting.read_rendezvous("fit") == {"url": "http://dead", "cert": ""}
+    # A retried stage: its attempts (larger ids) win, and older files on this machine go.
+    mine = hosting._write_rendezvous("fit", 1, 12, {"url": "http://live", "cert": ""})
+    hosting._write_rendezvous("fit", 0, 11, {"url": "http://live", "cert": ""})
+    assert not os.path.exists(old)
+    assert sorted(hosting._rendezvous_files("fit")) == [11, 12]
+    os.remove(mine)  # worker 1 ended first: worker 0's file still answers
+    assert hosting.read_rendezvous("fit") == {"url": "http://live", "cert": ""}
+    assert hosting.read_rendezvous("other-fit") is None
+
+
+def test_prune_removes_what_ended_fits_left_and_keeps_the_rest(tmp_path) -> None:
+    from sparkdl.executor import hosting
+
+    directory = hosting.rendezvous_dir()
+    left = hosting._write_rendezvous("old-fit", 0, 1, {"url": "u", "cert": ""})
+    snapshots = os.path.join(directory, "old-fit-snapshots")
+    os.makedirs(os.path.join(snapshots, "epoch-3"))
+    live = hosting._write_rendezvous("live-fit", 0, 2, {"url": "u", "cert": ""})
+    long_ago = time.time() - hosting.PRUNE_SECONDS - 60
+    for path in (left, snapshots):
+        os.utime(path, (long_ago, long_ago))
+    hosting.prune()
+    assert not os.path.exists(left) and not os.path.exists(snapshots)
+    assert os.path.exists(live)
 
 
 @pytest.fixture(autouse=True)
