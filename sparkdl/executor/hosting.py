@@ -40,6 +40,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import math
 import os
 import shutil
 import stat
@@ -58,8 +59,6 @@ __all__ = ["PRUNE_SECONDS", "Hosted", "prune", "read_rendezvous", "rendezvous_di
 
 _log = logging.getLogger(__name__)
 
-#: Seconds between the host's checks while it waits for the workers to leave.
-_LEAVE_POLL = 5.0
 #: Rendezvous files and snapshots untouched for this long belong to fits that ended
 #: (:func:`prune`).
 PRUNE_SECONDS = 2 * 24 * 3600.0
@@ -182,8 +181,9 @@ class Hosted:
         if self._service is None:
             return []
         store = self._service.store
-        while not store.wait_left(_LEAVE_POLL) and not store.aborted_event.is_set():
-            pass  # no deadline, as a barrier: a failed worker's task ends the stage
+        # No deadline, as a barrier: a failed worker's task ends the stage (an abort
+        # ends the wait too).
+        store.wait_left(math.inf)
         status = dict(store.status(), url=self._service.url)
         self._complete = bool(status["stop_requested"]) or (
             int(status["epochs_done"]) >= self.payload.plan.epochs
@@ -362,7 +362,7 @@ def _write_rendezvous(fit_id: str, worker: int, attempt: int, found: dict[str, A
         f.write(text)
     os.replace(staging, path)
     for older, stale in _rendezvous_files(fit_id).items():
-        if older < attempt and stale != path:
+        if older < attempt:
             with contextlib.suppress(OSError):
                 os.remove(stale)
     return path

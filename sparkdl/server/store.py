@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -215,24 +215,14 @@ class WeightStore(TrainingState):
     # ------------------------------------------------------ the driver's events
     def epoch_weights(self, epoch: int, wait: float) -> list[np.ndarray]:
         """The weights as epoch ``epoch`` ended (gated: once its last round merged)."""
-        deadline = time.monotonic() + wait
         with self.lock:
-            while not self.control.epoch_merged(epoch) and self.control.aborted is None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self.lock.wait(min(left, 1.0))
+            self._wait_until(lambda: self.control.epoch_merged(epoch), wait)
             return self.center.weights
 
     def wait_epochs(self, count: int, wait: float) -> int:
         """Waits up to ``wait`` seconds until ``count`` epochs closed; returns how many."""
-        deadline = time.monotonic() + wait
         with self.lock:
-            while self._history.done < count and self.control.aborted is None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self.lock.wait(min(left, 1.0))
+            self._wait_until(lambda: self._history.done >= count, wait)
             return self._history.done
 
     def release(self, epoch: int) -> None:
@@ -397,19 +387,24 @@ class WeightStore(TrainingState):
         """Waits until every worker left.
 
         Args:
-            wait: Seconds to wait at most.
+            wait: Seconds to wait at most (``math.inf``: until then).
 
         Returns:
             Whether every worker left (``False`` also once the fit was aborted).
         """
-        deadline = time.monotonic() + wait
         with self.lock:
-            while len(self._left) < self.num_workers and self.control.aborted is None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self.lock.wait(min(left, 1.0))
+            self._wait_until(lambda: len(self._left) >= self.num_workers, wait)
             return len(self._left) >= self.num_workers
+
+    def _wait_until(self, done: Callable[[], bool], wait: float) -> None:
+        """With the lock held: waits up to ``wait`` seconds until ``done()`` or the fit
+        was aborted (woken by every change, checking at least once a second)."""
+        deadline = time.monotonic() + wait
+        while not done() and self.control.aborted is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self.lock.wait(min(left, 1.0))
 
     def report_failure(
         self, worker: int, trace: str, *, attempt: int = 0, fatal: bool = True

@@ -6,8 +6,6 @@ classic session in a process of its own."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,6 +13,7 @@ import pytest
 from examples.digits import digits_model
 from sparkdl import KerasEstimator, KerasModel
 from tests.connect.conftest import clean_env
+from tests.integration.load_pipeline import in_new_process
 from tests.integration.test_saved_stages import SAVED, assert_scores_match
 
 pytestmark = [pytest.mark.spark]
@@ -61,18 +60,8 @@ def test_a_pipeline_saved_over_connect_loads_on_a_classic_session(digits, tmp_pa
     want = np.array([r.prediction for r in scored.collect()], np.float32)
 
     out = str(tmp_path / "pred.npy")
-    script = os.path.join(
-        os.path.dirname(os.path.dirname(__file__)), "integration", "load_pipeline.py"
-    )
     env = clean_env()
     env.pop("SPARKDL_TEST_REMOTE", None)
-    env.update(SPARK_LOCAL_IP="127.0.0.1")
-    proc = subprocess.run(
-        [sys.executable, script, model_dir, data_dir, out],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-    )
+    proc = in_new_process(model_dir, data_dir, out, env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     np.testing.assert_allclose(np.load(out), want, atol=1e-6)

@@ -6,8 +6,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -20,6 +18,7 @@ from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
 from examples.digits import digits_arrays, digits_model
 from sparkdl import KerasEstimator, KerasModel
 from sparkdl.errors import ModelError
+from tests.integration.load_pipeline import in_new_process
 
 pytestmark = [pytest.mark.spark]
 
@@ -68,15 +67,7 @@ def test_pipeline_fits_saves_and_loads_in_a_new_session(pixel_frames, tmp_path) 
     data_dir = str(tmp_path / "test.parquet")
     test_df.write.parquet(data_dir)
     out = str(tmp_path / "pred.npy")
-    script = os.path.join(os.path.dirname(__file__), "load_pipeline.py")
-    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")
-    proc = subprocess.run(
-        [sys.executable, script, model_dir, data_dir, out],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-    )
+    proc = in_new_process(model_dir, data_dir, out, os.environ)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     expected = np.array([r.prediction for r in scored], np.float32)
     np.testing.assert_allclose(np.load(out), expected, atol=1e-6)
