@@ -211,6 +211,12 @@ class _Routes:
             samples=meta_int(meta, "samples"),
             meta=meta,
         )
+        epoch = meta.get("epoch")
+        if "epoch_logs" in meta and type(epoch) is int and store.control.callback_lag is not None:
+            # An asynchronous epoch end waits for the driver's callbacks (their
+            # stop_training) to come within the lag.
+            with self.waiting(wait_arg()) as wait:
+                store.wait_callbacks(epoch, wait)
         # An asynchronous push, or a late synchronous one, is answered at once; a
         # synchronous push waits (long poll) for its round to merge.
         return self.answer(target, copy)

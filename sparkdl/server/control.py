@@ -4,7 +4,11 @@ What the driver decides (a callback's ``stop_training``, ReduceLROnPlateau's new
 travels to the workers in the metadata of the weights they receive. In synchronous
 mode with driver callbacks, the answer to the round that closes an epoch is held until
 the callbacks ran on that epoch (the *gate*), so their decisions take effect from the
-next epoch, as in ``model.fit``. An abort (a fatal worker error, a raising callback, the
+next epoch, as in ``model.fit``. Asynchronous workers do not wait for one another, but
+with driver callbacks a worker that ended epoch ``e`` waits until the callbacks ran on
+epoch ``e - callback_lag`` (:meth:`callbacks_caught_up`): without that bound a fit of
+short epochs could end before a callback's ``stop_training`` reached the workers, which
+it does a poll job later when the service runs in the cluster. An abort (a fatal worker error, a raising callback, the
 fit's end) refuses every later request.
 
 Example:
@@ -32,10 +36,18 @@ class ControlChannel:
 
     Args:
         gate_epochs: Hold each closing round's answer until :meth:`release`.
+        callback_lag: Asynchronous modes with driver callbacks: how many epochs a
+            worker may end ahead of the callbacks; ``None``: no bound.
+        released: The newest epoch the callbacks already ran on (a resumed fit's last).
     """
 
-    def __init__(self, *, gate_epochs: bool) -> None:
+    def __init__(
+        self, *, gate_epochs: bool, callback_lag: int | None = None, released: int = -1
+    ) -> None:
         self.gate_epochs = gate_epochs
+        self.callback_lag = callback_lag
+        #: The newest epoch the driver's callbacks ran on.
+        self.released = released
         self.stop_requested = False
         #: Every epoch closed (backup workers): answers tell stragglers to stop.
         self.finished = False
@@ -91,8 +103,16 @@ class ControlChannel:
         """Whether ``epoch``'s last round merged (always true without the gate)."""
         return not self.gate_epochs or epoch in self._epoch_version
 
+    def callbacks_caught_up(self, epoch: int) -> bool:
+        """Whether a worker that ended ``epoch`` may go on: the callbacks ran on epoch
+        ``epoch - callback_lag``, or they stopped the fit, or every epoch closed."""
+        if self.callback_lag is None or self.stop_requested or self.finished:
+            return True
+        return self.released >= epoch - self.callback_lag
+
     def release(self, epoch: int) -> bool:
         """The callbacks ran on ``epoch``: lets its held answer go; True if one was held."""
+        self.released = max(self.released, epoch)
         held = self._epoch_version.get(epoch)
         if self._hold is not None and held is not None and held >= self._hold:
             self._hold = None

@@ -61,12 +61,15 @@ from sparkdl.sync.codecs import Compression
 from sparkdl.sync.merges import Merge, Update
 from sparkdl.sync.modes import Mode, Synchronous, mode_class
 
-__all__ = ["MAX_WORKERS", "SEQ_WINDOW", "TrainingState"]
+__all__ = ["CALLBACK_LAG", "MAX_WORKERS", "SEQ_WINDOW", "TrainingState"]
 
 MAX_WORKERS = 100_000
 #: How far past the last applied sequence number a worker's next push may be
 #: numbered (workers number their pushes 1, 2, 3...; retries repeat a number).
 SEQ_WINDOW = 16
+#: Asynchronous modes with driver callbacks: epochs a worker may end ahead of the
+#: callbacks (so a callback's ``stop_training`` costs at most this many more epochs).
+CALLBACK_LAG = 1
 
 #: The store's logger: the round and generation warnings keep the name they are filtered by.
 _log = logging.getLogger("sparkdl.server.store")
@@ -92,9 +95,11 @@ class TrainingState(abc.ABC):
             workers pushed; later pushes for it are dropped. Epochs close on the same
             quorum, and once ``epochs`` epochs closed every answer says stop.
         epochs: The epoch count the fit ends at (with ``backup_workers``).
-        gate_epochs: Synchronous mode with driver callbacks: the answer to the round
-            that closes an epoch waits until
-            :meth:`~sparkdl.server.store.WeightStore.release`.
+        gate_epochs: The fit has driver callbacks. Synchronous mode: the answer to
+            the round that closes an epoch waits until
+            :meth:`~sparkdl.server.store.WeightStore.release`. Asynchronous modes: a
+            worker's epoch end waits until the callbacks ran on the epoch
+            :data:`CALLBACK_LAG` before (:meth:`~sparkdl.server.store.WeightStore.wait_callbacks`).
         metric_merge: Reads exact per-epoch metrics from the workers' summed metric
             states (:meth:`sparkdl.metric_states.MetricStates.results`); ``None``:
             metrics averaged by rows.
@@ -133,8 +138,12 @@ class TrainingState(abc.ABC):
         )
         self.rounds = Rounds(quorum=max(num_workers - backup_workers, 1), timeout=round_timeout)
         self.ledger = WorkerLedger()
-        self.control = ControlChannel(gate_epochs=gate_epochs and self.mode.barrier)
         self._history = EpochHistory(history, metric_merge)
+        self.control = ControlChannel(
+            gate_epochs=gate_epochs and self.mode.barrier,
+            callback_lag=CALLBACK_LAG if gate_epochs and not self.mode.barrier else None,
+            released=self._history.done - 1,
+        )
         self._failures: dict[int, str] = {}
         self._rows: dict[int, int] = {}
         #: Workers whose training ended (``/leave``): the host of a service in the

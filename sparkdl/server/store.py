@@ -225,10 +225,22 @@ class WeightStore(TrainingState):
             self._wait_until(lambda: self._history.done >= count, wait)
             return self._history.done
 
+    def wait_callbacks(self, epoch: int, wait: float) -> None:
+        """Asynchronous modes with driver callbacks: waits up to ``wait`` seconds until
+        a worker that ended ``epoch`` may go on (the callbacks ran on the epoch
+        :data:`~sparkdl.server.state.CALLBACK_LAG` before, or stopped the fit). A
+        no-op otherwise; past ``wait`` the worker goes on (a dead worker's epoch would
+        never close)."""
+        with self.lock:
+            self._wait_until(lambda: self.control.callbacks_caught_up(epoch), wait)
+
     def release(self, epoch: int) -> None:
         """The driver's callbacks ran on ``epoch``: answer the round that closed it."""
         with self.lock:
-            if self.control.release(epoch):
+            before = self.control.released
+            held = self.control.release(epoch)
+            caught_up = self.control.callback_lag is not None and self.control.released > before
+            if held or caught_up:
                 self.center.forget_encoding()  # the answers carry what the callbacks decided
                 self.lock.notify_all()
 

@@ -99,8 +99,10 @@ def test_stop_training_from_a_callback_ends_the_fit_normally(digits) -> None:
         epochs=15,
         seed=0,
     ).fit(train_df)
-    assert 2 <= len(fitted.history["loss"]) < 15
-    assert all(w["epochs_run"] < 15 for w in fitted.fit_report["workers"])
+    # Asynchronous workers run at most one epoch ahead of the callbacks: the stop
+    # decided on epoch 1 ends the fit by the end of epoch 3.
+    assert 2 <= len(fitted.history["loss"]) <= 4
+    assert all(w["epochs_run"] <= 4 for w in fitted.fit_report["workers"])
 
 
 def test_a_raising_callback_stops_the_fit_with_its_error(digits) -> None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -360,3 +361,47 @@ def test_epoch_gate_holds_the_closing_round_until_the_callbacks_ran() -> None:
     store.release(0)
     chunks, version = store.encoded(1, wait=1.0)
     assert version == 1 and wire.decode(b"".join(bytes(c) for c in chunks))[1]["stop"] is True
+
+
+def test_async_epoch_ends_wait_for_the_callbacks_one_epoch_behind() -> None:
+    store = joined(
+        WeightStore(
+            [np.zeros(1, np.float32)],
+            num_workers=2,
+            merge=Delta(),
+            mode="asynchronous",
+            gate_epochs=True,
+        )
+    )
+    control = store.control
+    assert control.callback_lag == 1 and control.callbacks_caught_up(0)
+    assert not control.callbacks_caught_up(1)  # epoch 0's callbacks have not run
+    started = time.monotonic()
+    store.wait_callbacks(1, wait=0.3)  # bounded: a dead worker's epoch never closes
+    assert time.monotonic() - started >= 0.25
+    threading.Timer(0.1, store.release, args=(0,)).start()
+    started = time.monotonic()
+    store.wait_callbacks(1, wait=10.0)  # woken by the release
+    assert time.monotonic() - started < 5.0 and not control.callbacks_caught_up(2)
+    store.request_stop()  # a callback stopped the fit: nobody waits any more
+    assert control.callbacks_caught_up(5)
+    store.release(1)
+    chunks, _ = store.encoded(0, wait=0.0)
+    assert wire.decode(b"".join(bytes(c) for c in chunks))[1]["stop"] is True
+
+
+def test_async_without_callbacks_and_resumed_fits_do_not_wait() -> None:
+    free = WeightStore([np.zeros(1, np.float32)], num_workers=2, merge=Delta(), mode="hogwild")
+    assert free.control.callback_lag is None and free.control.callbacks_caught_up(10)
+    resumed = WeightStore(
+        [np.zeros(1, np.float32)],
+        num_workers=2,
+        merge=Delta(),
+        mode="asynchronous",
+        gate_epochs=True,
+        history={"loss": [1.0, 0.9, 0.8]},
+    )
+    # Epochs 0-2 ran in an earlier fit: epoch 3's end waits for nothing.
+    assert resumed.control.callbacks_caught_up(3) and not resumed.control.callbacks_caught_up(4)
+    synchronous = WeightStore([np.zeros(1, np.float32)], num_workers=2, merge=Average(), gate_epochs=True)
+    assert synchronous.control.callback_lag is None  # the round gate does it there
