@@ -8,8 +8,8 @@ next epoch, as in ``model.fit``. Asynchronous workers do not wait for one anothe
 with driver callbacks a worker that ended epoch ``e`` waits until the callbacks ran on
 epoch ``e - callback_lag`` (:meth:`callbacks_caught_up`): without that bound a fit of
 short epochs could end before a callback's ``stop_training`` reached the workers, which
-it does a poll job later when the service runs in the cluster. An abort (a fatal worker error, a raising callback, the
-fit's end) refuses every later request.
+it does a poll job later when the service runs in the cluster. An abort (a fatal
+worker error, a raising callback, the fit's end) refuses every later request.
 
 Example:
     >>> control = ControlChannel(gate_epochs=False)

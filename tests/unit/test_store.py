@@ -403,5 +403,7 @@ def test_async_without_callbacks_and_resumed_fits_do_not_wait() -> None:
     )
     # Epochs 0-2 ran in an earlier fit: epoch 3's end waits for nothing.
     assert resumed.control.callbacks_caught_up(3) and not resumed.control.callbacks_caught_up(4)
-    synchronous = WeightStore([np.zeros(1, np.float32)], num_workers=2, merge=Average(), gate_epochs=True)
+    synchronous = WeightStore(
+        [np.zeros(1, np.float32)], num_workers=2, merge=Average(), gate_epochs=True
+    )
     assert synchronous.control.callback_lag is None  # the round gate does it there
