@@ -51,6 +51,8 @@ __all__ = [
 FREQUENCIES: tuple[str, ...] = ("epoch", "batch")
 #: Where a worker keeps its partition (``TrainConfig.data_cache``).
 DATA_CACHES: tuple[str, ...] = ("auto", "memory", "disk")
+#: The most shards a parameter service splits into (``TrainConfig.service_shards``).
+MAX_SHARDS = 64
 #: Where the parameter service runs (``TrainConfig.service_placement``).
 SERVICE_PLACEMENTS: tuple[str, ...] = ("auto", "driver", "cluster")
 
@@ -227,8 +229,15 @@ class ServiceConfig:
     port: int = 0
     service_tls: bool | None = None
     service_placement: str = "auto"
+    service_shards: int = 1
 
     def __post_init__(self) -> None:
+        shards = self.service_shards
+        if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS:
+            raise ConfigError(
+                f"Expected service_shards to be an int in [1, {MAX_SHARDS}]. "
+                f"Received: service_shards={shards!r}"
+            )
         if self.service_placement not in SERVICE_PLACEMENTS:
             raise ConfigError(
                 f"Expected service_placement to be one of {list(SERVICE_PLACEMENTS)}. "
@@ -328,6 +337,12 @@ class TrainConfig:
             beside one worker; this process follows the fit through Spark jobs only,
             so it never listens on a socket), or ``"auto"``: the driver on a classic
             session, the cluster on Spark Connect.
+        service_shards: Split the weights over this many parameter services of about
+            equal bytes (whole variables where they fit, large ones by rows); each
+            worker pushes to and pulls from all of them at once, so no one host moves
+            every byte (:mod:`sparkdl.sync.shards`). Synchronous fits give the same
+            weights as with one service; asynchronous shards merge independently.
+            With ``service_placement="driver"`` the shards are threads of the driver.
         request_timeout: Seconds a worker waits for one service call (connect and read).
         round_timeout: Seconds a synchronous round waits for missing workers; then it
             closes with the workers present and logs a warning (their late pushes are
@@ -424,6 +439,7 @@ class TrainConfig:
     port: int = ServiceConfig.port
     service_tls: bool | None = ServiceConfig.service_tls
     service_placement: str = ServiceConfig.service_placement
+    service_shards: int = ServiceConfig.service_shards
     request_timeout: float = FailureConfig.request_timeout
     round_timeout: float = FailureConfig.round_timeout
     backup_workers: int = SyncConfig.backup_workers

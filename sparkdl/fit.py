@@ -54,9 +54,11 @@ from sparkdl.server.attempts import SparkAttempts
 from sparkdl.server.events import FitEvents
 from sparkdl.server.relay import relay_digest
 from sparkdl.server.service import ParameterService
+from sparkdl.server.sharded import ShardedStore
 from sparkdl.server.store import WeightStore
 from sparkdl.server.tls import Certificate
 from sparkdl.spark_ui import EpochMarks
+from sparkdl.sync.shards import ShardLayout
 from sparkdl.warmup import tensorflow_logs
 
 if TYPE_CHECKING:
@@ -140,7 +142,7 @@ class Fit:
         model_bytes = keras_io.model_to_bytes(self.model)
         group = f"sparkdl-fit-{time.time():.0f}-{secrets.token_hex(6)}"
         relay_token = secrets.token_urlsafe(32)
-        events: WeightStore | Relay = (
+        events: WeightStore | ShardedStore | Relay = (
             self._relay(tools, group, plan, relay_token)
             if plan.hosted
             else self._store(plan, model_bytes)
@@ -157,17 +159,17 @@ class Fit:
         )
         with interrupt_raises(), contextlib.ExitStack() as stack:
             shared = stack.enter_context(tools.shared(model_bytes))
-            if isinstance(events, WeightStore):
-                service, certificate = _serve(
+            if not isinstance(events, Relay):
+                urls, token, certificate = _serve(
                     stack, events, plan, SparkAttempts(tools.spark_context(), group)
                 )
                 payload = self._payload(
-                    plan,
-                    service.url,
-                    service.token,
-                    certificate.pem if certificate else None,
-                    shared,
+                    plan, urls[0], token, certificate.pem if certificate else None, shared
                 )
+                if isinstance(events, ShardedStore):
+                    payload = dataclasses.replace(
+                        payload, shard_urls=tuple(urls), shard_layout=events.layout.to_json()
+                    )
             else:
                 payload = self._payload(
                     plan,
@@ -341,9 +343,10 @@ class Fit:
         """Seconds :func:`sparkdl.data.prepare` took (training and validation data)."""
         return self.prepared.seconds + (self.validation.seconds if self.validation else 0.0)
 
-    def _store(self, plan: FitPlan, model_bytes: bytes) -> WeightStore:
+    def _store(self, plan: FitPlan, model_bytes: bytes) -> WeightStore | ShardedStore:
         """The service's state, with the metric states' merge (its model loads in the
-        background meanwhile)."""
+        background meanwhile); with ``service_shards``, one store per shard, shard 0
+        merging the metric states."""
         prepared = self.prepared
         metrics = MetricStates(
             lambda: keras_io.model_from_bytes(model_bytes, self.custom_objects),
@@ -352,13 +355,27 @@ class Fit:
             prepared.label_shapes,
         )
         metrics.prefetch()
-        return WeightStore.for_plan(
-            plan,
-            self.model.get_weights(),
-            history=self.history,
-            gate_epochs=self._gated(),
-            metric_merge=metrics.results,
-        )
+        weights = self.model.get_weights()
+        if plan.service_shards == 1:
+            return WeightStore.for_plan(
+                plan,
+                weights,
+                history=self.history,
+                gate_epochs=self._gated(),
+                metric_merge=metrics.results,
+            )
+        layout = ShardLayout.plan([(w.shape, w.dtype) for w in weights], plan.service_shards)
+        stores = [
+            WeightStore.for_plan(
+                plan,
+                part,
+                history=self.history,
+                gate_epochs=self._gated(),
+                metric_merge=metrics.results if j == 0 else None,
+            )
+            for j, part in enumerate(layout.split(weights))
+        ]
+        return ShardedStore(stores, layout)
 
     def _gated(self) -> bool:
         """Driver callbacks see each synchronous epoch before the workers go on."""
@@ -403,7 +420,7 @@ class Fit:
         self,
         tools: SessionTools,
         payload: WorkerPayload,
-        events: WeightStore | Relay,
+        events: WeightStore | ShardedStore | Relay,
         runner: DriverCallbacks | None,
     ) -> tuple[list[WorkerReport], dict[str, Any] | None]:
         """Runs the training job; returns the workers' reports in worker order and,
@@ -449,12 +466,12 @@ class Fit:
 
 
 def _planned(
-    payload: WorkerPayload, events: WeightStore | Relay, rows: Sequence[int]
+    payload: WorkerPayload, events: WeightStore | ShardedStore | Relay, rows: Sequence[int]
 ) -> WorkerPayload:
     """Gives the service the driver's plan of rows per worker: the store in this
     process, or the payload for a service the workers host."""
     if payload.hosting is None:
-        assert isinstance(events, WeightStore)
+        assert not isinstance(events, Relay)
         events.plan_rows(rows)
         return payload
     return dataclasses.replace(
@@ -462,9 +479,11 @@ def _planned(
     )
 
 
-def _final_weights(events: WeightStore | Relay, result: dict[str, Any] | None) -> list[np.ndarray]:
+def _final_weights(
+    events: WeightStore | ShardedStore | Relay, result: dict[str, Any] | None
+) -> list[np.ndarray]:
     """The center as training ended: the store's, or the hosted service's result."""
-    if isinstance(events, WeightStore):
+    if not isinstance(events, Relay):
         return events.weights()
     assert result is not None
     return list(result["weights"])
@@ -518,14 +537,31 @@ def _run_barrier_job(
 
 
 def _serve(
-    stack: contextlib.ExitStack, store: WeightStore, plan: FitPlan, attempts: SparkAttempts
-) -> tuple[ParameterService, Certificate | None]:
-    """The fit's parameter service, started (TLS as the plan says), stopped by ``stack``."""
+    stack: contextlib.ExitStack,
+    store: WeightStore | ShardedStore,
+    plan: FitPlan,
+    attempts: SparkAttempts,
+) -> tuple[list[str], str, Certificate | None]:
+    """The fit's parameter service (one per shard, sharing the token and the
+    certificate), started (TLS as the plan says) and stopped by ``stack``; returns
+    their URLs, the token and the certificate."""
     certificate = Certificate.make(plan.service_host) if plan.service_tls else None
-    service = ParameterService(
-        store, host=plan.service_host, port=plan.port, attempts=attempts, tls=certificate
-    )
-    return stack.enter_context(service), certificate
+    stores = store.stores if isinstance(store, ShardedStore) else [store]
+    if isinstance(store, ShardedStore):
+        stack.callback(store.close)
+    token = secrets.token_urlsafe(32)
+    urls = []
+    for j, each in enumerate(stores):
+        service = ParameterService(
+            each,
+            host=plan.service_host,
+            port=plan.port if j == 0 else 0,
+            token=token,
+            attempts=attempts,
+            tls=certificate,
+        )
+        urls.append(stack.enter_context(service).url)
+    return urls, token, certificate
 
 
 def _fitted_bytes(trained: keras.Model, weights: list[np.ndarray], reports: list[Any]) -> bytes:

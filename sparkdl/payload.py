@@ -240,6 +240,10 @@ class WorkerPayload:
             to validation rows.
         hosting: The service runs among the workers (``url`` and ``tls_cert`` are
             then learnt at the rendezvous); ``None``: it runs in the driver.
+        shard_urls: With ``service_shards`` > 1, every shard's URL (``url`` is shard
+            0's); empty for one service.
+        shard_layout: Which part of the weights each shard holds
+            (:meth:`sparkdl.sync.shards.ShardLayout.to_json`); ``None`` for one service.
     """
 
     plan: FitPlan
@@ -259,6 +263,8 @@ class WorkerPayload:
     initial_steps: int = 0
     class_weighted: bool = False
     hosting: Hosting | None = None
+    shard_urls: tuple[str, ...] = ()
+    shard_layout: dict[str, Any] | None = None
 
     def columns(self) -> tuple[list[Column], list[Column], Column | None]:
         """How the feature, label and weight columns are cached

@@ -71,6 +71,8 @@ class FitPlan:
         service_tls: The service speaks HTTPS (``TrainConfig.service_tls`` resolved).
         service_placement: ``"driver"`` or ``"cluster"`` (``TrainConfig.
             service_placement`` resolved: :mod:`sparkdl.executor.hosting`).
+        service_shards: Parameter services the weights split over
+            (:mod:`sparkdl.sync.shards`).
         data_cache: ``"auto"``, ``"memory"`` or ``"disk"`` (``TrainConfig.data_cache``).
         cache_budget: Bytes of its partition an ``"auto"`` worker keeps in memory.
         tf_logs: How workers load TensorFlow: its C++ log level, and whether its
@@ -101,6 +103,7 @@ class FitPlan:
     port: int
     service_tls: bool = False
     service_placement: str = "driver"
+    service_shards: int = 1
     data_cache: str = "auto"
     cache_budget: int = DEFAULT_CACHE_BUDGET
     tf_logs: TensorFlowLogs = field(default_factory=TensorFlowLogs)
@@ -186,6 +189,7 @@ class FitPlan:
             port=config.port,
             service_tls=not local_master if tls is None else tls,
             service_placement=service_placement,
+            service_shards=_shards(config.service.service_shards, service_placement),
             data_cache=config.scaling.data_cache,
             cache_budget=cache_budget,
             tf_logs=tf_logs or TensorFlowLogs(),
@@ -253,8 +257,24 @@ class FitPlan:
             if self.hosted
             else self.service_host
         )
-        lines["service"] = f"{where}, {scheme}"
+        shards = f", {self.service_shards} shards" if self.service_shards > 1 else ""
+        lines["service"] = f"{where}, {scheme}{shards}"
         return lines
+
+
+def _shards(shards: int, placement: str) -> int:
+    """``service_shards``, checked against where the service runs.
+
+    Raises:
+        ConfigError: Shards with the service in the cluster (not built yet).
+    """
+    if shards > 1 and placement == "cluster":
+        raise ConfigError(
+            f"service_shards={shards} needs service_placement='driver': shards of a "
+            "service in the cluster are not supported yet. Use one shard, or "
+            "service_placement='driver' on a classic session."
+        )
+    return shards
 
 
 def _check_backups(backup_workers: int, num_workers: int) -> None:

@@ -35,6 +35,8 @@ SERVICE_KEYS: tuple[str, ...] = (
     "full_answers",
     "planned_rows",
     "joined_rows",
+    "traffic",
+    "shards",
 )
 
 

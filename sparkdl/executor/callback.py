@@ -23,6 +23,7 @@ import keras
 from sparkdl.errors import TrainingError
 from sparkdl.executor.pusher import Pusher
 from sparkdl.executor.rate import ScaledRate
+from sparkdl.executor.sharded import ShardedPusher
 from sparkdl.metric_states import MetricStates
 from sparkdl.sync.schedule import Schedule
 
@@ -42,7 +43,7 @@ class SyncCallback(keras.callbacks.Callback):
 
     def __init__(
         self,
-        pusher: Pusher,
+        pusher: Pusher | ShardedPusher,
         schedule: Schedule,
         *,
         val_rows: int = 0,

@@ -30,10 +30,12 @@ from sparkdl.errors import ServiceError
 from sparkdl.executor.cache import PartitionCache
 from sparkdl.executor.hosting import Hosted
 from sparkdl.executor.imports import import_executor
+from sparkdl.executor.sharded import ShardedClient
 from sparkdl.executor.spool import Budget
 from sparkdl.payload import RESULT_SCHEMA, VALIDATION, Column, WorkerPayload
 from sparkdl.reports import WorkerReport
 from sparkdl.server.client import ServiceClient
+from sparkdl.sync.shards import ShardLayout
 
 __all__ = ["RESULT_SCHEMA", "run"]
 
@@ -140,20 +142,27 @@ def _train_task(
     return report, hosted_rows
 
 
-def _client(payload: WorkerPayload, worker: int, attempt: int) -> ServiceClient:
-    """The task's service client. Spark numbers task attempts (``attempt``) uniquely and
-    in launch order within a SparkContext, stage retries included: a newer attempt has
-    a larger id, which the service's fencing relies on."""
+def _client(payload: WorkerPayload, worker: int, attempt: int) -> ServiceClient | ShardedClient:
+    """The task's service client (one per shard of a sharded service:
+    :mod:`sparkdl.executor.sharded`). Spark numbers task attempts (``attempt``)
+    uniquely and in launch order within a SparkContext, stage retries included: a
+    newer attempt has a larger id, which the service's fencing relies on."""
     plan = payload.plan
-    return ServiceClient(
-        payload.url,
-        payload.token,
-        worker=worker,
-        timeout=plan.request_timeout,
-        retries=plan.request_retries,
-        attempt=attempt,
-        tls_cert=payload.tls_cert,
-    )
+    clients = [
+        ServiceClient(
+            url,
+            payload.token,
+            worker=worker,
+            timeout=plan.request_timeout,
+            retries=plan.request_retries,
+            attempt=attempt,
+            tls_cert=payload.tls_cert,
+        )
+        for url in (payload.shard_urls or (payload.url,))
+    ]
+    if payload.shard_layout is None:
+        return clients[0]
+    return ShardedClient(clients, ShardLayout.from_json(payload.shard_layout))
 
 
 def _open_caches(

@@ -34,6 +34,7 @@ from sparkdl.executor.feed import Feed
 from sparkdl.executor.precision import loss_scaled, mixed_precision_model
 from sparkdl.executor.pusher import Pusher
 from sparkdl.executor.rate import ScaledRate
+from sparkdl.executor.sharded import ShardedClient, ShardedPusher
 from sparkdl.keras_io import (
     learning_rate,
     model_from_bytes,
@@ -54,7 +55,7 @@ __all__ = ["compute_dtypes", "payload_feed", "split", "train"]
 
 def train(
     payload: WorkerPayload,
-    client: ServiceClient,
+    client: ServiceClient | ShardedClient,
     worker: int,
     data: PartitionCache,
     held_out: PartitionCache | None,
@@ -80,16 +81,22 @@ def train(
     schedule = _schedule(plan, held_in, joined["rows"])
     epoch, skip, synced = _resume(payload, model, schedule, joined)
     access = WeightAccess(model)
-    pusher = Pusher(
-        client,
-        plan.merge,
-        access,
-        center=weights,
-        version=version,
-        overlap=plan.overlap,
-        compression=plan.compression,
-        replica=client.control.get("replica") if plan.compression else None,
-    )
+    pusher: Pusher | ShardedPusher
+    if isinstance(client, ShardedClient):
+        pusher = client.pusher(
+            plan.merge, access, overlap=plan.overlap, compression=plan.compression
+        )
+    else:
+        pusher = Pusher(
+            client,
+            plan.merge,
+            access,
+            center=weights,
+            version=version,
+            overlap=plan.overlap,
+            compression=plan.compression,
+            replica=client.control.get("replica") if plan.compression else None,
+        )
     feed, validation, val_rows = split(payload, data, held_out, held_in)
     rate = _scaled_rate(plan, model, held_in)
     sync = SyncCallback(pusher, schedule, val_rows=val_rows, rate=rate, last_epoch=plan.epochs)
@@ -169,10 +176,12 @@ class _Traffic:
     bytes_received: int
 
     @classmethod
-    def of(cls, client: ServiceClient) -> _Traffic:
+    def of(cls, client: ServiceClient | ShardedClient) -> _Traffic:
         return cls(client.comm_seconds, client.calls, client.bytes_received)
 
-    def report(self, client: ServiceClient, pusher: Pusher) -> dict[str, Any]:
+    def report(
+        self, client: ServiceClient | ShardedClient, pusher: Pusher | ShardedPusher
+    ) -> dict[str, Any]:
         """The report's traffic fields: training's share, and the set-up's apart."""
         return {
             "comm_seconds": client.comm_seconds - self.comm_seconds,

@@ -109,6 +109,7 @@ def create_app(
     app.config["DEBUG"] = False
     app.config["PROPAGATE_EXCEPTIONS"] = False
     app.before_request(_authenticator(app, token, relay_digest))
+    app.after_request(_counter(store))
     waiting = _WaitSlots(wait_slots if wait_slots is not None else 2 * store.num_workers)
     _Routes(store, attempts, waiting).register(app)
     if relay_digest is not None:
@@ -316,6 +317,16 @@ def _authenticator(
         return None
 
     return authenticate
+
+
+def _counter(store: WeightStore) -> Callable[[Response], Response]:
+    """Counts each answered request's body bytes in and out (:attr:`store.traffic`)."""
+
+    def count(response: Response) -> Response:
+        store.traffic.count(request.content_length or 0, response.content_length or 0)
+        return response
+
+    return count
 
 
 def _register_error_handlers(app: Flask) -> None:

@@ -57,6 +57,7 @@ from sparkdl.server.ledger import WorkerLedger, WorkerRecord
 from sparkdl.server.policies import PushPolicy, policy_for
 from sparkdl.server.replicas import Replicas
 from sparkdl.server.rounds import DEFAULT_ROUND_TIMEOUT, Rounds
+from sparkdl.server.traffic import Traffic
 from sparkdl.sync.codecs import Compression
 from sparkdl.sync.merges import Merge, Update
 from sparkdl.sync.modes import Mode, Synchronous, mode_class
@@ -156,6 +157,8 @@ class TrainingState(abc.ABC):
         #: Summed magnitudes of hogwild steps admitted but not yet added in.
         self.in_flight = [0.0] * len(self.center.weights)
         self.started = time.time()
+        #: Requests and body bytes the service answered (:mod:`sparkdl.server.traffic`).
+        self.traffic = Traffic()
 
     @abc.abstractmethod
     def newest_attempt(self, worker: int) -> int:

@@ -210,6 +210,7 @@ class WeightStore(TrainingState):
                 "planned_rows": None if self.planned_rows is None else list(self.planned_rows),
                 "joined_rows": {str(w): n for w, n in sorted(self._rows.items())},
                 "left": sorted(self._left),
+                "traffic": self.traffic.as_dict(),
             }
 
     # ------------------------------------------------------ the driver's events

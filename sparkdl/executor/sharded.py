@@ -1,0 +1,261 @@
+"""A worker of a sharded service: one client and one pusher per shard, used as one.
+
+With ``service_shards=k`` (:mod:`sparkdl.sync.shards`) the worker talks to k services.
+:class:`ShardedClient` is the task's client (join, the first pull, failures, leave):
+each call goes to every shard at once, on a thread per shard. :class:`ShardedPusher`
+is the training loop's pusher: it splits the local weights into the shards' parts and
+runs one :class:`~sparkdl.executor.pusher.Pusher` per shard on its part, concurrently,
+so each shard has its own copy of the center, version, codec state and compressed
+replica, exactly as the one pusher of an unsharded fit has for the whole weights. A
+push returns once every shard answered: in synchronous mode a round is over for the
+worker only when every shard closed it, so it never trains on weights mixed from two
+rounds. Asynchronous shards answer independently (each merged the push as it came).
+
+What the answers carry for the fit (the stop flag, a learning rate) is the same on
+every shard (:class:`~sparkdl.server.sharded.ShardedStore` tells every shard); a stop
+from any shard stops the worker. The metric states that make an epoch's exact logs go
+to shard 0 only.
+
+Example:
+    >>> ShardedPusher.__name__
+    'ShardedPusher'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import numpy as np
+
+from sparkdl.executor.pusher import Pusher
+from sparkdl.server.client import ServiceClient
+from sparkdl.sync.codecs import Compression
+from sparkdl.sync.merges import Merge
+from sparkdl.sync.shards import ShardLayout
+from sparkdl.weight_access import WeightAccess
+
+__all__ = ["ShardedClient", "ShardedPusher"]
+
+_T = TypeVar("_T")
+
+
+class ShardedClient:
+    """The clients of every shard, called together.
+
+    Args:
+        clients: One client per shard, in shard order.
+        layout: Which part of the weights each shard holds.
+    """
+
+    def __init__(self, clients: Sequence[ServiceClient], layout: ShardLayout) -> None:
+        self.clients = list(clients)
+        self.layout = layout
+        self.worker = clients[0].worker
+        self.attempt = clients[0].attempt
+        self.url = clients[0].url
+        self._pool = ThreadPoolExecutor(len(clients), thread_name_prefix="sparkdl-shard")
+        #: Each shard's part of the center from the first pull, and its version.
+        self.centers: list[list[np.ndarray]] = []
+        self.versions: list[int] = []
+
+    # Counters: requests run at once on the shards, so seconds are the slowest shard's.
+    @property
+    def comm_seconds(self) -> float:
+        return max(c.comm_seconds for c in self.clients)
+
+    @property
+    def calls(self) -> int:
+        return sum(c.calls for c in self.clients)
+
+    @property
+    def bytes_sent(self) -> int:
+        return sum(c.bytes_sent for c in self.clients)
+
+    @property
+    def bytes_received(self) -> int:
+        return sum(c.bytes_received for c in self.clients)
+
+    @property
+    def control(self) -> dict[str, Any]:
+        """Shard 0's last answer's metadata."""
+        return self.clients[0].control
+
+    def join(self, rows: int) -> dict[str, Any]:
+        """Joins every shard; returns the answer of the shard where this worker stands
+        earliest (a task that died between two shards' pushes redoes the later one's:
+        that shard takes it as a retry or a late push)."""
+        answers = self.each(lambda c: c.join(rows))
+        return min(answers, key=_standing)
+
+    def pull(
+        self, min_version: int = 0, *, replica: int | None = None
+    ) -> tuple[list[np.ndarray], int]:
+        """The whole center, from every shard's part (kept in :attr:`centers` for the
+        pusher); the version is shard 0's."""
+        answers = self.each(lambda c: c.pull(min_version, replica=replica))
+        self.centers = [list(arrays) for arrays, _ in answers]
+        self.versions = [version for _, version in answers]
+        return self.layout.join(self.centers), self.versions[0]
+
+    def status(self) -> dict[str, Any]:
+        """Shard 0's status."""
+        return self.clients[0].status()
+
+    def report_failure(self, exc: BaseException, *, fatal: bool = True) -> None:
+        """Reports to every shard (each aborts on a fatal failure)."""
+        self.each(lambda c: c.report_failure(exc, fatal=fatal))
+
+    def leave(self) -> None:
+        """Leaves every shard."""
+        self.each(lambda c: c.leave())
+
+    def close(self) -> None:
+        """Closes every connection."""
+        for client in self.clients:
+            client.close()
+        self._pool.shutdown(wait=False)
+
+    def pusher(
+        self,
+        merge: Merge,
+        weights: WeightAccess,
+        *,
+        overlap: bool,
+        compression: Compression | None,
+    ) -> ShardedPusher:
+        """The training loop's pusher, from the centers of :meth:`pull`."""
+        return ShardedPusher(self, merge, weights, overlap=overlap, compression=compression)
+
+    def each(self, call: Callable[[ServiceClient], _T]) -> list[_T]:
+        """``call`` on every shard's client at once; its results in shard order (the
+        first error raises, once every call ended)."""
+        return self.each_shard(lambda j: call(self.clients[j]))
+
+    def each_shard(self, call: Callable[[int], _T]) -> list[_T]:
+        """``call(j)`` for every shard ``j`` at once, as :meth:`each`."""
+        if len(self.clients) == 1:
+            return [call(0)]
+        futures = [self._pool.submit(call, j) for j in range(len(self.clients))]
+        return [f.result() for f in _all_done(futures)]
+
+
+class ShardedPusher:
+    """One :class:`~sparkdl.executor.pusher.Pusher` per shard, on its part of the
+    weights, run at once.
+
+    Args:
+        client: The worker's sharded client (after its first pull).
+        merge: The fit's merge.
+        weights: Read and write access to the model's weights.
+        overlap: Push in the background (each shard's pusher does).
+        compression: Each shard's pushes and answers are compressed apart.
+    """
+
+    def __init__(
+        self,
+        client: ShardedClient,
+        merge: Merge,
+        weights: WeightAccess,
+        *,
+        overlap: bool,
+        compression: Compression | None,
+    ) -> None:
+        self.client = client
+        self.layout = client.layout
+        self.weights = weights
+        self._slots = [_Slot() for _ in client.clients]
+        self.shards = [
+            Pusher(
+                shard_client,
+                merge,
+                slot,  # type: ignore[arg-type]
+                center=center,
+                version=version,
+                overlap=overlap,
+                compression=compression,
+                replica=shard_client.control.get("replica") if compression else None,
+            )
+            for shard_client, slot, center, version in zip(
+                client.clients, self._slots, client.centers, client.versions, strict=True
+            )
+        ]
+
+    @property
+    def control(self) -> dict[str, Any]:
+        """Shard 0's control fields, stopped if any shard said stop."""
+        control = dict(self.shards[0].control)
+        control["stop"] = any(p.control.get("stop") for p in self.shards)
+        return control
+
+    @property
+    def wait_seconds(self) -> float:
+        return max(p.wait_seconds for p in self.shards)
+
+    @property
+    def pushes(self) -> int:
+        return self.shards[0].pushes
+
+    @property
+    def whole_pushes(self) -> int:
+        return self.shards[0].whole_pushes
+
+    @property
+    def whole_bytes(self) -> int:
+        return sum(p.whole_bytes for p in self.shards)
+
+    def push(self, samples: int, meta: dict[str, Any], *, wait: bool, whole: bool = False) -> bool:
+        """Pushes each shard its part of the update (see :meth:`Pusher.push`)."""
+        rest = {k: v for k, v in meta.items() if k != "epoch_states"}
+        metas = [meta] + [rest] * (len(self.shards) - 1)
+        return self._run(lambda j: self.shards[j].push(samples, metas[j], wait=wait, whole=whole))
+
+    def flush(self) -> bool:
+        """Folds in every shard's answer still in flight."""
+        return self._run(lambda j: self.shards[j].flush())
+
+    def close(self) -> None:
+        """Waits for every push in flight."""
+        for pusher in self.shards:
+            pusher.close()
+
+    def _run(self, call: Callable[[int], bool]) -> bool:
+        """Runs ``call`` for every shard on its part of the local weights, then sets
+        the weights the shards' pushers left."""
+        parts = self.layout.split(self.weights.get())
+        for slot, part in zip(self._slots, parts, strict=True):
+            slot.load(part)
+        results = self.client.each_shard(call)
+        if any(slot.changed for slot in self._slots):
+            self.weights.set(self.layout.join([slot.value for slot in self._slots]))
+        return any(results)
+
+
+class _Slot:
+    """One shard's part of the weights, as its pusher reads and sets it."""
+
+    def __init__(self) -> None:
+        self.value: list[np.ndarray] = []
+        self.changed = False
+
+    def load(self, part: list[np.ndarray]) -> None:
+        self.value, self.changed = part, False
+
+    def get(self) -> list[np.ndarray]:
+        return self.value
+
+    def set(self, part: list[np.ndarray]) -> None:
+        self.value, self.changed = list(part), True
+
+
+def _all_done(futures: list[Any]) -> list[Any]:
+    """``futures`` once every one ended (so no call still runs when one raised)."""
+    for future in futures:
+        future.exception()
+    return futures
+
+
+def _standing(answer: dict[str, Any]) -> tuple[Any, ...]:
+    position = answer.get("position")
+    return (tuple(position) if position else (-1, -1), int(answer.get("version", 0)))
