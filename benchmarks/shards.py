@@ -1,0 +1,318 @@
+"""A sharded parameter service under many simulated workers: bytes per host, round time,
+asynchronous pushes per second.
+
+W worker processes run the real client (one :class:`~sparkdl.server.client.ServiceClient`
+per shard, called at once as a sharded fit's worker calls them:
+:class:`~sparkdl.executor.sharded.ShardedClient`) with float32 arrays of the model's
+size and no Keras; k shard processes each serve their part of the weights with the real
+service (:class:`~sparkdl.server.service.ParameterService`), as k hosts of a cluster
+would. The model is M parameters in 8 matrices, split by
+:class:`~sparkdl.sync.shards.ShardLayout`.
+
+For each (W, M, k) it prints:
+
+* **round s**: the mean wall time of a synchronous round (every worker pushes its
+  update to every shard and gets the averaged part back), after one warm-up round;
+* **busiest host in / out per round**, in units of M bytes, counted by the services
+  (their ``traffic``) and the clients: host j holds shard j and worker j (j < k; the
+  others hold a worker only), and traffic between the two on one host is not counted,
+  as it never crosses the network. With k = W a ring all-reduce moves 2 (W-1)/W x M in
+  each direction through every host; the target is at most 1.1 times that;
+* **async pushes/s**: the asynchronous mode's pushes per second (every worker pushing
+  in a loop for ``--seconds``; a push to k shards counts once).
+
+Configurations whose processes would not fit in memory (``--memory-gb``) are skipped
+and said so.
+
+Run:
+    python benchmarks/shards.py                              # the full grid
+    python benchmarks/shards.py --workers 8 --params 1 --shards 1 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import multiprocessing
+import os
+import secrets
+import statistics
+import time
+from collections.abc import Iterator
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+
+PARAMS_BYTES = 4  # float32
+MATRICES = 8
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workers", type=int, nargs="+", default=[8, 32, 64])
+    parser.add_argument("--params", type=float, nargs="+", default=[1, 10, 100], help="M params")
+    parser.add_argument(
+        "--shards", nargs="+", default=["1", "2", "4", "8", "W"], help="k values; W: one per worker"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="synchronous rounds measured")
+    parser.add_argument("--seconds", type=float, default=4.0, help="asynchronous run per config")
+    parser.add_argument(
+        "--memory-gb",
+        type=float,
+        default=_available_gb() * 0.7,
+        help="skip configurations estimated above this (default: 70%% of available memory)",
+    )
+    args = parser.parse_args()
+    ctx = multiprocessing.get_context("spawn")
+    print(f"machine: {os.cpu_count()} CPUs, {_available_gb():.1f} GB available")
+    print(
+        "| W | params | k | round s | busiest host in / M | out / M | all-reduce / M "
+        "| async pushes/s |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for workers in args.workers:
+        with _workers(ctx, workers) as pool:
+            for millions in args.params:
+                params = int(millions * 1_000_000)
+                for k in _shard_counts(args.shards, workers):
+                    need = _memory_gb(workers, k, params)
+                    label = f"| {workers} | {millions:g}M | {k} |"
+                    if need > args.memory_gb:
+                        print(f"{label} skipped: needs about {need:.0f} GB | | | | |", flush=True)
+                        continue
+                    sync = _run(ctx, pool, params, k, "synchronous", rounds=args.rounds)
+                    pushes = _run(ctx, pool, params, k, "asynchronous", seconds=args.seconds)
+                    allreduce = 2 * (workers - 1) / workers
+                    rate = pushes["pushes_per_s"]
+                    print(
+                        f"{label} {sync['round_seconds']:.3f} | {sync['host_in']:.2f} "
+                        f"| {sync['host_out']:.2f} | {allreduce:.2f} | {rate:.0f} |",
+                        flush=True,
+                    )
+
+
+def _run(
+    ctx: Any,
+    pool: list[tuple[Any, Connection]],
+    params: int,
+    k: int,
+    mode: str,
+    *,
+    rounds: int = 0,
+    seconds: float = 0.0,
+) -> dict[str, float]:
+    """One configuration: k shard hosts up, every worker runs, figures back."""
+    from sparkdl.sync.shards import ShardLayout
+
+    workers = len(pool)
+    shapes = _shapes(params)
+    layout = ShardLayout.plan([(s, "float32") for s in shapes], k)
+    token = secrets.token_urlsafe(16)
+    with _shard_hosts(ctx, layout, workers, mode, token) as (urls, hosts):
+        job = {
+            "urls": urls,
+            "token": token,
+            "layout": layout.to_json(),
+            "mode": mode,
+            "rounds": rounds + 1,  # one warm-up round
+            "seconds": seconds,
+        }
+        for worker, (_, conn) in enumerate(pool):
+            conn.send({**job, "worker": worker})
+        results = [conn.recv() for _, conn in pool]
+        for result in results:
+            if "error" in result:
+                raise RuntimeError(result["error"])
+        traffic = []
+        for _, conn in hosts:
+            conn.send("status")
+            traffic.append(conn.recv())
+    if mode != "synchronous":
+        total = sum(r["pushes"] for r in results)
+        return {"pushes_per_s": total / max(max(r["seconds"] for r in results), 1e-9)}
+    model_bytes = sum(r * c for r, c in shapes) * PARAMS_BYTES
+    host_in, host_out = _busiest_host(traffic, results, workers, k)
+    done_rounds = rounds + 1
+    return {
+        "round_seconds": statistics.mean(statistics.mean(r["round_seconds"][1:]) for r in results),
+        "host_in": host_in / done_rounds / model_bytes,
+        "host_out": host_out / done_rounds / model_bytes,
+    }
+
+
+def _busiest_host(
+    traffic: list[dict[str, int]], results: list[dict[str, Any]], workers: int, k: int
+) -> tuple[float, float]:
+    """The most bytes in and out of one host: shard j and worker j share host j (j < k);
+    what worker j and shard j send each other stays on the host."""
+    host_in, host_out = [], []
+    for j in range(workers):
+        sent, got = results[j]["sent"], results[j]["received"]
+        into = sum(got) + (traffic[j]["bytes_in"] - sent[j] if j < k else 0)
+        out = sum(sent) + (traffic[j]["bytes_out"] - got[j] if j < k else 0)
+        if j < k:  # worker j's own shard: local
+            into -= got[j]
+            out -= sent[j]
+        host_in.append(into)
+        host_out.append(out)
+    return max(host_in), max(host_out)
+
+
+# ---------------------------------------------------------------------- processes
+@contextlib.contextmanager
+def _workers(ctx: Any, count: int) -> Iterator[list[tuple[Any, Connection]]]:
+    """``count`` worker processes, each with its end of a pipe, stopped at the end."""
+    pool = []
+    try:
+        for _ in range(count):
+            parent, child = ctx.Pipe()
+            process = ctx.Process(target=_worker_main, args=(child,), daemon=True)
+            process.start()
+            pool.append((process, parent))
+        yield pool
+    finally:
+        for _, conn in pool:
+            with contextlib.suppress(OSError):
+                conn.send(None)
+        for process, _ in pool:
+            process.join(timeout=10)
+            if process.is_alive():
+                process.kill()
+
+
+@contextlib.contextmanager
+def _shard_hosts(
+    ctx: Any, layout: Any, workers: int, mode: str, token: str
+) -> Iterator[tuple[list[str], list[tuple[Any, Connection]]]]:
+    """One service process per shard; yields their URLs."""
+    hosts = []
+    try:
+        for j in range(layout.count):
+            parent, child = ctx.Pipe()
+            process = ctx.Process(
+                target=_host_main,
+                args=(child, layout.to_json(), j, workers, mode, token),
+                daemon=True,
+            )
+            process.start()
+            hosts.append((process, parent))
+        urls = [conn.recv() for _, conn in hosts]
+        yield urls, hosts
+    finally:
+        for _, conn in hosts:
+            with contextlib.suppress(OSError):
+                conn.send("stop")
+        for process, _ in hosts:
+            process.join(timeout=30)
+            if process.is_alive():
+                process.kill()
+
+
+def _host_main(
+    conn: Connection, layout_json: dict[str, Any], shard: int, workers: int, mode: str, token: str
+) -> None:
+    """A shard host: the real service over its part of the weights."""
+    from sparkdl.server.service import ParameterService
+    from sparkdl.server.store import WeightStore
+    from sparkdl.sync.merges import Average, Delta
+    from sparkdl.sync.shards import ShardLayout
+
+    layout = ShardLayout.from_json(layout_json)
+    part = [
+        np.zeros((p.stop - p.start, *layout.shapes[p.variable][1:]), np.float32)
+        for p in layout.shards[shard]
+    ]
+    merge = Average() if mode == "synchronous" else Delta()
+    store = WeightStore(part, num_workers=workers, merge=merge, mode=mode, round_timeout=600)
+    for worker in range(workers):
+        store.join(worker, 1 << 40, wait=0.0)
+    with ParameterService(store, host="127.0.0.1", token=token) as service:
+        conn.send(service.url)
+        while conn.recv() != "stop":
+            conn.send(store.status()["traffic"])
+
+
+def _worker_main(conn: Connection) -> None:
+    """A simulated worker: runs each job it is sent with the real clients."""
+    from sparkdl.executor.sharded import ShardedClient
+    from sparkdl.server.client import ServiceClient
+    from sparkdl.sync.shards import ShardLayout
+
+    while (job := conn.recv()) is not None:
+        try:
+            layout = ShardLayout.from_json(job["layout"])
+            clients = [
+                ServiceClient(url, job["token"], worker=job["worker"], timeout=600, retries=0)
+                for url in job["urls"]
+            ]
+            client = ShardedClient(clients, layout)
+            update = layout.split([np.full(s, 1e-3, np.float32) for s in layout.shapes])
+            conn.send(_work(client, update, job))
+            client.close()
+        except Exception as exc:  # the driver process prints it
+            conn.send({"error": f"worker {job['worker']}: {type(exc).__name__}: {exc}"})
+
+
+def _work(client: Any, update: list[list[np.ndarray]], job: dict[str, Any]) -> dict[str, Any]:
+    shards = range(len(client.clients))
+    versions = [0] * len(client.clients)
+
+    def push(j: int) -> None:
+        _, versions[j] = client.clients[j].push(update[j], base_version=versions[j], samples=1)
+
+    round_seconds = []
+    pushes = 0
+    start = time.perf_counter()
+    if job["mode"] == "synchronous":
+        for _ in range(job["rounds"]):
+            began = time.perf_counter()
+            client.each_shard(push)
+            round_seconds.append(time.perf_counter() - began)
+            pushes += 1
+    else:
+        deadline = start + job["seconds"]
+        while time.perf_counter() < deadline:
+            client.each_shard(push)
+            pushes += 1
+    return {
+        "round_seconds": round_seconds,
+        "pushes": pushes,
+        "seconds": time.perf_counter() - start,
+        "sent": [client.clients[j].bytes_sent for j in shards],
+        "received": [client.clients[j].bytes_received for j in shards],
+    }
+
+
+# ---------------------------------------------------------------------- helpers
+def _shapes(params: int) -> list[tuple[int, int]]:
+    """M parameters as 8 matrices of 1,000 columns (rows rounded up)."""
+    rows = max(1, -(-params // (MATRICES * 1000)))
+    return [(rows, 1000)] * MATRICES
+
+
+def _shard_counts(values: list[str], workers: int) -> list[int]:
+    counts = sorted({workers if v == "W" else int(v) for v in values})
+    return [k for k in counts if k <= workers]
+
+
+def _memory_gb(workers: int, k: int, params: int) -> float:
+    """A rough peak: each worker holds its update and an answer, each host its part
+    three times (center, round sum, answer), each process about 120 MB to start."""
+    model = params * PARAMS_BYTES
+    return (workers * 2 * model + 3 * model + (workers + k) * 120e6) / 1e9
+
+
+def _available_gb() -> float:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 1e6
+    except OSError:
+        pass
+    return 8.0
+
+
+if __name__ == "__main__":
+    main()
