@@ -19,7 +19,14 @@ For each (W, M, k) it prints:
   as it never crosses the network. With k = W a ring all-reduce moves 2 (W-1)/W x M in
   each direction through every host; the target is at most 1.1 times that;
 * **async pushes/s**: the asynchronous mode's pushes per second (every worker pushing
-  in a loop for ``--seconds``; a push to k shards counts once).
+  in a loop for ``--seconds``; a push to k shards counts once), and with ``--driver``
+  the same with the k shards as threads of one process, as ``service_placement=
+  "driver"`` serves them.
+
+* **host / worker CPU ns/B**: CPU seconds the shard hosts and the workers spent in the
+  synchronous rounds, per byte the services moved (in and out): the per-byte costs the
+  docs' model of larger clusters starts from (the warm-up round is included, so they
+  are upper bounds).
 
 Configurations whose processes would not fit in memory (``--memory-gb``) are skipped
 and said so.
@@ -58,6 +65,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="synchronous rounds measured")
     parser.add_argument("--seconds", type=float, default=4.0, help="asynchronous run per config")
     parser.add_argument(
+        "--driver",
+        action="store_true",
+        help="also run the asynchronous test with every shard in one process (the driver)",
+    )
+    parser.add_argument(
         "--memory-gb",
         type=float,
         default=_available_gb() * 0.7,
@@ -68,9 +80,10 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} CPUs, {_available_gb():.1f} GB available")
     print(
         "| W | params | k | round s | busiest host in / M | out / M | all-reduce / M "
-        "| async pushes/s |"
+        f"| async pushes/s |{' in one process |' if args.driver else ''} "
+        "host CPU ns/B | worker CPU ns/B |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|" + ("---|" if args.driver else ""))
     for workers in args.workers:
         with _workers(ctx, workers) as pool:
             for millions in args.params:
@@ -83,11 +96,21 @@ def main() -> None:
                         continue
                     sync = _run(ctx, pool, params, k, "synchronous", rounds=args.rounds)
                     pushes = _run(ctx, pool, params, k, "asynchronous", seconds=args.seconds)
+                    threads = None
+                    if args.driver and k > 1:
+                        threads = _run(
+                            ctx, pool, params, k, "asynchronous", seconds=args.seconds, driver=True
+                        )["pushes_per_s"]
                     allreduce = 2 * (workers - 1) / workers
                     rate = pushes["pushes_per_s"]
+                    in_driver = ""
+                    if args.driver:
+                        in_driver = " | -" if threads is None else f" | {threads:.0f}"
                     print(
                         f"{label} {sync['round_seconds']:.3f} | {sync['host_in']:.2f} "
-                        f"| {sync['host_out']:.2f} | {allreduce:.2f} | {rate:.0f} |",
+                        f"| {sync['host_out']:.2f} | {allreduce:.2f} | {rate:.0f}{in_driver} "
+                        f"| {sync['host_cpu_per_byte'] * 1e9:.2f} "
+                        f"| {sync['worker_cpu_per_byte'] * 1e9:.2f} |",
                         flush=True,
                     )
 
@@ -101,6 +124,7 @@ def _run(
     *,
     rounds: int = 0,
     seconds: float = 0.0,
+    driver: bool = False,
 ) -> dict[str, float]:
     """One configuration: k shard hosts up, every worker runs, figures back."""
     from sparkdl.sync.shards import ShardLayout
@@ -109,7 +133,7 @@ def _run(
     shapes = _shapes(params)
     layout = ShardLayout.plan([(s, "float32") for s in shapes], k)
     token = secrets.token_urlsafe(16)
-    with _shard_hosts(ctx, layout, workers, mode, token) as (urls, hosts):
+    with _shard_hosts(ctx, layout, workers, mode, token, driver) as (urls, hosts):
         job = {
             "urls": urls,
             "token": token,
@@ -127,14 +151,21 @@ def _run(
         traffic = []
         for _, conn in hosts:
             conn.send("status")
-            traffic.append(conn.recv())
+            traffic.extend(conn.recv())
+    moved = sum(t["bytes_in"] + t["bytes_out"] for t in traffic)
+    costs = {
+        # CPU seconds per byte a service moved (in or out), and per byte a worker did.
+        "host_cpu_per_byte": sum(t["cpu"] for t in traffic) / max(moved, 1),
+        "worker_cpu_per_byte": sum(r["cpu"] for r in results) / max(moved, 1),
+    }
     if mode != "synchronous":
         total = sum(r["pushes"] for r in results)
-        return {"pushes_per_s": total / max(max(r["seconds"] for r in results), 1e-9)}
+        return {**costs, "pushes_per_s": total / max(max(r["seconds"] for r in results), 1e-9)}
     model_bytes = sum(r * c for r, c in shapes) * PARAMS_BYTES
     host_in, host_out = _busiest_host(traffic, results, workers, k)
     done_rounds = rounds + 1
     return {
+        **costs,
         "round_seconds": statistics.mean(statistics.mean(r["round_seconds"][1:]) for r in results),
         "host_in": host_in / done_rounds / model_bytes,
         "host_out": host_out / done_rounds / model_bytes,
@@ -183,21 +214,24 @@ def _workers(ctx: Any, count: int) -> Iterator[list[tuple[Any, Connection]]]:
 
 @contextlib.contextmanager
 def _shard_hosts(
-    ctx: Any, layout: Any, workers: int, mode: str, token: str
+    ctx: Any, layout: Any, workers: int, mode: str, token: str, driver: bool
 ) -> Iterator[tuple[list[str], list[tuple[Any, Connection]]]]:
-    """One service process per shard; yields their URLs."""
+    """The shards' services: one process per shard (k hosts), or all of them in one
+    process (``driver``: as ``service_placement="driver"`` serves them, threads of one
+    process). Yields their URLs in shard order."""
+    groups = [list(range(layout.count))] if driver else [[j] for j in range(layout.count)]
     hosts = []
     try:
-        for j in range(layout.count):
+        for group in groups:
             parent, child = ctx.Pipe()
             process = ctx.Process(
                 target=_host_main,
-                args=(child, layout.to_json(), j, workers, mode, token),
+                args=(child, layout.to_json(), group, workers, mode, token),
                 daemon=True,
             )
             process.start()
             hosts.append((process, parent))
-        urls = [conn.recv() for _, conn in hosts]
+        urls = [url for _, conn in hosts for url in conn.recv()]
         yield urls, hosts
     finally:
         for _, conn in hosts:
@@ -210,27 +244,41 @@ def _shard_hosts(
 
 
 def _host_main(
-    conn: Connection, layout_json: dict[str, Any], shard: int, workers: int, mode: str, token: str
+    conn: Connection,
+    layout_json: dict[str, Any],
+    shards: list[int],
+    workers: int,
+    mode: str,
+    token: str,
 ) -> None:
-    """A shard host: the real service over its part of the weights."""
+    """A host of some shards: the real service over each one's part of the weights."""
     from sparkdl.server.service import ParameterService
     from sparkdl.server.store import WeightStore
     from sparkdl.sync.merges import Average, Delta
     from sparkdl.sync.shards import ShardLayout
 
     layout = ShardLayout.from_json(layout_json)
-    part = [
-        np.zeros((p.stop - p.start, *layout.shapes[p.variable][1:]), np.float32)
-        for p in layout.shards[shard]
-    ]
-    merge = Average() if mode == "synchronous" else Delta()
-    store = WeightStore(part, num_workers=workers, merge=merge, mode=mode, round_timeout=600)
-    for worker in range(workers):
-        store.join(worker, 1 << 40, wait=0.0)
-    with ParameterService(store, host="127.0.0.1", token=token) as service:
-        conn.send(service.url)
+    stores = []
+    for shard in shards:
+        part = [
+            np.zeros((p.stop - p.start, *layout.shapes[p.variable][1:]), np.float32)
+            for p in layout.shards[shard]
+        ]
+        merge = Average() if mode == "synchronous" else Delta()
+        store = WeightStore(part, num_workers=workers, merge=merge, mode=mode, round_timeout=600)
+        for worker in range(workers):
+            store.join(worker, 1 << 40, wait=0.0)
+        stores.append(store)
+    with contextlib.ExitStack() as stack:
+        services = [
+            stack.enter_context(ParameterService(store, host="127.0.0.1", token=token))
+            for store in stores
+        ]
+        conn.send([service.url for service in services])
+        started = time.process_time()
         while conn.recv() != "stop":
-            conn.send(store.status()["traffic"])
+            cpu = (time.process_time() - started) / len(stores)  # (one process: shared)
+            conn.send([{**store.status()["traffic"], "cpu": cpu} for store in stores])
 
 
 def _worker_main(conn: Connection) -> None:
@@ -263,6 +311,7 @@ def _work(client: Any, update: list[list[np.ndarray]], job: dict[str, Any]) -> d
 
     round_seconds = []
     pushes = 0
+    cpu_start = time.process_time()
     start = time.perf_counter()
     if job["mode"] == "synchronous":
         for _ in range(job["rounds"]):
@@ -276,6 +325,7 @@ def _work(client: Any, update: list[list[np.ndarray]], job: dict[str, Any]) -> d
             client.each_shard(push)
             pushes += 1
     return {
+        "cpu": time.process_time() - cpu_start,
         "round_seconds": round_seconds,
         "pushes": pushes,
         "seconds": time.perf_counter() - start,
