@@ -32,7 +32,8 @@ Configurations whose processes would not fit in memory (``--memory-gb``) are ski
 and said so.
 
 Run:
-    python benchmarks/shards.py                              # the full grid
+    python benchmarks/shards.py --driver                     # the full grid
+    python benchmarks/shards.py --model 0.5 0.4 0.3          # the model, from costs
     python benchmarks/shards.py --workers 8 --params 1 --shards 1 2
 """
 
@@ -75,7 +76,18 @@ def main() -> None:
         default=_available_gb() * 0.7,
         help="skip configurations estimated above this (default: 70%% of available memory)",
     )
+    parser.add_argument(
+        "--model",
+        nargs=3,
+        type=float,
+        metavar=("HOST_NS", "WORKER_NS", "REQUEST_MS"),
+        help="print only the model of larger clusters from these measured costs: CPU ns "
+        "per byte of a service and of a worker, CPU ms per request",
+    )
     args = parser.parse_args()
+    if args.model:
+        _print_model(*args.model)
+        return
     ctx = multiprocessing.get_context("spawn")
     print(f"machine: {os.cpu_count()} CPUs, {_available_gb():.1f} GB available")
     print(
@@ -332,6 +344,49 @@ def _work(client: Any, update: list[list[np.ndarray]], job: dict[str, Any]) -> d
         "sent": [client.clients[j].bytes_sent for j in shards],
         "received": [client.clients[j].bytes_received for j in shards],
     }
+
+
+# ---------------------------------------------------------------------- the model
+#: Per-message latency of a ring all-reduce step (TCP within a data centre), seconds.
+RING_LATENCY = 20e-6
+
+
+def _print_model(host_ns: float, worker_ns: float, request_ms: float) -> None:
+    """Synchronous round time of W workers and a model of M bytes, from the measured
+    CPU cost per byte of a service (``host_ns``) and of a worker (``worker_ns``), and
+    per request (``request_ms``, service and client together):
+
+    * one service (the driver): W x M bytes in and W x M out through one link, and all
+      of them through one Python process (2 W M bytes and W requests of service CPU);
+    * k = W shards, shard j on worker j's host: 2 (W-1)/W x M each way through each
+      link; each host's CPU does its shard's 2 M bytes and W requests, and its worker's
+      2 M bytes and W requests;
+    * a ring all-reduce (Horovod): 2 (W-1)/W x M each way through each link, in
+      2 (W-1) steps of :data:`RING_LATENCY`, no CPU cost counted.
+
+    The link is full duplex; a round takes its slowest part (network or CPU).
+    """
+    print(
+        f"Model from host {host_ns:g} ns/B, worker {worker_ns:g} ns/B, {request_ms:g} ms "
+        "per request; seconds per synchronous round"
+    )
+    print("| Gbit/s | params | W | one service | k = W shards | ring all-reduce |")
+    print("|---|---|---|---|---|---|")
+    for gbit in (10, 100):
+        link = gbit * 1e9 / 8
+        for millions in (10, 100, 1000):
+            model = millions * 1e6 * PARAMS_BYTES
+            for workers in (8, 32, 128, 512):
+                requests = workers * request_ms * 1e-3
+                one = max(workers * model / link, 2 * workers * model * host_ns * 1e-9 + requests)
+                share = 2 * (workers - 1) / workers * model
+                cpu = 2 * model * (host_ns + worker_ns) * 1e-9 + 2 * requests
+                sharded = max(share / link, cpu)
+                ring = share / link + 2 * (workers - 1) * RING_LATENCY
+                print(
+                    f"| {gbit} | {millions:g}M | {workers} | {one:.3g} | {sharded:.3g} "
+                    f"| {ring:.3g} |"
+                )
 
 
 # ---------------------------------------------------------------------- helpers

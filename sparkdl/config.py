@@ -339,10 +339,12 @@ class TrainConfig:
             session, the cluster on Spark Connect.
         service_shards: Split the weights over this many parameter services of about
             equal bytes (whole variables where they fit, large ones by rows); each
-            worker pushes to and pulls from all of them at once, so no one host moves
-            every byte (:mod:`sparkdl.sync.shards`). Synchronous fits give the same
-            weights as with one service; asynchronous shards merge independently.
-            With ``service_placement="driver"`` the shards are threads of the driver.
+            worker pushes to and pulls from all of them at once, so no one service
+            moves every byte (:mod:`sparkdl.sync.shards`). Synchronous fits give one
+            service's weights (without top-k or sign compression, backup workers or
+            timed-out rounds); asynchronous shards merge independently. Only with
+            ``service_placement="driver"`` so far: the shards are services in the
+            driver process. With a set ``port``, shard j listens on ``port + j``.
         request_timeout: Seconds a worker waits for one service call (connect and read).
         round_timeout: Seconds a synchronous round waits for missing workers; then it
             closes with the workers present and logs a warning (their late pushes are

@@ -548,6 +548,7 @@ def _serve(
     certificate = Certificate.make(plan.service_host) if plan.service_tls else None
     stores = store.stores if isinstance(store, ShardedStore) else [store]
     if isinstance(store, ShardedStore):
+        store.start()
         stack.callback(store.close)
     token = secrets.token_urlsafe(32)
     urls = []
@@ -555,7 +556,7 @@ def _serve(
         service = ParameterService(
             each,
             host=plan.service_host,
-            port=plan.port if j == 0 else 0,
+            port=plan.port + j if plan.port else 0,  # a set port: shard j takes port + j
             token=token,
             attempts=attempts,
             tls=certificate,

@@ -47,10 +47,15 @@ class ShardedClient:
     Args:
         clients: One client per shard, in shard order.
         layout: Which part of the weights each shard holds.
+        realign: Asynchronous modes: after a join, number every shard's pushes from
+            where the worker resumes (:meth:`join`).
     """
 
-    def __init__(self, clients: Sequence[ServiceClient], layout: ShardLayout) -> None:
+    def __init__(
+        self, clients: Sequence[ServiceClient], layout: ShardLayout, *, realign: bool = False
+    ) -> None:
         self.clients = list(clients)
+        self.realign = realign
         self.layout = layout
         self.worker = clients[0].worker
         self.attempt = clients[0].attempt
@@ -60,7 +65,8 @@ class ShardedClient:
         self.centers: list[list[np.ndarray]] = []
         self.versions: list[int] = []
 
-    # Counters: requests run at once on the shards, so seconds are the slowest shard's.
+    # Counters. Requests run at once on the shards: the seconds are the largest of the
+    # shards' totals (a lower bound of the time spent communicating).
     @property
     def comm_seconds(self) -> float:
         return max(c.comm_seconds for c in self.clients)
@@ -84,10 +90,19 @@ class ShardedClient:
 
     def join(self, rows: int) -> dict[str, Any]:
         """Joins every shard; returns the answer of the shard where this worker stands
-        earliest (a task that died between two shards' pushes redoes the later one's:
-        that shard takes it as a retry or a late push)."""
+        earliest: a task that died between two shards' pushes resumes before the push
+        the others missed.
+
+        In asynchronous modes every shard's pushes are then numbered from that shard's
+        last one, so the shards that took the push take its replay as a retry, and
+        every shard holds the update of that span once. (In synchronous mode the shard
+        that was ahead takes the replay as its next round: docs/guides/sharded-service.md.)"""
         answers = self.each(lambda c: c.join(rows))
-        return min(answers, key=_standing)
+        earliest = min(answers, key=_standing)
+        if self.realign:
+            for client in self.clients:
+                client.continue_from(int(earliest["seq"]))
+        return earliest
 
     def pull(
         self, min_version: int = 0, *, replica: int | None = None

@@ -162,7 +162,9 @@ def _client(payload: WorkerPayload, worker: int, attempt: int) -> ServiceClient 
     ]
     if payload.shard_layout is None:
         return clients[0]
-    return ShardedClient(clients, ShardLayout.from_json(payload.shard_layout))
+    return ShardedClient(
+        clients, ShardLayout.from_json(payload.shard_layout), realign=not plan.mode.barrier
+    )
 
 
 def _open_caches(

@@ -212,12 +212,11 @@ class _Routes:
             samples=meta_int(meta, "samples"),
             meta=meta,
         )
-        epoch = meta.get("epoch")
-        if "epoch_logs" in meta and type(epoch) is int and store.control.callback_lag is not None:
+        if "epoch_logs" in meta and store.control.callback_lag is not None:
             # An asynchronous epoch end waits for the driver's callbacks (their
             # stop_training) to come within the lag.
             with self.waiting(wait_arg()) as wait:
-                store.wait_callbacks(epoch, wait)
+                store.wait_callbacks(worker, wait)
         # An asynchronous push, or a late synchronous one, is answered at once; a
         # synchronous push waits (long poll) for its round to merge.
         return self.answer(target, copy)
@@ -320,10 +319,13 @@ def _authenticator(
 
 
 def _counter(store: WeightStore) -> Callable[[Response], Response]:
-    """Counts each answered request's body bytes in and out (:attr:`store.traffic`)."""
+    """Counts each answered request's body bytes in and out (:attr:`store.traffic`):
+    those answered 200 or 202 only, whose bodies were read whole (a refused one may
+    announce a length it never sent)."""
 
     def count(response: Response) -> Response:
-        store.traffic.count(request.content_length or 0, response.content_length or 0)
+        if response.status_code in (200, 202):
+            store.traffic.count(request.content_length or 0, response.content_length or 0)
         return response
 
     return count

@@ -203,6 +203,12 @@ class ServiceClient:
                 message = _error_text(self.url, status, data)
                 raise TrainingError(message) if status in (400, 409) else ServiceError(message)
 
+    def continue_from(self, seq: int) -> None:
+        """Numbers the next push ``seq + 1``: a push the service already took under that
+        number is then taken as a retry, not again (a sharded worker's shards that took
+        more of its pushes than another: :mod:`sparkdl.executor.sharded`)."""
+        self._seq = int(seq)
+
     def status(self) -> dict[str, Any]:
         """The service's JSON status."""
         status, data = self._request("GET", "/status")

@@ -58,6 +58,9 @@ class ShardedStore:
         self._watch = threading.Thread(
             target=self._follow_aborts, name="sparkdl-shard-aborts", daemon=True
         )
+
+    def start(self) -> None:
+        """Starts following the shards' aborts (until :meth:`close`)."""
         self._watch.start()
 
     @property
@@ -109,10 +112,9 @@ class ShardedStore:
     def wait_epochs(self, count: int, wait: float) -> int:
         """Waits up to ``wait`` seconds until ``count`` epochs closed on every shard."""
         deadline = time.monotonic() + wait
-        done = count
-        for store in self.stores:
-            done = min(done, store.wait_epochs(count, max(deadline - time.monotonic(), 0.0)))
-        return done
+        return min(
+            store.wait_epochs(count, max(deadline - time.monotonic(), 0.0)) for store in self.stores
+        )
 
     def epoch_weights(self, epoch: int, wait: float) -> list[np.ndarray]:
         """The whole center as ``epoch`` ended (each shard's, gated)."""
@@ -150,7 +152,8 @@ class ShardedStore:
     def close(self) -> None:
         """Stops following the shards' aborts."""
         self._closed.set()
-        self._watch.join(timeout=5)
+        if self._watch.is_alive():
+            self._watch.join(timeout=5)
 
     def _follow_aborts(self) -> None:
         """An abort on one shard (a fatal worker failure) aborts the others, so no

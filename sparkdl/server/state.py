@@ -68,8 +68,9 @@ MAX_WORKERS = 100_000
 #: How far past the last applied sequence number a worker's next push may be
 #: numbered (workers number their pushes 1, 2, 3...; retries repeat a number).
 SEQ_WINDOW = 16
-#: Asynchronous modes with driver callbacks: epochs a worker may end ahead of the
-#: callbacks (so a callback's ``stop_training`` costs at most this many more epochs).
+#: Asynchronous modes with driver callbacks: a worker that ends epoch ``e`` waits until
+#: the callbacks ran on epoch ``e - CALLBACK_LAG``, so a callback's ``stop_training``
+#: ends the fit at most this many epochs after the one it was decided on.
 CALLBACK_LAG = 1
 
 #: The store's logger: the round and generation warnings keep the name they are filtered by.

@@ -226,13 +226,22 @@ class WeightStore(TrainingState):
             self._wait_until(lambda: self._history.done >= count, wait)
             return self._history.done
 
-    def wait_callbacks(self, epoch: int, wait: float) -> None:
+    def wait_callbacks(self, worker: int, wait: float) -> None:
         """Asynchronous modes with driver callbacks: waits up to ``wait`` seconds until
-        a worker that ended ``epoch`` may go on (the callbacks ran on the epoch
-        :data:`~sparkdl.server.state.CALLBACK_LAG` before, or stopped the fit). A
-        no-op otherwise; past ``wait`` the worker goes on (a dead worker's epoch would
-        never close)."""
+        ``worker``, which just ended an epoch (the one its pushes recorded, not a number
+        it sends), may go on: the callbacks ran on the epoch
+        :data:`~sparkdl.server.state.CALLBACK_LAG` before, or stopped the fit.
+
+        A no-op otherwise, and while a worker has not joined yet (its task is queued
+        behind the others: its epochs could not close) or after any worker reported a
+        failure (its retry may take long); past ``wait`` the worker goes on."""
+        if self.control.callback_lag is None:
+            return
         with self.lock:
+            record = self.ledger.records.get(worker)
+            if record is None or len(self._rows) < self.num_workers or self._failures:
+                return
+            epoch = record.epoch - 1
             self._wait_until(lambda: self.control.callbacks_caught_up(epoch), wait)
 
     def release(self, epoch: int) -> None:
@@ -252,11 +261,14 @@ class WeightStore(TrainingState):
         """
         with self.lock:
             self.control.stop_requested = True
+            self.center.forget_encoding()  # cached answers said stop=False
+            self.lock.notify_all()
 
     def set_learning_rate(self, rate: float) -> None:
         """Sends a new learning rate to the workers with the answers of later versions."""
         with self.lock:
             self.control.set_learning_rate(rate)
+            self.center.forget_encoding()
 
     def abort(self, reason: str) -> None:
         """Aborts training: every waiting and later request gets a 409 with ``reason``."""

@@ -13,9 +13,11 @@ variables stay whole; inside a large one it falls on a row boundary (the first a
 so each part of a variable is a view of its rows and joins back with one
 concatenation. Every shard holds at least one row.
 
-Every merge and codec works element by element on each array it is given, so a shard
-merging its parts computes exactly what one service merging the whole weights does
-(``tests/unit/test_shards.py``, and a fit's weights in ``tests/integration``).
+Every merge works element by element, so a synchronous shard merging its parts
+computes exactly what one service merging the whole weights does
+(``tests/integration/test_sharded_service.py``, ``test_sharded_fits.py``). Codecs
+work per array, so on a cut variable top-k and sign select and scale per part: close
+to, not exactly, one service's result.
 
 Example:
     >>> import numpy as np

@@ -91,7 +91,7 @@ def test_callbacks_stop_a_sharded_fit_and_checkpoints_resume_it(digits, tmp_path
         checkpoint_dir=checkpoints,
     )
     done = len(first.history["loss"])
-    assert 2 <= done <= 4  # one epoch ahead of the callbacks at most
+    assert 2 <= done <= 3  # one epoch ahead of the callbacks at most
     resumed = fit(
         train_df,
         2,

@@ -363,31 +363,66 @@ def test_epoch_gate_holds_the_closing_round_until_the_callbacks_ran() -> None:
     assert version == 1 and wire.decode(b"".join(bytes(c) for c in chunks))[1]["stop"] is True
 
 
-def test_async_epoch_ends_wait_for_the_callbacks_one_epoch_behind() -> None:
-    store = joined(
-        WeightStore(
-            [np.zeros(1, np.float32)],
-            num_workers=2,
-            merge=Delta(),
-            mode="asynchronous",
-            gate_epochs=True,
-        )
+def async_gated(workers: int = 2) -> WeightStore:
+    return WeightStore(
+        [np.zeros(1, np.float32)],
+        num_workers=workers,
+        merge=Delta(),
+        mode="asynchronous",
+        gate_epochs=True,
     )
+
+
+def end_epoch(store: WeightStore, worker: int, epoch: int, seq: int) -> None:
+    """A worker's push that closes its epoch ``epoch`` (the service records it)."""
+    meta = {"epoch": epoch, "epoch_logs": {"loss": 1.0}, "epoch_samples": 1}
+    async_call(
+        store,
+        worker,
+        seq=seq,
+        base_version=store.version,
+        arrays=[np.zeros(1, np.float32)],
+        samples=1,
+        meta=meta,
+    )
+
+
+def test_async_epoch_ends_wait_for_the_callbacks_one_epoch_behind() -> None:
+    store = joined(async_gated())
     control = store.control
     assert control.callback_lag == 1 and control.callbacks_caught_up(0)
-    assert not control.callbacks_caught_up(1)  # epoch 0's callbacks have not run
+    end_epoch(store, 0, 0, seq=1)
+    end_epoch(store, 0, 1, seq=2)  # worker 0 ended epoch 1; epoch 0 is not closed
+    assert not control.callbacks_caught_up(1)
     started = time.monotonic()
-    store.wait_callbacks(1, wait=0.3)  # bounded: a dead worker's epoch never closes
+    store.wait_callbacks(0, wait=0.3)  # bounded: a dead worker's epoch never closes
     assert time.monotonic() - started >= 0.25
     threading.Timer(0.1, store.release, args=(0,)).start()
     started = time.monotonic()
-    store.wait_callbacks(1, wait=10.0)  # woken by the release
+    store.wait_callbacks(0, wait=10.0)  # woken by the release
     assert time.monotonic() - started < 5.0 and not control.callbacks_caught_up(2)
-    store.request_stop()  # a callback stopped the fit: nobody waits any more
+    store.encoded(0, wait=0.0)  # an answer cached before the stop...
+    store.request_stop()  # ...a callback stopped the fit: nobody waits any more
     assert control.callbacks_caught_up(5)
-    store.release(1)
-    chunks, _ = store.encoded(0, wait=0.0)
+    chunks, _ = store.encoded(0, wait=0.0)  # ...is not what answers now
     assert wire.decode(b"".join(bytes(c) for c in chunks))[1]["stop"] is True
+
+
+def test_async_epoch_ends_do_not_wait_for_queued_or_failed_workers() -> None:
+    queued = async_gated()
+    queued.join(0, 100, wait=0.0)  # worker 1's task waits for a slot
+    end_epoch(queued, 0, 0, seq=1)
+    end_epoch(queued, 0, 1, seq=2)
+    started = time.monotonic()
+    queued.wait_callbacks(0, wait=5.0)
+    assert time.monotonic() - started < 1.0
+    failed = joined(async_gated())
+    end_epoch(failed, 0, 0, seq=1)
+    end_epoch(failed, 0, 1, seq=2)
+    failed.report_failure(1, "lost executor", fatal=False)  # Spark retries worker 1
+    started = time.monotonic()
+    failed.wait_callbacks(0, wait=5.0)
+    assert time.monotonic() - started < 1.0
 
 
 def test_async_without_callbacks_and_resumed_fits_do_not_wait() -> None:
