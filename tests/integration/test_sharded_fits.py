@@ -70,6 +70,7 @@ def test_compressed_shards_reach_accuracy(digits) -> None:
     assert all(w["push_bytes"] > 0 for w in fitted.fit_report["workers"])
 
 
+@pytest.mark.slow
 def test_callbacks_stop_a_sharded_fit_and_checkpoints_resume_it(digits, tmp_path) -> None:
     import keras
 
