@@ -238,6 +238,11 @@ class ServiceConfig:
                 f"Expected service_shards to be an int in [1, {MAX_SHARDS}]. "
                 f"Received: service_shards={shards!r}"
             )
+        if isinstance(self.port, int) and self.port and self.port + shards - 1 > 65535:
+            raise ConfigError(
+                f"service_shards={shards} listen on port={self.port} to "
+                f"{self.port + shards - 1}, beyond 65535. Set a lower port, or port=0."
+            )
         if self.service_placement not in SERVICE_PLACEMENTS:
             raise ConfigError(
                 f"Expected service_placement to be one of {list(SERVICE_PLACEMENTS)}. "

@@ -233,16 +233,30 @@ class WeightStore(TrainingState):
         :data:`~sparkdl.server.state.CALLBACK_LAG` before, or stopped the fit.
 
         A no-op otherwise, and while a worker has not joined yet (its task is queued
-        behind the others: its epochs could not close) or after any worker reported a
-        failure (its retry may take long); past ``wait`` the worker goes on."""
+        behind the others: its epochs could not close) or once any worker failed or
+        was retried (a retry may take long), including during the wait; past ``wait``
+        the worker goes on."""
         if self.control.callback_lag is None:
             return
         with self.lock:
             record = self.ledger.records.get(worker)
-            if record is None or len(self._rows) < self.num_workers or self._failures:
+            if (
+                record is None
+                or len(self._rows) < self.num_workers
+                or self._failures
+                or self.ledger.restarts
+            ):
                 return
             epoch = record.epoch - 1
-            self._wait_until(lambda: self.control.callbacks_caught_up(epoch), wait)
+            restarts = self.ledger.restarts
+            self._wait_until(
+                lambda: (
+                    bool(self._failures)
+                    or self.ledger.restarts != restarts  # a task retried meanwhile
+                    or self.control.callbacks_caught_up(epoch)
+                ),
+                wait,
+            )
 
     def release(self, epoch: int) -> None:
         """The driver's callbacks ran on ``epoch``: answer the round that closed it."""
@@ -453,4 +467,4 @@ class WeightStore(TrainingState):
             self._failures[worker] = trace[-20_000:]
             if fatal:
                 self.control.abort(f"worker {worker} failed")
-                self.lock.notify_all()
+            self.lock.notify_all()  # (an epoch end waiting on the callbacks goes on)

@@ -111,5 +111,7 @@ def test_bad_shard_settings_are_refused_with_the_fix(digits) -> None:
     for bad in (0, -1, 65, 2.0, True):
         with pytest.raises(ConfigError, match=r"service_shards to be an int in \[1, 64\]"):
             KerasEstimator(model=digits_model(), service_shards=bad)
+    with pytest.raises(ConfigError, match="beyond 65535"):
+        KerasEstimator(model=digits_model(), service_shards=4, port=65533)
     with pytest.raises(ConfigError, match="service_placement='driver'"):
         fit(train_df, 2, service_placement="cluster")

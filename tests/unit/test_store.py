@@ -442,3 +442,15 @@ def test_async_without_callbacks_and_resumed_fits_do_not_wait() -> None:
         [np.zeros(1, np.float32)], num_workers=2, merge=Average(), gate_epochs=True
     )
     assert synchronous.control.callback_lag is None  # the round gate does it there
+
+
+def test_a_failure_during_the_wait_releases_it() -> None:
+    store = joined(async_gated())
+    end_epoch(store, 0, 0, seq=1)
+    end_epoch(store, 0, 1, seq=2)
+    timer = threading.Timer(0.2, store.report_failure, args=(1, "lost executor"))
+    timer.kwargs = {"fatal": False}
+    timer.start()
+    started = time.monotonic()
+    store.wait_callbacks(0, wait=10.0)
+    assert time.monotonic() - started < 3.0
