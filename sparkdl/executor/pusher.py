@@ -93,6 +93,31 @@ class Pusher:
         self._inflight: Future[tuple[list[np.ndarray], int]] | None = None
         self._at_push: list[np.ndarray] = []  # the weights right after that push
 
+    @classmethod
+    def after_pull(
+        cls,
+        client: ServiceClient,
+        merge: Merge,
+        weights: WeightAccess,
+        *,
+        center: list[np.ndarray],
+        version: int,
+        overlap: bool,
+        compression: Compression | None,
+    ) -> Pusher:
+        """The pusher of a worker whose ``client`` just pulled ``center`` (full, under a
+        codec): its copy of the center is the one that pull numbered."""
+        return cls(
+            client,
+            merge,
+            weights,
+            center=center,
+            version=version,
+            overlap=overlap,
+            compression=compression,
+            replica=client.control.get("replica") if compression else None,
+        )
+
     def push(self, samples: int, meta: dict[str, Any], *, wait: bool, whole: bool = False) -> bool:
         """Pushes the local weights' update; waits for the answer unless overlapping.
 

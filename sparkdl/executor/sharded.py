@@ -182,7 +182,7 @@ class ShardedPusher:
         self.weights = weights
         self._slots = [_Slot() for _ in client.clients]
         self.shards = [
-            Pusher(
+            Pusher.after_pull(
                 shard_client,
                 merge,
                 slot,  # type: ignore[arg-type]
@@ -190,7 +190,6 @@ class ShardedPusher:
                 version=version,
                 overlap=overlap,
                 compression=compression,
-                replica=shard_client.control.get("replica") if compression else None,
             )
             for shard_client, slot, center, version in zip(
                 client.clients, self._slots, client.centers, client.versions, strict=True

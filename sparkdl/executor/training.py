@@ -87,7 +87,7 @@ def train(
             plan.merge, access, overlap=plan.overlap, compression=plan.compression
         )
     else:
-        pusher = Pusher(
+        pusher = Pusher.after_pull(
             client,
             plan.merge,
             access,
@@ -95,7 +95,6 @@ def train(
             version=version,
             overlap=plan.overlap,
             compression=plan.compression,
-            replica=client.control.get("replica") if plan.compression else None,
         )
     feed, validation, val_rows = split(payload, data, held_out, held_in)
     rate = _scaled_rate(plan, model, held_in)

@@ -110,7 +110,7 @@ def run_workers(urls: list[str], token: str, layout: ShardLayout | None, merge, 
             if layout:
                 pusher = client.pusher(merge, holder, overlap=False, compression=compression)
             else:
-                pusher = Pusher(
+                pusher = Pusher.after_pull(
                     client,
                     merge,
                     holder,  # type: ignore[arg-type]
@@ -118,7 +118,6 @@ def run_workers(urls: list[str], token: str, layout: ShardLayout | None, merge, 
                     version=version,
                     overlap=False,
                     compression=compression,
-                    replica=client.control.get("replica") if compression else None,
                 )
             train(worker, holder, pusher)
             client.leave()
