@@ -35,6 +35,7 @@ __all__ = [
     "Checkpoint",
     "checkpoint_callback",
     "checkpoint_name",
+    "epochs",
     "latest",
     "latest_epoch",
     "write",
@@ -97,12 +98,13 @@ def write(
     return final
 
 
-def latest(directory: str) -> Checkpoint | None:
-    """The newest complete checkpoint in ``directory``, or ``None`` if there is none."""
+def latest(directory: str, epoch: int | None = None) -> Checkpoint | None:
+    """The newest complete checkpoint in ``directory`` (the newest of ``epoch`` when
+    given), or ``None`` if there is none."""
     root = _local(directory)
     if not os.path.isdir(root):
         return None
-    names = _complete(root)
+    names = [n for n in _complete(root) if epoch is None or _key(n)[0] == epoch]
     if not names:
         return None
     path = os.path.join(root, names[-1])
@@ -125,6 +127,13 @@ def latest_epoch(directory: str) -> int | None:
     root = _local(directory)
     names = _complete(root) if os.path.isdir(root) else []
     return _key(names[-1])[0] if names else None
+
+
+def epochs(directory: str) -> list[int]:
+    """The epochs ``directory`` holds a complete checkpoint of, oldest first (names
+    only, nothing read)."""
+    root = _local(directory)
+    return _epochs(root) if os.path.isdir(root) else []
 
 
 def checkpoint_callback(

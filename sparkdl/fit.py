@@ -179,6 +179,9 @@ class Fit:
                     shared,
                     hosting=self._hosting(plan, group, relay_token, tools),
                 )
+                layout = self._layout(plan)
+                if layout is not None:
+                    payload = dataclasses.replace(payload, shard_layout=layout.to_json())
             self._follow_fit(stack, tools, events, group, name, plan, rows, runner)
             prepare_seconds = time.perf_counter() - started + self._checks_seconds()
             reports, result = run_job(
@@ -274,7 +277,12 @@ class Fit:
             self.prepared.frame.sparkSession,
             tools,
             group,
-            {"fit_id": group, "token": token, "timeout": plan.request_timeout},
+            {
+                "fit_id": group,
+                "token": token,
+                "timeout": plan.request_timeout,
+                "layout": layout.to_json() if (layout := self._layout(plan)) else None,
+            },
             epochs=plan.epochs,
             history=self.history,
             want_weights=self._gated(),
@@ -364,7 +372,8 @@ class Fit:
                 gate_epochs=self._gated(),
                 metric_merge=metrics.results,
             )
-        layout = ShardLayout.plan([(w.shape, w.dtype) for w in weights], plan.service_shards)
+        layout = self._layout(plan)
+        assert layout is not None
         stores = [
             WeightStore.for_plan(
                 plan,
@@ -376,6 +385,13 @@ class Fit:
             for j, part in enumerate(layout.split(weights))
         ]
         return ShardedStore(stores, layout)
+
+    def _layout(self, plan: FitPlan) -> ShardLayout | None:
+        """Which part of the weights each shard holds (``None``: one service)."""
+        if plan.service_shards == 1:
+            return None
+        specs = [(w.shape, w.dtype) for w in self.model.weights]
+        return ShardLayout.plan(specs, plan.service_shards)
 
     def _gated(self) -> bool:
         """Driver callbacks see each synchronous epoch before the workers go on."""
@@ -461,7 +477,8 @@ class Fit:
                     raise runner.error from None
             raise _worker_error(exc, events.failures()) from None
         reports = (WorkerReport.from_json(r["report"]) for r in rows if r["worker"] >= 0)
-        result = service_result(rows) if plan.hosted else None
+        layout = self._layout(plan)
+        result = service_result(rows, layout) if plan.hosted else None
         return sorted(reports, key=lambda r: r.worker), result
 
 

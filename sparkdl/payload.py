@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from sparkdl.plan import FitPlan
+    from sparkdl.sync.shards import ShardLayout
     from sparkdl.tf_logs import TensorFlowLogs
 
 __all__ = [
@@ -244,6 +245,8 @@ class WorkerPayload:
             0's); empty for one service.
         shard_layout: Which part of the weights each shard holds
             (:meth:`sparkdl.sync.shards.ShardLayout.to_json`); ``None`` for one service.
+        shard_certs: Every shard's certificate, where each has its own (shards in
+            the cluster, TLS on); empty: every shard speaks ``tls_cert``.
     """
 
     plan: FitPlan
@@ -265,6 +268,7 @@ class WorkerPayload:
     hosting: Hosting | None = None
     shard_urls: tuple[str, ...] = ()
     shard_layout: dict[str, Any] | None = None
+    shard_certs: tuple[bytes, ...] = ()
 
     def columns(self) -> tuple[list[Column], list[Column], Column | None]:
         """How the feature, label and weight columns are cached
@@ -386,9 +390,12 @@ def result_rows(
     history: dict[str, list[float]],
     status: dict[str, Any],
     failures: dict[int, str],
+    *,
+    shard: int = 0,
 ) -> list[pa.RecordBatch]:
     """The service's result as result rows: one JSON row, then the weights (``.npz``,
-    no pickle) in chunks of :data:`CHUNK_BYTES`."""
+    no pickle) in chunks of :data:`CHUNK_BYTES`; a sharded service's hosts return one
+    set per ``shard`` (its part of the weights)."""
     import pyarrow as pa
 
     buffer = io.BytesIO()
@@ -396,7 +403,13 @@ def result_rows(
     data = buffer.getvalue()
     chunks = [data[i : i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES)] or [b""]
     result = json.dumps(
-        {"history": history, "status": status, "failures": failures, "chunks": len(chunks)},
+        {
+            "history": history,
+            "status": status,
+            "failures": failures,
+            "chunks": len(chunks),
+            "shard": shard,
+        },
         default=_plain,
     )
     rows = [
@@ -406,28 +419,63 @@ def result_rows(
     ]
     rows += [
         pa.RecordBatch.from_pydict(
-            {"worker": [WEIGHTS_ROW], "report": [str(i)], "blob": [chunk]}, schema=_result_schema()
+            {"worker": [WEIGHTS_ROW], "report": [f"{shard}:{i}"], "blob": [chunk]},
+            schema=_result_schema(),
         )
         for i, chunk in enumerate(chunks)
     ]
     return rows
 
 
-def service_result(rows: list[Any]) -> dict[str, Any] | None:
-    """The host's result from the job's rows: ``history``, ``status``, ``failures``
-    (worker ids as ints) and ``weights``; ``None`` when no host row came back."""
-    head = [r for r in rows if r["worker"] == RESULT_ROW]
-    if not head:
+def service_result(rows: list[Any], layout: ShardLayout | None = None) -> dict[str, Any] | None:
+    """The hosts' result from the job's rows: ``history``, ``status``, ``failures``
+    (worker ids as ints) and ``weights``; ``None`` when no host row came back.
+
+    Args:
+        rows: The training job's rows.
+        layout: The shards' layout, to join their parts (``None``: one service).
+
+    Raises:
+        RuntimeError: A shard's result or some of its weights are missing.
+    """
+    heads: dict[int, dict[str, Any]] = {}
+    for row in rows:
+        if row["worker"] == RESULT_ROW:
+            head = json.loads(row["report"])
+            heads[int(head.get("shard", 0))] = head
+    if not heads:
         return None
-    result: dict[str, Any] = json.loads(head[0]["report"])
-    parts = sorted((int(r["report"]), bytes(r["blob"])) for r in rows if r["worker"] == WEIGHTS_ROW)
-    if len(parts) != result["chunks"]:
+    chunks: dict[int, list[tuple[int, bytes]]] = {}
+    for row in rows:
+        if row["worker"] == WEIGHTS_ROW:
+            name, _, index = str(row["report"]).rpartition(":")
+            chunks.setdefault(int(name or 0), []).append((int(index), bytes(row["blob"])))
+    count = layout.count if layout is not None else 1
+    if sorted(heads) != list(range(count)):
         raise RuntimeError(
-            f"The service's weights came back in {len(parts)} of {result['chunks']} parts."
+            f"The service's result came back from shards {sorted(heads)} of {count}."
         )
-    with np.load(io.BytesIO(b"".join(p for _, p in parts)), allow_pickle=False) as arrays:
-        result["weights"] = [arrays[f"arr_{i}"] for i in range(len(arrays.files))]
-    result["failures"] = {int(k): v for k, v in result["failures"].items()}
+    parts = []
+    for shard in range(count):
+        found = sorted(chunks.get(shard, []))
+        if len(found) != heads[shard]["chunks"]:
+            raise RuntimeError(
+                f"The service's weights came back in {len(found)} of "
+                f"{heads[shard]['chunks']} parts."
+            )
+        with np.load(io.BytesIO(b"".join(p for _, p in found)), allow_pickle=False) as arrays:
+            parts.append([arrays[f"arr_{i}"] for i in range(len(arrays.files))])
+    from sparkdl.sync.shards import joined_status
+
+    result = dict(heads[0])
+    result["weights"] = layout.join(parts) if layout is not None else parts[0]
+    if layout is not None:
+        result["status"] = joined_status([heads[j]["status"] for j in range(count)])
+    failures: dict[int, str] = {}
+    for shard in range(count):
+        for worker, trace in heads[shard]["failures"].items():
+            failures.setdefault(int(worker), trace)
+    result["failures"] = failures
     return result
 
 

@@ -189,7 +189,7 @@ class FitPlan:
             port=config.port,
             service_tls=not local_master if tls is None else tls,
             service_placement=service_placement,
-            service_shards=_shards(config.service.service_shards, service_placement),
+            service_shards=_shards(config.service.service_shards, service_placement, num_workers),
             data_cache=config.scaling.data_cache,
             cache_budget=cache_budget,
             tf_logs=tf_logs or TensorFlowLogs(),
@@ -262,17 +262,17 @@ class FitPlan:
         return lines
 
 
-def _shards(shards: int, placement: str) -> int:
+def _shards(shards: int, placement: str, num_workers: int) -> int:
     """``service_shards``, checked against where the service runs.
 
     Raises:
-        ConfigError: Shards with the service in the cluster (not built yet).
+        ConfigError: More shards in the cluster than workers to host them.
     """
-    if shards > 1 and placement == "cluster":
+    if shards > num_workers and placement == "cluster":
         raise ConfigError(
-            f"service_shards={shards} needs service_placement='driver': shards of a "
-            "service in the cluster are not supported yet. Use one shard, or "
-            "service_placement='driver' on a classic session."
+            f"service_shards={shards} with service_placement='cluster' needs a worker "
+            f"to host each shard, and the fit has num_workers={num_workers}. Use at "
+            f"most {num_workers} shards, or more workers."
         )
     return shards
 

@@ -301,7 +301,6 @@ def poll_rows(request: dict[str, Any]) -> pa.RecordBatch:
 
     from sparkdl.errors import ServiceError
     from sparkdl.executor.hosting import read_rendezvous
-    from sparkdl.server.client import ServiceClient
 
     kinds: list[str] = []
     parts: list[int] = []
@@ -316,34 +315,72 @@ def poll_rows(request: dict[str, Any]) -> pa.RecordBatch:
     if found is None:
         add("missing", b"no rendezvous on this executor yet")
     else:
-        query = dict(request["query"])
-        cert = found["cert"].encode() if found.get("cert") else None
-        client = ServiceClient(
-            found["url"],
-            request["token"],
-            worker=0,
-            timeout=max(float(request["timeout"]), float(query.get("wait", 0)) + 5),
-            retries=1,
-            tls_cert=cert,
-        )
         try:
-            status, data = client.get(f"/relay?{urlencode(query)}")
-            if status != 200:
-                raise ServiceError(f"relay answered {status}: {bytes(data)[:300]!r}")
-            add("status", bytes(data))
-            if request["fetched"] is not None:
-                known = int(json.loads(bytes(data)).get("epochs_done", 0))
-                if known - 1 > request["fetched"]:
-                    status, data = client.get(f"/relay/weights?epoch={known - 1}")
-                    if status == 200:
-                        blob = bytes(data)
-                        for i in range(0, len(blob), _CHUNK):
-                            add("weights", blob[i : i + _CHUNK], i // _CHUNK)
+            status, blob = _exchange(request, found)
+            add("status", status)
+            for i in range(0, len(blob), _CHUNK):
+                add("weights", blob[i : i + _CHUNK], i // _CHUNK)
         except (ServiceError, OSError, ValueError) as exc:
             add("missing", f"the service did not answer: {exc}"[:1000].encode())
-        finally:
-            client.close()
     return pa.RecordBatch.from_pydict(
         {"kind": kinds, "part": parts, "body": bodies},
         schema=pa.schema([("kind", pa.string()), ("part", pa.int32()), ("body", pa.binary())]),
     )
+
+
+def _exchange(request: dict[str, Any], found: dict[str, Any]) -> tuple[bytes, bytes]:
+    """The relay's exchange with every shard of the service at once: the joined status
+    (JSON) and, when the driver wants them, the weights of a newly closed epoch (wire
+    format, empty if none)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sparkdl.errors import ServiceError
+    from sparkdl.server import wire
+    from sparkdl.server.client import ServiceClient
+    from sparkdl.sync.shards import ShardLayout, joined_status
+
+    query = dict(request["query"])
+    urls, certs = list(found["urls"]), list(found["certs"])
+    clients = [
+        ServiceClient(
+            url,
+            request["token"],
+            worker=0,
+            timeout=max(float(request["timeout"]), float(query.get("wait", 0)) + 5),
+            retries=1,
+            tls_cert=cert.encode() if cert else None,
+        )
+        for url, cert in zip(urls, certs, strict=True)
+    ]
+
+    def get(j: int, path: str) -> bytes:
+        status, data = clients[j].get(path)
+        if status != 200:
+            raise ServiceError(f"relay answered {status}: {bytes(data)[:300]!r}")
+        return bytes(data)
+
+    def weights(j: int, epoch: int) -> list[np.ndarray] | None:
+        status, data = clients[j].get(f"/relay/weights?epoch={epoch}")
+        return wire.decode(bytes(data))[0] if status == 200 else None
+
+    try:
+        with ThreadPoolExecutor(len(clients)) as pool:
+            path = f"/relay?{urlencode(query)}"
+            statuses = [json.loads(b) for b in pool.map(lambda j: get(j, path), range(len(urls)))]
+            status = statuses[0] if len(urls) == 1 else joined_status(statuses)
+            blob = b""
+            known = int(status.get("epochs_done", 0))
+            if request["fetched"] is not None and known - 1 > request["fetched"]:
+                parts = list(pool.map(lambda j: weights(j, known - 1), range(len(urls))))
+                if all(p is not None for p in parts):
+                    arrays = (
+                        parts[0]
+                        if len(urls) == 1
+                        else ShardLayout.from_json(request["layout"]).join(parts)  # type: ignore[arg-type]
+                    )
+                    meta = {"epoch": known - 1}
+                    blob = b"".join(wire.encode([np.asarray(a) for a in arrays], meta))  # type: ignore[union-attr]
+    finally:
+        for client in clients:
+            client.close()
+    return json.dumps(status).encode(), blob

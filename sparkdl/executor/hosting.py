@@ -30,8 +30,8 @@ feeds a shuffle: :func:`sparkdl.fit._run_barrier_job`); the new attempt rejoins 
 1 and resumes from the last closed epoch.
 
 Example:
-    >>> _choose_host([3, 5, 5, None])
-    1
+    >>> _common_epoch([[[4, 5], [4]], [[], [5]]], shards=2)  # 2 workers, 2 shards
+    5
 """
 
 from __future__ import annotations
@@ -91,8 +91,9 @@ class Hosted:
         self._context = context
         self._worker = worker
         self._keras_ready = keras_ready
-        self._service: Any = None
-        self._keeper: _Keeper | None = None
+        self._services: list[Any] = []  # this worker's shards' services
+        self._shards_served: list[int] = []
+        self._keepers: list[_Keeper] = []
         self._rendezvous: str | None = None
         self._complete = False  # the host saw the fit's training end
 
@@ -105,93 +106,131 @@ class Hosted:
 
     def _enter(self) -> Hosted:
         prune()
-        snapshots = _snapshot_dir(self.hosting.fit_id)
-        mine = self._newest_snapshot(snapshots)
-        # Worker 0 offers the service; one allGather shares its address and every
-        # worker's newest snapshot. Only a retried stage whose newest snapshot is on
-        # another machine needs a second gather, with that worker as the host.
-        host = 0
-        answers, error = self._offer(host, snapshots, mine)
-        newest = _choose_host([json.loads(a)["epochs"] for a in answers])
-        if newest != host:
-            self._stop_service()
-            host = newest
-            answers, error = self._offer(host, snapshots, mine)
-        if error is not None:
-            raise error  # this worker stays the host and could not serve
-        found = json.loads(answers[host])
-        if "url" not in found:
-            raise RuntimeError(
-                f"Worker {host} could not start the parameter service (its task's error "
-                "says why); this worker stops with it."
-            )
+        shards = self.shards
+        held = [self._held(j) for j in range(shards)]
+        # Worker j offers shard j from its machine's newest snapshot of it; one
+        # allGather shares the addresses and every machine's snapshots. Only a
+        # retried stage whose common snapshot is elsewhere (or older than one a host
+        # started from) needs a second gather, with the hosts that hold it.
+        first = {j: j for j in range(shards)}
+        newest = {j: held[j][-1] if held[j] else None for j in range(shards)}
+        messages, errors = self._offer(first, newest, held)
+        epoch = _common_epoch([m["held"] for m in messages], shards)
+        hosts = _choose_hosts([m["held"] for m in messages], shards, epoch)
+        start = self.payload.plan.initial_epoch if epoch is None else epoch
+        if any(
+            hosts[j] != j
+            or messages[j]["served"].get(str(j), {}).get("initial_epoch", start) != start
+            for j in range(shards)
+        ):
+            self._stop_services()
+            messages, errors = self._offer(hosts, dict.fromkeys(hosts, epoch), held)
+        for j in range(shards):
+            if hosts[j] == self._worker and j in errors:
+                raise errors[j]  # this worker stays shard j's host and could not serve
+        found = []
+        for j in range(shards):
+            served = messages[hosts[j]]["served"].get(str(j))
+            if served is None:
+                raise RuntimeError(
+                    f"Worker {hosts[j]} could not start the parameter service"
+                    f"{f' (shard {j})' if shards > 1 else ''} (its task's error says "
+                    "why); this worker stops with it."
+                )
+            found.append(served)
         attempt = int(self._context.taskAttemptId())
-        self._rendezvous = _write_rendezvous(self.hosting.fit_id, self._worker, attempt, found)
-        plan = dataclasses.replace(self.payload.plan, initial_epoch=int(found["initial_epoch"]))
+        urls = [f["url"] for f in found]
+        certs = [f["cert"] for f in found]
+        self._rendezvous = _write_rendezvous(
+            self.hosting.fit_id, self._worker, attempt, {"urls": urls, "certs": certs}
+        )
+        plan = dataclasses.replace(self.payload.plan, initial_epoch=int(found[0]["initial_epoch"]))
         self.payload = dataclasses.replace(
             self.payload,
             plan=plan,
-            url=found["url"],
-            tls_cert=found["cert"].encode() if found["cert"] else None,
+            url=urls[0],
+            tls_cert=certs[0].encode() if certs[0] else None,
+            shard_urls=tuple(urls) if shards > 1 else (),
+            shard_certs=tuple(c.encode() for c in certs) if shards > 1 and certs[0] else (),
         )
         return self
 
-    def _newest_snapshot(self, snapshots: str) -> int | None:
-        """Epochs the newest snapshot of this fit on this machine holds (``None``)."""
+    @property
+    def shards(self) -> int:
+        """The service's shards (:mod:`sparkdl.sync.shards`)."""
+        return int(self.payload.plan.service_shards)
+
+    def _held(self, shard: int) -> list[int]:
+        """The epochs this machine holds a snapshot of ``shard`` of, oldest first."""
         from sparkdl import checkpoints
 
-        return checkpoints.latest_epoch(snapshots)
+        return checkpoints.epochs(_snapshot_dir(self.hosting.fit_id, shard))
 
     def _offer(
-        self, host: int, snapshots: str, mine: int | None
-    ) -> tuple[list[str], Exception | None]:
-        """One ``allGather``: every worker's newest snapshot, and from ``host`` the
-        service it started (its URL, certificate and starting epoch).
+        self, hosts: dict[int, int], epochs: dict[int, int | None], held: list[list[int]]
+    ) -> tuple[list[dict[str, Any]], dict[int, Exception]]:
+        """One ``allGather``: every worker's snapshots, and from the host of each shard
+        (``hosts``) the service it started (its URL, certificate and starting epoch),
+        from its snapshot of ``epochs[shard]`` (``None``: from the model).
 
         Returns:
-            The gathered messages, and the error of a host that could not serve: it
-            still takes part in the gather (every worker takes part in every gather, or
-            the others wait for ever) and raises only if it stays the host.
+            The gathered messages, and the errors of shards this worker could not
+            serve: it still takes part in the gather (every worker takes part in every
+            gather, or the others wait for ever) and raises only if it stays the host.
         """
-        message: dict[str, Any] = {"epochs": mine}
-        error = None
-        if host == self._worker:
+        message: dict[str, Any] = {"held": held, "served": {}}
+        errors: dict[int, Exception] = {}
+        for shard, host in sorted(hosts.items()):
+            if host != self._worker:
+                continue
             try:
-                message.update(self._serve(snapshots))
+                message["served"][str(shard)] = self._serve(shard, epochs[shard])
             except Exception as exc:
-                _log.warning("sparkdl: worker %d could not start the service: %s", host, exc)
-                self._stop_service()
-                error = exc
-        return list(self._context.allGather(json.dumps(message))), error
+                _log.warning(
+                    "sparkdl: worker %d could not start the service (shard %d): %s",
+                    host,
+                    shard,
+                    exc,
+                )
+                errors[shard] = exc
+        if errors:
+            self._stop_services()
+            message["served"] = {}
+        gathered = self._context.allGather(json.dumps(message))
+        return [json.loads(m) for m in gathered], errors
 
-    def _stop_service(self) -> None:
-        """Stops this worker's service and its snapshots, if it started them."""
-        if self._keeper is not None:
-            self._keeper.stop()
-            self._keeper = None
-        if self._service is not None:
-            self._service.stop()
-            self._service = None
+    def _stop_services(self) -> None:
+        """Stops this worker's services and their snapshots, if it started any."""
+        for keeper in self._keepers:
+            keeper.stop()
+        self._keepers = []
+        for service in self._services:
+            service.stop()
+        self._services = []
+        self._shards_served = []
 
     def finish(self) -> list[pa.RecordBatch]:
-        """The host waits until every worker left (``/leave``: each tells the service
-        when its training ended) and returns the service's result rows; the others
-        return at once. The store wakes the host as the last worker leaves, where a
-        Spark barrier would cost up to a second."""
-        if self._service is None:
-            return []
-        store = self._service.store
-        # No deadline, as a barrier: a failed worker's task ends the stage (an abort
-        # ends the wait too).
-        store.wait_left(math.inf)
-        status = dict(store.status(), url=self._service.url)
-        self._complete = bool(status["stop_requested"]) or (
-            int(status["epochs_done"]) >= self.payload.plan.epochs
-        )
-        return result_rows(store.weights(), store.history(), status, store.failures())
+        """Each host waits until every worker left its shards (``/leave``: each tells
+        the service when its training ended) and returns their result rows; the
+        others return at once. The store wakes the host as the last worker leaves,
+        where a Spark barrier would cost up to a second."""
+        rows: list[pa.RecordBatch] = []
+        for shard, service in zip(self._shards_served, self._services, strict=True):
+            store = service.store
+            # No deadline, as a barrier: a failed worker's task ends the stage (an
+            # abort ends the wait too).
+            store.wait_left(math.inf)
+            status = dict(store.status(), url=service.url)
+            self._complete = bool(status["stop_requested"]) or (
+                int(status["epochs_done"]) >= self.payload.plan.epochs
+            )
+            rows += result_rows(
+                store.weights(), store.history(), status, store.failures(), shard=shard
+            )
+        return rows
 
     def __exit__(self, *exc: Any) -> None:
-        self._stop_service()
+        self._stop_services()
         if self._rendezvous is not None:
             with contextlib.suppress(OSError):
                 os.remove(self._rendezvous)
@@ -199,24 +238,34 @@ class Hosted:
             # Every epoch closed (or the driver stopped the fit): no retry needs the
             # snapshots. Kept otherwise, so that a host that stopped early (a forged
             # leave) costs a retried stage no more than the epoch in progress.
-            shutil.rmtree(_snapshot_dir(self.hosting.fit_id), ignore_errors=True)
+            for shard in range(self.shards):
+                shutil.rmtree(_snapshot_dir(self.hosting.fit_id, shard), ignore_errors=True)
 
     # ---------------------------------------------------------------- the host
-    def _serve(self, snapshots: str) -> dict[str, Any]:
-        """Builds the store (from the newest snapshot, else the model) and starts the
-        service; returns what the other workers need."""
+    def _serve(self, shard: int, epoch: int | None) -> dict[str, Any]:
+        """Builds ``shard``'s store (from its snapshot of ``epoch``, else the model)
+        and starts its service; returns what the other workers need."""
         from sparkdl import checkpoints
         from sparkdl.metric_states import MetricStates
         from sparkdl.server.service import ParameterService
         from sparkdl.server.store import WeightStore
         from sparkdl.server.tls import Certificate
+        from sparkdl.sync.shards import ShardLayout
 
         self._keras_ready()
         payload, hosting = self.payload, self.hosting
         plan = payload.plan
         model = _model(payload)
-        snapshot = checkpoints.latest(snapshots)
-        weights = snapshot.weights if snapshot else model.get_weights()
+        snapshots = _snapshot_dir(hosting.fit_id, shard)
+        snapshot = checkpoints.latest(snapshots, epoch) if epoch is not None else None
+        if epoch is not None and snapshot is None:
+            raise FileNotFoundError(f"The snapshot of epoch {epoch} is gone from {snapshots}.")
+        if snapshot:
+            weights = snapshot.weights
+        elif payload.shard_layout is not None:
+            weights = ShardLayout.from_json(payload.shard_layout).split(model.get_weights())[shard]
+        else:
+            weights = model.get_weights()
         history = snapshot.history if snapshot else hosting.history
         metrics = MetricStates(
             lambda: model, payload.input_shapes, payload.label_kinds, payload.label_shapes
@@ -226,7 +275,7 @@ class Hosted:
             weights,
             history=history,
             gate_epochs=hosting.gate_epochs,
-            metric_merge=metrics.results,
+            metric_merge=metrics.results if shard == 0 else None,
         )
         store.plan_rows(hosting.planned_rows)
         host = hosting.bind_host or _executor_host(self._context, self._worker)
@@ -234,17 +283,22 @@ class Hosted:
         service = ParameterService(
             store,
             host=host,
-            port=plan.port,
+            port=plan.port + shard if plan.port else 0,  # a set port: shard j takes port + j
             token=payload.token,
             tls=certificate,
             relay_digest=hosting.relay_digest,
         ).start()
-        self._service = service
+        self._services.append(service)
+        self._shards_served.append(shard)
         done = snapshot.epoch if snapshot else plan.initial_epoch
-        self._keeper = _Keeper(store, snapshots, done)
+        # A sharded service keeps a few snapshots: the shards' newest may differ by
+        # an epoch when a host dies, and a retried stage resumes from a common one.
+        self._keepers.append(_Keeper(store, snapshots, done, keep=1 if self.shards == 1 else 3))
         if snapshot:
             _log.warning(
-                "sparkdl: the parameter service resumes from the snapshot after epoch %d", done
+                "sparkdl: the parameter service%s resumes from the snapshot after epoch %d",
+                f" (shard {shard})" if self.shards > 1 else "",
+                done,
             )
         return {
             "url": service.url,
@@ -267,8 +321,8 @@ def rendezvous_dir() -> str:
 
 
 def read_rendezvous(fit_id: str) -> dict[str, Any] | None:
-    """The service's address as the newest task attempt on this machine wrote it, or
-    ``None``.
+    """The service's addresses as the newest task attempt on this machine wrote them
+    (``urls`` and ``certs``, one per shard), or ``None``.
 
     Each worker writes a file of its own, named by its task attempt (a worker that ends
     early removes only its own); the highest attempt id is the newest stage attempt's,
@@ -309,11 +363,12 @@ def prune(older_than: float = PRUNE_SECONDS) -> None:
 
 # -------------------------------------------------------------------- helpers
 class _Keeper:
-    """Writes a snapshot (the checkpoint format, newest only) after every closed epoch,
-    where a retried stage's host finds it."""
+    """Writes a snapshot (the checkpoint format, the newest ``keep``) after every
+    closed epoch, where a retried stage's host finds it."""
 
-    def __init__(self, store: Any, directory: str, done: int) -> None:
+    def __init__(self, store: Any, directory: str, done: int, keep: int = 1) -> None:
         self._store = store
+        self._keep = keep
         self._directory = directory
         self._done = done
         self._stop = threading.Event()
@@ -335,28 +390,46 @@ class _Keeper:
             weights = store.epoch_weights(closed - 1, wait=60.0)
             history = {k: v[:closed] for k, v in store.history().items()}
             try:
-                checkpoints.write(self._directory, closed, weights, history, {}, keep=1)
+                checkpoints.write(self._directory, closed, weights, history, {}, keep=self._keep)
             except OSError as exc:  # a full disk costs the resume, not the fit
                 _log.warning("sparkdl: could not write the service's snapshot: %s", exc)
             self._done = closed
 
 
-def _choose_host(counts: list[int | None]) -> int:
-    """The worker with the newest snapshot (the lowest id among equals)."""
-    best = max(-1 if c is None else c for c in counts)
-    return next(i for i, c in enumerate(counts) if (-1 if c is None else c) == best)
+def _common_epoch(held: list[list[list[int]]], shards: int) -> int | None:
+    """The newest epoch of which some machine holds a snapshot of every shard
+    (``held[worker][shard]``: the epochs that worker's machine holds), or ``None``."""
+    common: set[int] | None = None
+    for shard in range(shards):
+        found = {e for machine in held for e in machine[shard]}
+        common = found if common is None else common & found
+    return max(common) if common else None
 
 
-def _snapshot_dir(fit_id: str) -> str:
-    return os.path.join(rendezvous_dir(), f"{_safe(fit_id)}-snapshots")
+def _choose_hosts(held: list[list[list[int]]], shards: int, epoch: int | None) -> dict[int, int]:
+    """Shard j's host: worker j, unless ``epoch``'s snapshot of it is only on other
+    machines (then the lowest such worker)."""
+    if epoch is None:
+        return {j: j for j in range(shards)}
+    return {
+        j: j if epoch in held[j][j] else next(w for w, m in enumerate(held) if epoch in m[j])
+        for j in range(shards)
+    }
+
+
+def _snapshot_dir(fit_id: str, shard: int = 0) -> str:
+    """Where a host keeps its snapshots of ``shard``."""
+    name = f"{_safe(fit_id)}-snapshots" if shard == 0 else f"{_safe(fit_id)}-s{shard}-snapshots"
+    return os.path.join(rendezvous_dir(), name)
 
 
 def _write_rendezvous(fit_id: str, worker: int, attempt: int, found: dict[str, Any]) -> str:
-    """Writes the service's address (URL, certificate) where relay tasks find it, in
-    this task attempt's own file; removes the files of older attempts of this fit on
-    this machine (a killed attempt's, which name a dead service)."""
+    """Writes the service's addresses (every shard's URL and certificate) where relay
+    tasks find them, in this task attempt's own file; removes the files of older
+    attempts of this fit on this machine (a killed attempt's, which name a dead
+    service)."""
     path = os.path.join(rendezvous_dir(), f"{_safe(fit_id)}.a{attempt}.w{worker}.json")
-    text = json.dumps({"url": found["url"], "cert": found["cert"]})
+    text = json.dumps({"urls": list(found["urls"]), "certs": list(found["certs"])})
     fd, staging = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".rendezvous-")
     with os.fdopen(fd, "w") as f:
         f.write(text)

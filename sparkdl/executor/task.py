@@ -156,9 +156,13 @@ def _client(payload: WorkerPayload, worker: int, attempt: int) -> ServiceClient 
             timeout=plan.request_timeout,
             retries=plan.request_retries,
             attempt=attempt,
-            tls_cert=payload.tls_cert,
+            tls_cert=cert,
         )
-        for url in (payload.shard_urls or (payload.url,))
+        for url, cert in zip(
+            payload.shard_urls or (payload.url,),
+            payload.shard_certs or [payload.tls_cert] * max(len(payload.shard_urls), 1),
+            strict=True,
+        )
     ]
     if payload.shard_layout is None:
         return clients[0]

@@ -14,7 +14,7 @@ shard.
 Example:
     >>> import numpy as np
     >>> from sparkdl.sync.merges import Average
-    >>> from sparkdl.sync.shards import ShardLayout
+    >>> from sparkdl.sync.shards import ShardLayout, joined_status
     >>> layout = ShardLayout.plan([((4, 2), "float32")], shards=2)
     >>> stores = [WeightStore(part, num_workers=1, merge=Average())
     ...           for part in layout.split([np.zeros((4, 2), np.float32)])]
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from sparkdl.server.store import WeightStore
-from sparkdl.sync.shards import ShardLayout
+from sparkdl.sync.shards import ShardLayout, joined_status
 
 __all__ = ["ShardedStore"]
 
@@ -77,29 +77,8 @@ class ShardedStore:
         return self.stores[0].history()
 
     def status(self) -> dict[str, Any]:
-        """Shard 0's status, with every shard's traffic and version (``shards``) and
-        the traffic of all of them together."""
-        statuses = [s.status() for s in self.stores]
-        status = dict(statuses[0])
-        status["shards"] = [
-            {
-                "shard": j,
-                "version": s["version"],
-                "samples_seen": s["samples_seen"],
-                "epochs_done": s["epochs_done"],
-                "traffic": s["traffic"],
-            }
-            for j, s in enumerate(statuses)
-        ]
-        status["traffic"] = {
-            key: sum(s["traffic"][key] for s in statuses) for key in statuses[0]["traffic"]
-        }
-        failures: dict[str, str] = {}
-        for s in statuses:
-            for worker, trace in s["failures"].items():
-                failures.setdefault(worker, trace)
-        status["failures"] = failures
-        return status
+        """The fit's status from its shards' (:func:`~sparkdl.sync.shards.joined_status`)."""
+        return joined_status([s.status() for s in self.stores])
 
     def failures(self) -> dict[int, str]:
         """Each failed worker's traceback (the first shard's that holds one)."""

@@ -40,7 +40,7 @@ import numpy as np
 
 from sparkdl.errors import ConfigError
 
-__all__ = ["Piece", "ShardLayout"]
+__all__ = ["Piece", "ShardLayout", "joined_status"]
 
 #: A variable of at most this share of a shard's bytes is never split.
 _SMALL_SHARE = 0.5
@@ -136,6 +136,42 @@ class ShardLayout:
             tuple(tuple(int(d) for d in s) for s in data["shapes"]),
             tuple(tuple(Piece(int(v), int(a), int(b)) for v, a, b in s) for s in data["shards"]),
         )
+
+
+def joined_status(statuses: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The fit's status from its shards' service statuses, in shard order.
+
+    Shard 0's, with the epochs every shard closed (``epochs_done``), each shard's
+    version, samples, epochs and traffic (``shards``), the traffic of all of them
+    together, and every failure any shard holds.
+
+    Example:
+        >>> one = {"version": 3, "samples_seen": 9, "epochs_done": 2, "failures": {},
+        ...        "traffic": {"requests": 4}}
+        >>> joined_status([one, dict(one, epochs_done=1)])["epochs_done"]
+        1
+    """
+    status = dict(statuses[0])
+    status["epochs_done"] = min(int(s["epochs_done"]) for s in statuses)
+    status["shards"] = [
+        {
+            "shard": j,
+            "version": s["version"],
+            "samples_seen": s["samples_seen"],
+            "epochs_done": s["epochs_done"],
+            "traffic": s["traffic"],
+        }
+        for j, s in enumerate(statuses)
+    ]
+    status["traffic"] = {
+        key: sum(s["traffic"][key] for s in statuses) for key in statuses[0]["traffic"]
+    }
+    failures: dict[str, str] = {}
+    for s in statuses:
+        for worker, trace in s["failures"].items():
+            failures.setdefault(str(worker), trace)
+    status["failures"] = failures
+    return status
 
 
 def _cuts(rows: list[int], row_bytes: list[int], shards: int) -> list[tuple[int, int]]:

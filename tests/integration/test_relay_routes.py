@@ -125,3 +125,66 @@ def test_a_missing_weights_chunk_is_an_error() -> None:
     rows = [b.to_pylist()[0] for b in result_rows([np.ones(2)], {}, {}, {})]
     with pytest.raises(RuntimeError, match="parts"):
         service_result(rows[:1])
+
+
+def test_sharded_hosts_result_rows_join_into_the_whole_weights() -> None:
+    from sparkdl.sync.shards import ShardLayout
+
+    weights = [np.arange(40, dtype=np.float32).reshape(20, 2), np.ones(2, np.float32)]
+    layout = ShardLayout.plan([(w.shape, w.dtype) for w in weights], 2)
+    statuses = [
+        {"version": 7, "samples_seen": 10, "epochs_done": 3 - j, "failures": {}, "traffic": {}}
+        for j in range(2)
+    ]
+    rows = []
+    for j, part in enumerate(layout.split(weights)):
+        failures = {1: "tb"} if j == 1 else {}
+        batches = result_rows(part, {"loss": [1.0]}, statuses[j], failures, shard=j)
+        rows += [b.to_pylist()[0] for b in batches]
+    found = service_result(list(reversed(rows)), layout)
+    assert found is not None and found["failures"] == {1: "tb"}
+    assert all(np.array_equal(a, b) for a, b in zip(found["weights"], weights, strict=True))
+    assert found["status"]["epochs_done"] == 2 and len(found["status"]["shards"]) == 2
+    one_shard = [r for r in rows if r["worker"] != -1 or json.loads(r["report"])["shard"] == 0]
+    with pytest.raises(RuntimeError, match=r"from shards \[0\] of 2"):
+        service_result([r for r in one_shard if not str(r["report"]).startswith("1:")], layout)
+
+
+def test_the_relay_polls_every_shard_and_joins_their_weights(tmp_path, monkeypatch) -> None:
+    """A poll task reads a sharded rendezvous, tells every shard what the driver
+    decided, and returns the status and an epoch's weights joined from the shards."""
+    import tempfile
+
+    from sparkdl import relay
+    from sparkdl.executor import hosting
+    from sparkdl.sync.shards import ShardLayout
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    weights = [np.arange(40, dtype=np.float32).reshape(20, 2), np.full(2, 3.0, np.float32)]
+    layout = ShardLayout.plan([(w.shape, w.dtype) for w in weights], 2)
+    stores = [
+        WeightStore(part, num_workers=1, merge=Average(), epochs=3, history={"loss": [0.5]})
+        for part in layout.split(weights)
+    ]
+    with (
+        ParameterService(stores[0], host="127.0.0.1", relay_digest=relay_digest(RELAY)) as a,
+        ParameterService(stores[1], host="127.0.0.1", relay_digest=relay_digest(RELAY)) as b,
+    ):
+        hosting._write_rendezvous("fit-s", 0, 3, {"urls": [a.url, b.url], "certs": ["", ""]})
+        request = {
+            "fit_id": "fit-s",
+            "token": RELAY,
+            "timeout": 10,
+            "layout": layout.to_json(),
+            "query": {"known": 1, "released": 0, "stop": 1, "wait": 0.0},
+            "fetched": -1,
+        }
+        rows = relay.poll_rows(request).to_pylist()
+    kinds = [r["kind"] for r in rows]
+    assert kinds[0] == "status" and "weights" in kinds, rows[:1]
+    status = json.loads(rows[0]["body"])
+    assert status["epochs_done"] == 1 and [s["shard"] for s in status["shards"]] == [0, 1]
+    assert all(s.status()["stop_requested"] for s in stores)
+    arrays, meta = wire.decode(b"".join(r["body"] for r in rows if r["kind"] == "weights"))
+    assert meta["epoch"] == 0
+    assert all(np.array_equal(x, y) for x, y in zip(arrays, weights, strict=True))

@@ -47,6 +47,15 @@ def test_synchronous_shards_give_the_weights_of_one_service(digits, merge) -> No
         sum(s["traffic"]["requests"] for s in shards)
         == 3 * one.fit_report["service"]["traffic"]["requests"]
     )
+    if merge == "average":
+        # Shard j in the cluster, beside worker j: the same weights again.
+        hosted = fit(train_df, 2, merge=merge, service_placement="cluster")
+        for a, b in zip(
+            one.get_model().get_weights(), hosted.get_model().get_weights(), strict=True
+        ):
+            np.testing.assert_array_equal(a, b)
+        assert hosted.history == one.history
+        assert [s["shard"] for s in hosted.fit_report["service"]["shards"]] == [0, 1]
 
 
 @pytest.mark.slow
@@ -113,5 +122,5 @@ def test_bad_shard_settings_are_refused_with_the_fix(digits) -> None:
             KerasEstimator(model=digits_model(), service_shards=bad)
     with pytest.raises(ConfigError, match="beyond 65535"):
         KerasEstimator(model=digits_model(), service_shards=4, port=65533)
-    with pytest.raises(ConfigError, match="service_placement='driver'"):
-        fit(train_df, 2, service_placement="cluster")
+    with pytest.raises(ConfigError, match="needs a worker to host each shard"):
+        fit(train_df, 3, service_placement="cluster")

@@ -46,32 +46,41 @@ class FakeBarrier:
 
 
 class Worker(Hosted):
-    """A worker whose machine holds a snapshot of ``snapshot`` epochs (or none), and
-    whose service is a URL naming it (or an error)."""
+    """A worker whose machine holds snapshots of ``held[shard]`` epochs, and whose
+    service of a shard is a URL naming it (or an error)."""
 
-    snapshot: int | None = None
+    held: list[list[int]]
     fails = False
     served = 0
     stopped = 0
 
-    def _newest_snapshot(self, snapshots: str) -> int | None:
-        return self.snapshot
+    def _held(self, shard: int) -> list[int]:
+        return list(self.held[shard])
 
-    def _serve(self, snapshots: str) -> dict[str, Any]:
+    def _serve(self, shard: int, epoch: int | None) -> dict[str, Any]:
         if self.fails:
             raise OSError("no port free")
+        assert epoch is None or epoch in self.held[shard], (shard, epoch, self.held)
         self.served += 1
-        self._service = object()
-        return {"url": f"http://w{self._worker}", "cert": "", "initial_epoch": self.snapshot or 0}
+        self._services.append(object())
+        self._shards_served.append(shard)
+        url = f"http://w{self._worker}" + (f"/s{shard}" if self.shards > 1 else "")
+        return {"url": url, "cert": "", "initial_epoch": epoch or 0}
 
-    def _stop_service(self) -> None:
-        if self._service is not None:
-            self.stopped += 1
-        self._service = None
+    def _stop_services(self) -> None:
+        self.stopped += len(self._services)
+        self._services, self._shards_served = [], []
 
 
-def payload() -> WorkerPayload:
-    plan = FitPlan.resolve(TrainConfig(), num_workers=3, rows=300, threads=1, service_host="x")
+def payload(shards: int = 1) -> WorkerPayload:
+    plan = FitPlan.resolve(
+        TrainConfig(service_shards=shards, service_placement="cluster"),
+        num_workers=3,
+        rows=300,
+        threads=1,
+        service_host="x",
+        service_placement="cluster",
+    )
     return WorkerPayload(
         plan=plan,
         url="",
@@ -85,14 +94,21 @@ def payload() -> WorkerPayload:
 
 
 def rendezvous(
-    snapshots: list[int | None], fails: set[int] = frozenset()
+    snapshots: list[Any], fails: set[int] = frozenset(), shards: int = 1
 ) -> tuple[list[Any], FakeBarrier]:  # type: ignore[assignment]
-    """Runs ``_enter`` in one thread per worker; returns each one's result or error."""
+    """Runs ``_enter`` in one thread per worker; returns each one's result or error.
+
+    ``snapshots[worker]``: with one shard, the newest snapshot's epoch on that worker's
+    machine (or ``None``); with several, the epochs it holds of each shard."""
     fake = FakeBarrier(len(snapshots))
     workers = []
     for worker, snapshot in enumerate(snapshots):
-        hosted = Worker(payload(), fake.context(worker), worker, lambda: None)
-        hosted.snapshot, hosted.fails = snapshot, worker in fails
+        hosted = Worker(payload(shards), fake.context(worker), worker, lambda: None)
+        if shards == 1:
+            hosted.held = [[] if snapshot is None else [snapshot]]
+        else:
+            hosted.held = snapshot
+        hosted.fails = worker in fails
         workers.append(hosted)
     results: list[Any] = [None] * len(workers)
 
@@ -157,20 +173,59 @@ def test_a_moved_host_that_cannot_serve_fails_every_worker_too() -> None:
         assert "Worker 1 could not start the parameter service" in str(result)
 
 
+def test_a_sharded_first_attempt_takes_one_gather_and_worker_j_hosts_shard_j() -> None:
+    results, fake = rendezvous([[[], []], [[], []], [[], []]], shards=2)
+    assert fake.gathers == 1
+    assert [r.payload.shard_urls for r, _ in results] == [("http://w0/s0", "http://w1/s1")] * 3
+    assert [w.served for _, w in results] == [1, 1, 0]
+
+
+def test_sharded_hosts_resume_from_the_newest_epoch_every_shard_has() -> None:
+    # Shard 0's host closed epoch 6 before the kill; shard 1's only 5: both resume at 5.
+    results, fake = rendezvous([[[4, 5, 6], []], [[], [4, 5]], [[], []]], shards=2)
+    assert fake.gathers == 2  # worker 0 first served epoch 6, then 5
+    assert [r.payload.plan.initial_epoch for r, _ in results] == [5, 5, 5]
+    assert results[0][0].payload.shard_urls == ("http://w0/s0", "http://w1/s1")
+    assert results[0][1].served == 2 and results[0][1].stopped == 2  # the first; at exit
+
+
+def test_a_shard_whose_snapshot_is_on_another_machine_moves_there() -> None:
+    # A retried stage put worker 0 and 2 on the machines swapped: shard 0's snapshot is
+    # on worker 2's machine now, which hosts it.
+    results, fake = rendezvous([[[], []], [[], [3]], [[3], []]], shards=2)
+    assert fake.gathers == 2
+    assert {r.payload.shard_urls for r, _ in results} == {("http://w2/s0", "http://w1/s1")}
+    assert {r.payload.plan.initial_epoch for r, _ in results} == {3}
+
+
+def test_shards_without_a_common_snapshot_start_from_the_model() -> None:
+    results, fake = rendezvous([[[6], []], [[], [4]], [[], []]], shards=2)
+    assert fake.gathers == 2
+    assert {r.payload.plan.initial_epoch for r, _ in results} == {0}
+
+
+def test_a_shard_host_that_cannot_serve_fails_every_worker_naming_the_shard() -> None:
+    results, fake = rendezvous([[[], []], [[], []], [[], []]], fails={1}, shards=2)
+    assert fake.gathers == 1
+    assert isinstance(results[1][0], OSError)
+    for result, _ in (results[0], results[2]):
+        assert "Worker 1 could not start the parameter service (shard 1)" in str(result)
+
+
 def test_the_relay_reads_the_newest_attempts_file_and_stale_ones_go() -> None:
     from sparkdl.executor import hosting
 
     assert hosting.read_rendezvous("fit") is None
-    old = hosting._write_rendezvous("fit", 0, 7, {"url": "http://dead", "cert": ""})
-    hosting._write_rendezvous("fit", 1, 8, {"url": "http://dead", "cert": ""})
-    assert hosting.read_rendezvous("fit") == {"url": "http://dead", "cert": ""}
+    old = hosting._write_rendezvous("fit", 0, 7, {"urls": ["http://dead"], "certs": [""]})
+    hosting._write_rendezvous("fit", 1, 8, {"urls": ["http://dead"], "certs": [""]})
+    assert hosting.read_rendezvous("fit") == {"urls": ["http://dead"], "certs": [""]}
     # A retried stage: its attempts (larger ids) win, and older files on this machine go.
-    mine = hosting._write_rendezvous("fit", 1, 12, {"url": "http://live", "cert": ""})
-    hosting._write_rendezvous("fit", 0, 11, {"url": "http://live", "cert": ""})
+    mine = hosting._write_rendezvous("fit", 1, 12, {"urls": ["http://live"], "certs": [""]})
+    hosting._write_rendezvous("fit", 0, 11, {"urls": ["http://live"], "certs": [""]})
     assert not os.path.exists(old)
     assert sorted(hosting._rendezvous_files("fit")) == [11, 12]
     os.remove(mine)  # worker 1 ended first: worker 0's file still answers
-    assert hosting.read_rendezvous("fit") == {"url": "http://live", "cert": ""}
+    assert hosting.read_rendezvous("fit") == {"urls": ["http://live"], "certs": [""]}
     assert hosting.read_rendezvous("other-fit") is None
 
 
@@ -178,10 +233,10 @@ def test_prune_removes_what_ended_fits_left_and_keeps_the_rest(tmp_path) -> None
     from sparkdl.executor import hosting
 
     directory = hosting.rendezvous_dir()
-    left = hosting._write_rendezvous("old-fit", 0, 1, {"url": "u", "cert": ""})
+    left = hosting._write_rendezvous("old-fit", 0, 1, {"urls": ["u"], "certs": [""]})
     snapshots = os.path.join(directory, "old-fit-snapshots")
     os.makedirs(os.path.join(snapshots, "epoch-3"))
-    live = hosting._write_rendezvous("live-fit", 0, 2, {"url": "u", "cert": ""})
+    live = hosting._write_rendezvous("live-fit", 0, 2, {"urls": ["u"], "certs": [""]})
     long_ago = time.time() - hosting.PRUNE_SECONDS - 60
     for path in (left, snapshots):
         os.utime(path, (long_ago, long_ago))
