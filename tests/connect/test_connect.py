@@ -191,3 +191,42 @@ def test_synchronous_delta_reaches_accuracy(digits) -> None:
         model=digits_model(), mode="synchronous", merge="delta", num_workers=2, epochs=20, seed=0
     ).fit(train_df)
     assert accuracy(fitted.get_model(), x_test, y_test) >= 0.95
+
+
+@pytest.mark.slow
+def test_a_sharded_service_in_the_cluster_with_tls_callbacks_and_the_bar(
+    digits, tmp_path, capsys
+) -> None:
+    """Two shards beside workers 0 and 1, each with its own certificate; the relay's
+    polls reach both (the bar, the callbacks' weights joined from the shards)."""
+    from sparkdl import checkpoints
+
+    train_df, _, (_, x_test, _, y_test) = digits
+    seen: list[int] = []
+    recorder = keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: seen.append(epoch))
+    directory = str(tmp_path / "checkpoints")
+    fitted = KerasEstimator(
+        model=digits_model(),
+        mode="synchronous",
+        frequency=4,
+        num_workers=2,
+        epochs=12,
+        seed=0,
+        verbose=1,
+        service_tls=True,
+        service_shards=2,
+        callbacks=[recorder],
+        checkpoint_dir=directory,
+    ).fit(train_df)
+    assert "Epoch 12/12" in capsys.readouterr().err
+    assert seen == list(range(12))
+    service = fitted.fit_report["service"]
+    assert [s["shard"] for s in service["shards"]] == [0, 1]
+    assert all(s["epochs_done"] == 12 for s in service["shards"])
+    model = fitted.get_model()
+    assert accuracy(model, x_test, y_test) >= 0.93
+    # The callbacks' last epoch (the shards' parts joined) is the fitted model.
+    last = checkpoints.latest(directory)
+    assert last is not None and last.epoch == 12
+    for a, b in zip(last.weights, model.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)

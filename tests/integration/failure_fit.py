@@ -8,7 +8,8 @@ tests/integration/test_fault_tolerance.py and benchmarks/recovery.py:
 Scenarios: ``sync-kill``, ``async-kill`` (partition 0's Python worker exits in the
 middle of epoch 6, on its first attempt only), ``sync-kill-hosted``,
 ``async-kill-hosted`` (the same with ``service_placement="cluster"``: the process that
-dies hosts the service), ``sync-clean``, ``async-clean`` (the
+dies hosts the service), ``sync-kill-shards``, ``async-kill-shards`` (two shards in the
+cluster; partition 1's process, shard 1's host, dies), ``sync-clean``, ``async-clean`` (the
 same fits without a failure), ``async-always`` (partition 0 exits on every attempt, so
 retries run out), ``async-kill-topk``, ``sync-kill-sign`` (the kills with compressed
 updates: the new attempt starts from the full weights), ``sync-slow``, ``sync-backup``
@@ -109,12 +110,15 @@ def run(spark: Any, scenario: str, workdir: str) -> dict[str, Any]:
         scenario_kind, settings["compression"] = scenario.rsplit("-", 1)
     elif scenario.endswith("-hosted"):
         scenario_kind, settings["service_placement"] = scenario[: -len("-hosted")], "cluster"
+    elif scenario.endswith("-shards"):
+        scenario_kind = scenario[: -len("-shards")]
+        settings.update(service_placement="cluster", service_shards=2)
     else:
         scenario_kind = scenario
     if scenario_kind.endswith("-kill") or scenario == "async-always":
         loss = crash_loss(
             marker,
-            0,
+            1 if scenario.endswith("-shards") else 0,
             KILL_AT_STEP if scenario_kind.endswith("kill") else 3,
             every_attempt=scenario == "async-always",
         )
@@ -163,6 +167,7 @@ def run(spark: Any, scenario: str, workdir: str) -> dict[str, Any]:
             late_pushes=service["late_pushes"],
             service_workers=service["workers"],
             full_answers=service.get("full_answers"),
+            shards=service.get("shards"),
             workers=[
                 {k: w.get(k) for k in ("worker", "attempt", "resumed_at", "epochs_run", "syncs")}
                 for w in report["workers"]

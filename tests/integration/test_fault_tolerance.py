@@ -59,6 +59,8 @@ def results() -> dict[str, dict[str, Any]]:
             "sync-backup",
             "sync-kill-hosted",
             "async-kill-hosted",
+            "sync-kill-shards",
+            "async-kill-shards",
         ],
     )
 
@@ -88,11 +90,14 @@ def test_a_killed_worker_rejoins_and_the_fit_completes(results, scenario) -> Non
         assert EPOCHS * ROWS <= seen <= EPOCHS * ROWS + 2 * 4 * 32
 
 
-@pytest.mark.parametrize("scenario", ["sync-kill-hosted", "async-kill-hosted"])
+@pytest.mark.parametrize(
+    "scenario", ["sync-kill-hosted", "async-kill-hosted", "sync-kill-shards", "async-kill-shards"]
+)
 def test_a_killed_service_host_resumes_from_its_last_snapshot(results, scenario) -> None:
-    """service_placement="cluster": the process that dies mid-epoch 6 hosts the service.
-    The retried barrier stage finds the snapshot of the last closed epoch on the
-    executor's disk, a new host serves it, and the fit completes at accuracy."""
+    """service_placement="cluster": the process that dies mid-epoch 6 hosts the service
+    (with two shards, shard 1). The retried barrier stage finds the snapshot of the last
+    closed epoch on the executor's disk (of every shard), new hosts serve it, and the fit
+    completes at accuracy."""
     result = results[scenario]
     assert "error" not in result, result.get("error")
     assert len(result["kills"]) == 1  # the host's process really died, once
@@ -110,6 +115,10 @@ def test_a_killed_service_host_resumes_from_its_last_snapshot(results, scenario)
         # the host died), and nothing trains twice beyond it.
         assert seen % ROWS == 0 and seen <= EPOCHS * ROWS, seen
     assert all(w["epochs_run"] <= EPOCHS for w in result["workers"])
+    if scenario.endswith("-shards"):
+        # Every shard resumed from the same epoch: each served the same samples.
+        assert [s["shard"] for s in result["shards"]] == [0, 1]
+        assert {s["samples_seen"] for s in result["shards"]} == {seen}
 
 
 @pytest.mark.parametrize("scenario", ["async-kill-topk", "sync-kill-sign"])
