@@ -347,9 +347,11 @@ class TrainConfig:
             worker pushes to and pulls from all of them at once, so no one service
             moves every byte (:mod:`sparkdl.sync.shards`). Synchronous fits give one
             service's weights (without top-k or sign compression, backup workers or
-            timed-out rounds); asynchronous shards merge independently. Only with
-            ``service_placement="driver"`` so far: the shards are services in the
-            driver process. With a set ``port``, shard j listens on ``port + j``.
+            timed-out rounds); asynchronous shards merge independently. With
+            ``service_placement="driver"`` the shards are services in the driver
+            process; with ``"cluster"``, shard j runs beside worker j (at most
+            ``num_workers`` shards). With a set ``port``, shard j listens on
+            ``port + j``.
         request_timeout: Seconds a worker waits for one service call (connect and read).
         round_timeout: Seconds a synchronous round waits for missing workers; then it
             closes with the workers present and logs a warning (their late pushes are
