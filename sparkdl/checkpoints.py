@@ -1,8 +1,9 @@
 """Checkpoints of a fit on the driver, and resuming from the newest one.
 
 After every epoch the driver writes ``<checkpoint_dir>/ckpt-<epoch>/`` holding the
-center weights (``weights.sdlw``: sparkdl's wire format, no pickle) and ``state.json``
-(the epoch, the history so far, and the fit's settings), then keeps the newest
+center weights (``weights.sdlw``: sparkdl's wire format, no pickle), the outer
+optimizer's state when the fit has one (``outer.sdlw``: :mod:`sparkdl.sync.outer`) and
+``state.json`` (the epoch, the history so far, and the fit's settings), then keeps the newest
 ``checkpoint_keep``. A checkpoint is written into a temporary directory, its files and
 the directory fsynced, and renamed into place (the parent fsynced after), so a driver
 that dies mid-write leaves at worst a ``.tmp-*`` directory that resuming ignores: the
@@ -23,6 +24,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +60,7 @@ class Checkpoint:
     history: dict[str, list[float]]
     settings: dict[str, Any]
     path: str
+    outer: tuple[list[np.ndarray], int] | None = None
 
 
 def write(
@@ -67,8 +70,10 @@ def write(
     history: dict[str, list[float]],
     settings: dict[str, Any],
     keep: int,
+    outer: tuple[Sequence[np.ndarray], int] | None = None,
 ) -> str:
-    """Writes one checkpoint atomically and prunes all but the newest ``keep``."""
+    """Writes one checkpoint atomically and prunes all but the newest ``keep``;
+    ``outer``: the outer optimizer's arrays and push count."""
     root = _local(directory)
     os.makedirs(root, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=f"{checkpoint_name(epoch)}.tmp-", dir=root)
@@ -77,7 +82,14 @@ def write(
             f.write(chunk)
         f.flush()
         os.fsync(f.fileno())
-    state = {"epoch": epoch, "history": history, "settings": settings}
+    state: dict[str, Any] = {"epoch": epoch, "history": history, "settings": settings}
+    if outer is not None:
+        with open(os.path.join(staging, "outer.sdlw"), "wb") as f:
+            for chunk in wire.encode([np.asarray(a) for a in outer[0]], {"pushes": outer[1]}):
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        state["outer_pushes"] = int(outer[1])
     with open(os.path.join(staging, "state.json"), "w") as f:
         json.dump(state, f, default=str)
         f.flush()
@@ -112,12 +124,18 @@ def latest(directory: str, epoch: int | None = None) -> Checkpoint | None:
         arrays, _ = wire.decode(f.read())
     with open(os.path.join(path, "state.json")) as f:
         state = json.load(f)
+    outer = None
+    if "outer_pushes" in state:
+        with open(os.path.join(path, "outer.sdlw"), "rb") as f:
+            saved, _ = wire.decode(f.read())
+        outer = ([np.array(a) for a in saved], int(state["outer_pushes"]))
     return Checkpoint(
         epoch=int(state["epoch"]),
         weights=[np.array(a) for a in arrays],
         history={k: [float(v) for v in vs] for k, vs in state["history"].items()},
         settings=dict(state.get("settings", {})),
         path=path,
+        outer=outer,
     )
 
 
@@ -141,8 +159,10 @@ def checkpoint_callback(
     keep: int,
     settings: dict[str, Any],
     history: dict[str, list[float]],
+    outer: Callable[[], tuple[list[np.ndarray], int] | None] | None = None,
 ) -> Any:
-    """A Keras callback (for the driver's master model) that checkpoints every epoch."""
+    """A Keras callback (for the driver's master model) that checkpoints every epoch;
+    ``outer`` reads the service's outer optimizer state to keep beside the weights."""
     import keras
 
     class _Checkpoints(keras.callbacks.Callback):
@@ -153,7 +173,16 @@ def checkpoint_callback(
         def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
             for key, value in (logs or {}).items():
                 self.history.setdefault(key, []).append(float(value))
-            write(directory, epoch + 1, self.model.get_weights(), self.history, settings, keep)
+            state = outer() if outer is not None else None
+            write(
+                directory,
+                epoch + 1,
+                self.model.get_weights(),
+                self.history,
+                settings,
+                keep,
+                outer=state,
+            )
 
     return _Checkpoints()
 

@@ -30,6 +30,8 @@ from sparkdl.server.rounds import DEFAULT_ROUND_TIMEOUT
 from sparkdl.sync.codecs import resolve_codec
 from sparkdl.sync.merges import STALENESS, merge_class
 from sparkdl.sync.modes import MODES, Synchronous, mode_class
+from sparkdl.sync.outer import OUTER_MERGES
+from sparkdl.sync.outer import check as check_outer
 from sparkdl.sync.recipe import check as check_recipe
 
 __all__ = [
@@ -73,6 +75,9 @@ class SyncConfig:
     compression_ratio: float = 0.01
     lr_scaling: str | None = "auto"
     warmup_epochs: float = 0.0
+    outer_optimizer: str | None = None
+    outer_learning_rate: float | None = None
+    outer_momentum: float | None = None
 
     def __post_init__(self) -> None:
         mode = mode_class(self.mode)
@@ -88,6 +93,7 @@ class SyncConfig:
             )
         _fraction("elastic_alpha", self.elastic_alpha)
         _fraction("delta_scale", self.delta_scale)
+        self._check_outer()
         freq = self.frequency
         if isinstance(freq, bool) or not (
             (isinstance(freq, int) and freq >= 1) or freq in FREQUENCIES
@@ -118,6 +124,27 @@ class SyncConfig:
                 f"backup_workers={backup} needs a mode with rounds, one of {barrier}: "
                 f"mode={self.mode!r} never waits for a slow worker. Drop backup_workers or "
                 "change mode."
+            )
+
+    def _check_outer(self) -> None:
+        check_outer(self.outer_optimizer, self.outer_learning_rate, self.outer_momentum)
+        if self.outer_optimizer is None:
+            given = [
+                name
+                for name in ("outer_learning_rate", "outer_momentum")
+                if getattr(self, name) is not None
+            ]
+            if given:
+                raise ConfigError(
+                    f"{given[0]} is set but outer_optimizer is None, so nothing uses it. "
+                    "Set outer_optimizer='nesterov' (DiLoCo) or 'sgd' (SlowMo)."
+                )
+        elif self.merge not in OUTER_MERGES:
+            raise ConfigError(
+                f"outer_optimizer={self.outer_optimizer!r} steps on the change a merge of "
+                f"the workers' progress makes, one of {OUTER_MERGES}; merge={self.merge!r} "
+                "has an outer step of its own (elastic_alpha). Use merge='average' or "
+                "'delta', or drop outer_optimizer."
             )
 
     @property
@@ -423,6 +450,18 @@ class TrainConfig:
             ``LearningRateSchedule``. ``None``: the model's rate as it is.
         warmup_epochs: With ``lr_scaling``, ramp the rate linearly from the model's to
             the scaled one over this many epochs (gradual warm-up).
+        outer_optimizer: The service's own optimizer over what each merge moves
+            (:mod:`sparkdl.sync.outer`): ``"nesterov"`` (DiLoCo), ``"sgd"`` (SlowMo's
+            heavy-ball momentum) or ``None`` (the merge as it is). With
+            ``merge="average"`` or ``"delta"``; synchronous rounds step on the round's
+            change, asynchronous pushes as Delayed Nesterov (the momentum updated
+            once every ``num_workers`` pushes). Pair it with infrequent syncs
+            (``frequency`` of tens to hundreds of batches).
+        outer_learning_rate: The outer optimizer's learning rate, > 0; ``None``: 0.7
+            (DiLoCo's). ``outer_optimizer="sgd"`` with 1 and ``outer_momentum=0`` is
+            the merge itself.
+        outer_momentum: The outer optimizer's momentum, in [0, 1); ``None``: 0.9
+            (DiLoCo's).
 
     Raises:
         ConfigError: A value is out of range or unknown.
@@ -469,6 +508,9 @@ class TrainConfig:
     compression_ratio: float = SyncConfig.compression_ratio
     lr_scaling: str | None = SyncConfig.lr_scaling
     warmup_epochs: float = SyncConfig.warmup_epochs
+    outer_optimizer: str | None = SyncConfig.outer_optimizer
+    outer_learning_rate: float | None = SyncConfig.outer_learning_rate
+    outer_momentum: float | None = SyncConfig.outer_momentum
     # The same settings by concern, each group validated when the config is built.
     sync: SyncConfig = field(init=False, repr=False, compare=False)
     scaling: ScalingConfig = field(init=False, repr=False, compare=False)

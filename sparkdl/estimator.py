@@ -182,6 +182,7 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
                 callbacks=callbacks,
                 initial_epoch=initial_epoch,
                 history=history,
+                outer_state=found.outer if found else None,
             ).run()
         except BaseException:
             if tracker:

@@ -35,7 +35,7 @@ from sparkdl.callbacks import DriverCallbacks
 from sparkdl.compat.sessions import SessionTools, session_tools
 from sparkdl.compat.spark import failure_summary, is_unsupported_barrier_chain, retries_ran_out
 from sparkdl.config import TrainConfig
-from sparkdl.errors import SparkDLError, WorkerError
+from sparkdl.errors import ConfigError, SparkDLError, WorkerError
 from sparkdl.interrupt import interrupt_raises, run_job
 from sparkdl.metric_states import MetricStates
 from sparkdl.payload import (
@@ -50,6 +50,7 @@ from sparkdl.plan import FitPlan, format_resolved
 from sparkdl.progress import Progress
 from sparkdl.relay import Relay
 from sparkdl.reports import SERVICE_KEYS, FitReport, WorkerReport
+from sparkdl.server import wire
 from sparkdl.server.attempts import SparkAttempts
 from sparkdl.server.events import FitEvents
 from sparkdl.server.relay import relay_digest
@@ -58,7 +59,7 @@ from sparkdl.server.sharded import ShardedStore
 from sparkdl.server.store import WeightStore
 from sparkdl.server.tls import Certificate
 from sparkdl.spark_ui import EpochMarks
-from sparkdl.sync.shards import ShardLayout
+from sparkdl.sync.shards import ShardLayout, split_outer
 from sparkdl.warmup import tensorflow_logs
 
 if TYPE_CHECKING:
@@ -116,6 +117,7 @@ class Fit:
         callbacks: Sequence[Any] | None = None,
         initial_epoch: int = 0,
         history: dict[str, list[float]] | None = None,
+        outer_state: tuple[list[np.ndarray], int] | None = None,
     ) -> None:
         self.prepared = prepared
         self.model = model
@@ -125,6 +127,8 @@ class Fit:
         self.callbacks = list(callbacks or [])
         self.initial_epoch = initial_epoch
         self.history = history
+        #: The outer optimizer's state from the checkpoint a fit resumes from.
+        self.outer_state = outer_state
 
     def run(self) -> FitResult:
         """Runs the fit.
@@ -194,7 +198,9 @@ class Fit:
             if isinstance(events, Relay):
                 if result is None:
                     raise WorkerError("The training job ended without the service's result.", {})
-                events.finish(result["history"], result["status"], result["weights"])
+                events.finish(
+                    result["history"], result["status"], result["weights"], result["outer"]
+                )
             weights = runner.finish() if runner else _final_weights(events, result)
             history, status = events.history(), events.status()
         trained = runner.master if runner else built.result()  # type: ignore[union-attr]
@@ -262,6 +268,7 @@ class Fit:
 
     def _hosting(self, plan: FitPlan, group: str, relay_token: str, tools: SessionTools) -> Hosting:
         """What the workers need to host the service among themselves."""
+        outer = self._outer_state(plan)
         return Hosting(
             fit_id=group,
             relay_digest=relay_digest(relay_token),
@@ -269,6 +276,9 @@ class Fit:
             history=self.history,
             planned_rows=[],  # set by _launch, from how the job partitions the frame
             bind_host="127.0.0.1" if cluster.parse_local_master(tools.master) else None,
+            outer=(
+                b"".join(wire.encode(outer[0], {"pushes": outer[1]})) if outer is not None else None
+            ),
         )
 
     def _relay(self, tools: SessionTools, group: str, plan: FitPlan, token: str) -> Relay:
@@ -364,6 +374,7 @@ class Fit:
         )
         metrics.prefetch()
         weights = self.model.get_weights()
+        outer = self._outer_state(plan)
         if plan.service_shards == 1:
             return WeightStore.for_plan(
                 plan,
@@ -371,9 +382,11 @@ class Fit:
                 history=self.history,
                 gate_epochs=self._gated(),
                 metric_merge=metrics.results,
+                outer_state=outer,
             )
         layout = self._layout(plan)
         assert layout is not None
+        outers = split_outer(layout, outer[0]) if outer else None
         stores = [
             WeightStore.for_plan(
                 plan,
@@ -381,10 +394,32 @@ class Fit:
                 history=self.history,
                 gate_epochs=self._gated(),
                 metric_merge=metrics.results if j == 0 else None,
+                outer_state=(outers[j], outer[1]) if outers and outer else None,
             )
             for j, part in enumerate(layout.split(weights))
         ]
         return ShardedStore(stores, layout)
+
+    def _outer_state(self, plan: FitPlan) -> tuple[list[np.ndarray], int] | None:
+        """The outer optimizer's state to resume from: the checkpoint's, checked against
+        the model (``None``: a fresh one, or no outer optimizer).
+
+        Raises:
+            ConfigError: The checkpoint's state does not fit the model's weights.
+        """
+        found = self.outer_state
+        if plan.outer is None or found is None:
+            if found is not None:
+                _log.info("the checkpoint's outer optimizer state is not used: none is set")
+            return None
+        shapes = [tuple(w.shape) for w in self.model.weights] * 2
+        if [tuple(a.shape) for a in found[0]] != shapes:
+            raise ConfigError(
+                "The checkpoint's outer optimizer state does not match the model's "
+                "weights: resume with the model the checkpoint was written from, or "
+                "use a new checkpoint_dir."
+            )
+        return found
 
     def _layout(self, plan: FitPlan) -> ShardLayout | None:
         """Which part of the weights each shard holds (``None``: one service)."""
@@ -407,6 +442,7 @@ class Fit:
                     config.checkpoint_keep,
                     config.to_dict(),
                     self.history or {},
+                    outer=store.outer_state,
                 )
             )
         if not callbacks:

@@ -202,6 +202,8 @@ class Hosting:
         planned_rows: The driver's plan of training rows per worker.
         bind_host: The address the service binds to: ``"127.0.0.1"`` on a local
             master; ``None``: the host's executor address.
+        outer: The outer optimizer's state a resumed fit starts from (its arrays in
+            the wire format, the push count in its metadata), or ``None``.
     """
 
     fit_id: str
@@ -210,6 +212,21 @@ class Hosting:
     history: dict[str, list[float]] | None
     planned_rows: list[int]
     bind_host: str | None
+    outer: bytes | None = None
+
+    def outer_state(
+        self, layout: ShardLayout | None, shard: int
+    ) -> tuple[list[np.ndarray], int] | None:
+        """The outer optimizer's state to start ``shard`` from (``None``: fresh)."""
+        if self.outer is None:
+            return None
+        from sparkdl.server import wire
+        from sparkdl.sync.shards import split_outer
+
+        arrays, meta = wire.decode(self.outer)
+        arrays = [np.array(a) for a in arrays]
+        part = split_outer(layout, arrays)[shard] if layout is not None else arrays
+        return part, int(meta["pushes"])
 
 
 @dataclass(frozen=True)
@@ -392,14 +409,17 @@ def result_rows(
     failures: dict[int, str],
     *,
     shard: int = 0,
+    outer: tuple[list[np.ndarray], int] | None = None,
 ) -> list[pa.RecordBatch]:
     """The service's result as result rows: one JSON row, then the weights (``.npz``,
-    no pickle) in chunks of :data:`CHUNK_BYTES`; a sharded service's hosts return one
-    set per ``shard`` (its part of the weights)."""
+    no pickle; the outer optimizer's state after them) in chunks of
+    :data:`CHUNK_BYTES`; a sharded service's hosts return one set per ``shard`` (its
+    part of the weights)."""
     import pyarrow as pa
 
     buffer = io.BytesIO()
-    np.savez(buffer, *[np.asarray(w) for w in weights])
+    arrays = [np.asarray(w) for w in weights] + ([np.asarray(a) for a in outer[0]] if outer else [])
+    np.savez(buffer, *arrays)
     data = buffer.getvalue()
     chunks = [data[i : i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES)] or [b""]
     result = json.dumps(
@@ -409,6 +429,8 @@ def result_rows(
             "failures": failures,
             "chunks": len(chunks),
             "shard": shard,
+            "weights": len(weights),
+            "outer_pushes": outer[1] if outer else None,
         },
         default=_plain,
     )
@@ -429,7 +451,8 @@ def result_rows(
 
 def service_result(rows: list[Any], layout: ShardLayout | None = None) -> dict[str, Any] | None:
     """The hosts' result from the job's rows: ``history``, ``status``, ``failures``
-    (worker ids as ints) and ``weights``; ``None`` when no host row came back.
+    (worker ids as ints), ``weights`` and ``outer`` (the outer optimizer's arrays and
+    push count, or ``None``); ``None`` when no host row came back.
 
     Args:
         rows: The training job's rows.
@@ -465,10 +488,17 @@ def service_result(rows: list[Any], layout: ShardLayout | None = None) -> dict[s
             )
         with np.load(io.BytesIO(b"".join(p for _, p in found)), allow_pickle=False) as arrays:
             parts.append([arrays[f"arr_{i}"] for i in range(len(arrays.files))])
-    from sparkdl.sync.shards import joined_status
+    from sparkdl.sync.shards import join_outer, joined_status
 
     result = dict(heads[0])
-    result["weights"] = layout.join(parts) if layout is not None else parts[0]
+    counts = [int(heads[j].get("weights", len(parts[j]))) for j in range(count)]
+    weights = [part[:n] for part, n in zip(parts, counts, strict=True)]
+    result["weights"] = layout.join(weights) if layout is not None else weights[0]
+    result["outer"] = None
+    if heads[0].get("outer_pushes") is not None:
+        states = [(part[n:], 0) for part, n in zip(parts, counts, strict=True)]
+        arrays = join_outer(layout, states) if layout is not None else states[0][0]
+        result["outer"] = (arrays, int(heads[0]["outer_pushes"]))
     if layout is not None:
         result["status"] = joined_status([heads[j]["status"] for j in range(count)])
     failures: dict[int, str] = {}

@@ -18,12 +18,15 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sparkdl.errors import ConfigError
 from sparkdl.sync.codecs import Compression, resolve_compression
 from sparkdl.sync.merges import Merge, merge_class
 from sparkdl.sync.modes import Mode, mode_class
+from sparkdl.sync.outer import DEFAULT_LEARNING_RATE as DEFAULT_OUTER_RATE
+from sparkdl.sync.outer import DEFAULT_MOMENTUM as DEFAULT_OUTER_MOMENTUM
+from sparkdl.sync.outer import OuterOptimizer
 from sparkdl.sync.recipe import LearningRateRecipe, resolve_scaling
 from sparkdl.sync.schedule import steps_for, train_rows
 from sparkdl.tf_logs import TensorFlowLogs
@@ -73,6 +76,7 @@ class FitPlan:
             service_placement`` resolved: :mod:`sparkdl.executor.hosting`).
         service_shards: Parameter services the weights split over
             (:mod:`sparkdl.sync.shards`).
+        outer: The service's outer optimizer (:mod:`sparkdl.sync.outer`), or ``None``.
         data_cache: ``"auto"``, ``"memory"`` or ``"disk"`` (``TrainConfig.data_cache``).
         cache_budget: Bytes of its partition an ``"auto"`` worker keeps in memory.
         tf_logs: How workers load TensorFlow: its C++ log level, and whether its
@@ -104,6 +108,7 @@ class FitPlan:
     service_tls: bool = False
     service_placement: str = "driver"
     service_shards: int = 1
+    outer: OuterOptimizer | None = None
     data_cache: str = "auto"
     cache_budget: int = DEFAULT_CACHE_BUDGET
     tf_logs: TensorFlowLogs = field(default_factory=TensorFlowLogs)
@@ -190,6 +195,7 @@ class FitPlan:
             service_tls=not local_master if tls is None else tls,
             service_placement=service_placement,
             service_shards=_shards(config.service.service_shards, service_placement, num_workers),
+            outer=_outer(sync),
             data_cache=config.scaling.data_cache,
             cache_budget=cache_budget,
             tf_logs=tf_logs or TensorFlowLogs(),
@@ -245,6 +251,14 @@ class FitPlan:
         merged = merge.describe(mode.barrier)
         if merged:
             lines["merge"] = f"{merge.name}: {merged}"
+        if self.outer is not None:
+            when = (
+                "on each round's change"
+                if mode.barrier
+                else f"on each push, momentum once every {self.num_workers} pushes "
+                "(Delayed Nesterov)"
+            )
+            lines["outer optimizer"] = f"{self.outer.describe()}, {when}"
         lines["compression"] = _compression(self.compression)
         lines["data cache"] = (
             f"auto: each worker's partition in memory up to {_gib(self.cache_budget)}, then on disk"
@@ -260,6 +274,19 @@ class FitPlan:
         shards = f", {self.service_shards} shards" if self.service_shards > 1 else ""
         lines["service"] = f"{where}, {scheme}{shards}"
         return lines
+
+
+def _outer(sync: Any) -> OuterOptimizer | None:
+    """The outer optimizer the settings ask for (DiLoCo's rate and momentum by default)."""
+    if sync.outer_optimizer is None:
+        return None
+    return OuterOptimizer(
+        sync.outer_optimizer,
+        learning_rate=(
+            DEFAULT_OUTER_RATE if sync.outer_learning_rate is None else sync.outer_learning_rate
+        ),
+        momentum=DEFAULT_OUTER_MOMENTUM if sync.outer_momentum is None else sync.outer_momentum,
+    )
 
 
 def _shards(shards: int, placement: str, num_workers: int) -> int:

@@ -97,6 +97,9 @@ class Relay:
             "aborted": None,
         }
         self._weights: dict[int, list[np.ndarray]] = {}
+        #: The outer optimizer's state by epoch, as the weights' polls brought it.
+        self._outer: dict[int, tuple[list[np.ndarray], int]] = {}
+        self._served = -1  # the epoch whose weights epoch_weights last returned
         self._lock = threading.Condition()
         self._released = 0
         self._stop_requested = False
@@ -121,12 +124,18 @@ class Relay:
         self._thread.join(timeout=self.POLL_WAIT + 30)
 
     def finish(
-        self, history: dict[str, list[float]], status: dict[str, Any], weights: list[np.ndarray]
+        self,
+        history: dict[str, list[float]],
+        status: dict[str, Any],
+        weights: list[np.ndarray],
+        outer: tuple[list[np.ndarray], int] | None = None,
     ) -> None:
-        """The training job ended: its host's result completes what polls missed."""
+        """The training job ended: its hosts' result completes what polls missed."""
         with self._lock:
             self._status = dict(status, history=history)
             self._weights[self._epochs] = weights  # later than every epoch
+            if outer is not None:
+                self._outer[self._epochs] = outer
             self._finished = True
             self._lock.notify_all()
 
@@ -165,12 +174,19 @@ class Relay:
             while True:
                 later = [e for e in self._weights if e >= epoch]
                 if later:
-                    return self._weights[min(later)]
+                    self._served = min(later)
+                    return self._weights[self._served]
                 left = deadline - time.monotonic()
                 if left <= 0 or self._idle():
                     raise TimeoutError(f"The weights of epoch {epoch} did not arrive.")
                 self._wake.set()
                 self._lock.wait(min(left, 0.5))
+
+    def outer_state(self) -> tuple[list[np.ndarray], int] | None:
+        """The outer optimizer's state that came with the weights
+        :meth:`epoch_weights` last returned (``None`` without one)."""
+        with self._lock:
+            return self._outer.get(self._served)
 
     def release(self, epoch: int) -> None:
         """The callbacks ran on ``epoch``: the next poll lets the workers go on."""
@@ -265,12 +281,20 @@ class Relay:
             from sparkdl.server import wire
 
             arrays, meta = wire.decode(b"".join(p for _, p in parts))
-            weights = (int(meta.get("epoch", 0)), [np.array(a) for a in arrays])
+            arrays = [np.array(a) for a in arrays]
+            outer = None
+            if "outer_pushes" in meta:  # the outer optimizer's state follows the weights
+                count = len(arrays) // 3
+                outer = (arrays[count:], int(meta["outer_pushes"]))
+                arrays = arrays[:count]
+            weights = (int(meta.get("epoch", 0)), arrays, outer)
         with self._lock:
             if not self._finished:
                 self._status = found
                 if weights is not None:
                     self._weights[weights[0]] = weights[1]
+                    if weights[2] is not None:
+                        self._outer[weights[0]] = weights[2]
                 if found.get("aborted") and found.get("failures"):
                     # A worker's fatal failure (not the service's stop as the job
                     # ends): the driver cancels the job rather than let Spark retry.
@@ -337,7 +361,7 @@ def _exchange(request: dict[str, Any], found: dict[str, Any]) -> tuple[bytes, by
     from sparkdl.errors import ServiceError
     from sparkdl.server import wire
     from sparkdl.server.client import ServiceClient
-    from sparkdl.sync.shards import ShardLayout, joined_status
+    from sparkdl.sync.shards import joined_status
 
     query = dict(request["query"])
     urls, certs = list(found["urls"]), list(found["certs"])
@@ -359,9 +383,9 @@ def _exchange(request: dict[str, Any], found: dict[str, Any]) -> tuple[bytes, by
             raise ServiceError(f"relay answered {status}: {bytes(data)[:300]!r}")
         return bytes(data)
 
-    def weights(j: int, epoch: int) -> list[np.ndarray] | None:
+    def weights(j: int, epoch: int) -> tuple[list[np.ndarray], dict[str, Any]] | None:
         status, data = clients[j].get(f"/relay/weights?epoch={epoch}")
-        return wire.decode(bytes(data))[0] if status == 200 else None
+        return wire.decode(bytes(data)) if status == 200 else None
 
     try:
         with ThreadPoolExecutor(len(clients)) as pool:
@@ -373,14 +397,35 @@ def _exchange(request: dict[str, Any], found: dict[str, Any]) -> tuple[bytes, by
             if request["fetched"] is not None and known - 1 > request["fetched"]:
                 parts = list(pool.map(lambda j: weights(j, known - 1), range(len(urls))))
                 if all(p is not None for p in parts):
-                    arrays = (
-                        parts[0]
-                        if len(urls) == 1
-                        else ShardLayout.from_json(request["layout"]).join(parts)  # type: ignore[arg-type]
+                    blob = _joined_weights(
+                        [p for p in parts if p is not None], request.get("layout"), known - 1
                     )
-                    meta = {"epoch": known - 1}
-                    blob = b"".join(wire.encode([np.asarray(a) for a in arrays], meta))  # type: ignore[union-attr]
     finally:
         for client in clients:
             client.close()
     return json.dumps(status).encode(), blob
+
+
+def _joined_weights(
+    parts: list[tuple[list[np.ndarray], dict[str, Any]]],
+    layout: dict[str, Any] | None,
+    epoch: int,
+) -> bytes:
+    """Every shard's answer of ``/relay/weights`` (its part of the weights, then of the
+    outer optimizer's state) as one answer for the whole model (wire format)."""
+    from sparkdl.server import wire
+    from sparkdl.sync.shards import ShardLayout, join_outer
+
+    meta: dict[str, Any] = {"epoch": epoch}
+    if len(parts) == 1:
+        arrays = parts[0][0]
+        meta.update({k: v for k, v in parts[0][1].items() if k == "outer_pushes"})
+    else:
+        shards = ShardLayout.from_json(layout or {})
+        sizes = [len(pieces) for pieces in shards.shards]
+        arrays = shards.join([a[:n] for (a, _), n in zip(parts, sizes, strict=True)])
+        if "outer_pushes" in parts[0][1]:
+            states = [(a[n:], 0) for (a, _), n in zip(parts, sizes, strict=True)]
+            arrays = arrays + join_outer(shards, states)
+            meta["outer_pushes"] = parts[0][1]["outer_pushes"]
+    return b"".join(wire.encode([np.asarray(a) for a in arrays], meta))

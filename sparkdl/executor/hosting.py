@@ -225,7 +225,12 @@ class Hosted:
                 int(status["epochs_done"]) >= self.payload.plan.epochs
             )
             rows += result_rows(
-                store.weights(), store.history(), status, store.failures(), shard=shard
+                store.weights(),
+                store.history(),
+                status,
+                store.failures(),
+                shard=shard,
+                outer=store.outer_state(),
             )
         return rows
 
@@ -260,10 +265,12 @@ class Hosted:
         snapshot = checkpoints.latest(snapshots, epoch) if epoch is not None else None
         if epoch is not None and snapshot is None:
             raise FileNotFoundError(f"The snapshot of epoch {epoch} is gone from {snapshots}.")
+        layout = ShardLayout.from_json(payload.shard_layout) if payload.shard_layout else None
+        outer = hosting.outer_state(layout, shard)
         if snapshot:
-            weights = snapshot.weights
-        elif payload.shard_layout is not None:
-            weights = ShardLayout.from_json(payload.shard_layout).split(model.get_weights())[shard]
+            weights, outer = snapshot.weights, snapshot.outer
+        elif layout is not None:
+            weights = layout.split(model.get_weights())[shard]
         else:
             weights = model.get_weights()
         history = snapshot.history if snapshot else hosting.history
@@ -276,6 +283,7 @@ class Hosted:
             history=history,
             gate_epochs=hosting.gate_epochs,
             metric_merge=metrics.results if shard == 0 else None,
+            outer_state=outer,
         )
         store.plan_rows(hosting.planned_rows)
         host = hosting.bind_host or _executor_host(self._context, self._worker)
@@ -388,9 +396,12 @@ class _Keeper:
             if closed <= self._done:
                 continue
             weights = store.epoch_weights(closed - 1, wait=60.0)
+            outer = store.outer_state()
             history = {k: v[:closed] for k, v in store.history().items()}
             try:
-                checkpoints.write(self._directory, closed, weights, history, {}, keep=self._keep)
+                checkpoints.write(
+                    self._directory, closed, weights, history, {}, keep=self._keep, outer=outer
+                )
             except OSError as exc:  # a full disk costs the resume, not the fit
                 _log.warning("sparkdl: could not write the service's snapshot: %s", exc)
             self._done = closed

@@ -26,6 +26,8 @@ import abc
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
+import numpy as np
+
 from sparkdl.errors import ConfigError
 from sparkdl.server.errors import StoreError
 from sparkdl.sync.merges import Update
@@ -197,7 +199,10 @@ class AsynchronousPolicy(PushPolicy):
         return None
 
     def _apply_locked(self, store: TrainingState, update: Update, version: int) -> None:
-        store.center.commit(store.merge.apply(store.center.weights, update, version))
+        after = store.merge.apply(store.center.weights, update, version)
+        if store.outer is not None:
+            after = store.outer.apply_push(store.center.weights, after)
+        store.center.commit(after)
 
     def _apply_unlocked(self, store: TrainingState, update: Update, version: int) -> None:
         """Hogwild's step outside the lock; nothing here."""
@@ -229,7 +234,17 @@ class HogwildPolicy(AsynchronousPolicy):
 
     def _apply_unlocked(self, store: TrainingState, update: Update, version: int) -> None:
         try:
-            store.merge.apply_in_place(store.center.weights, update, version)
+            if store.outer is None or store.outer.optimizer.identity:
+                store.merge.apply_in_place(store.center.weights, update, version)
+            else:  # the outer step on the push's change, added in place
+                live = store.center.weights
+                after = store.merge.apply(live, update, version)
+                steps = store.outer.push_steps(live, after)
+                for c, new, step in zip(live, after, steps, strict=True):
+                    if step is None:
+                        c[...] = new
+                    else:
+                        np.add(c, step, out=c)
         finally:
             with store.lock:
                 for i, m in enumerate(update.magnitudes):  # (rounding never below 0)

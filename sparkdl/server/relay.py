@@ -17,7 +17,9 @@ Routes:
         client decided (the gate released through epoch R - 1, the stop flag, a new
         learning rate, an abort), waits up to S seconds for epoch K + 1 to close, and
         answers the service's JSON status.
-    ``GET /relay/weights?epoch=E``: the center as epoch E ended (wire format).
+    ``GET /relay/weights?epoch=E``: the center as epoch E ended (wire format), then
+        the outer optimizer's state when the fit has one (``outer_pushes`` in the
+        metadata).
 
 Example:
     >>> len(relay_digest("secret"))
@@ -97,7 +99,13 @@ class RelayRoutes:
         epoch = int_arg("epoch", 0)
         if epoch >= max(self.epochs, 1):
             raise BadArg(f"Expected 'epoch' below {self.epochs}. Received: {epoch}")
-        return wire.encode(self.store.epoch_weights(epoch, wait=0.0), {"epoch": epoch})
+        arrays = list(self.store.epoch_weights(epoch, wait=0.0))
+        meta: dict[str, Any] = {"epoch": epoch}
+        outer = self.store.outer_state()
+        if outer is not None:  # the outer optimizer's state follows, for checkpoints
+            arrays += outer[0]
+            meta["outer_pushes"] = outer[1]
+        return wire.encode(arrays, meta)
 
     def _epoch_arg(self, name: str, default: int) -> int:
         value = int_arg(name, default)

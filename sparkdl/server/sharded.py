@@ -14,7 +14,7 @@ shard.
 Example:
     >>> import numpy as np
     >>> from sparkdl.sync.merges import Average
-    >>> from sparkdl.sync.shards import ShardLayout, joined_status
+    >>> from sparkdl.sync.shards import ShardLayout, join_outer, joined_status
     >>> layout = ShardLayout.plan([((4, 2), "float32")], shards=2)
     >>> stores = [WeightStore(part, num_workers=1, merge=Average())
     ...           for part in layout.split([np.zeros((4, 2), np.float32)])]
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from sparkdl.server.store import WeightStore
-from sparkdl.sync.shards import ShardLayout, joined_status
+from sparkdl.sync.shards import ShardLayout, join_outer, joined_status
 
 __all__ = ["ShardedStore"]
 
@@ -101,6 +101,14 @@ class ShardedStore:
         return self.layout.join(
             [s.epoch_weights(epoch, max(deadline - time.monotonic(), 0.0)) for s in self.stores]
         )
+
+    def outer_state(self) -> tuple[list[np.ndarray], int] | None:
+        """The outer optimizer's state of every shard, joined into the whole weights'
+        shapes (momentum, then the accumulated pseudo-gradients); shard 0's push count."""
+        states = [s.outer_state() for s in self.stores]
+        if states[0] is None:
+            return None
+        return join_outer(self.layout, [s for s in states if s is not None]), states[0][1]
 
     def release(self, epoch: int) -> None:
         """The callbacks ran on ``epoch``: every shard answers the round that closed it."""

@@ -61,6 +61,7 @@ from sparkdl.server.traffic import Traffic
 from sparkdl.sync.codecs import Compression
 from sparkdl.sync.merges import Merge, Update
 from sparkdl.sync.modes import Mode, Synchronous, mode_class
+from sparkdl.sync.outer import OuterOptimizer, OuterState
 
 __all__ = ["CALLBACK_LAG", "MAX_WORKERS", "SEQ_WINDOW", "TrainingState"]
 
@@ -107,6 +108,10 @@ class TrainingState(abc.ABC):
             metrics averaged by rows.
         compression: Updates travel compressed both ways (:mod:`sparkdl.sync.codecs`);
             the store then keeps each worker's copy of the center (:attr:`replicas`).
+        outer: The outer optimizer that steps on each merge's change
+            (:mod:`sparkdl.sync.outer`), or ``None``.
+        outer_state: Its state from a checkpoint or snapshot: the arrays of
+            :meth:`~sparkdl.sync.outer.OuterState.arrays` and the push count.
     """
 
     def __init__(
@@ -123,6 +128,8 @@ class TrainingState(abc.ABC):
         gate_epochs: bool = False,
         metric_merge: Callable[[Sequence[Any]], dict[str, float]] | None = None,
         compression: Compression | None = None,
+        outer: OuterOptimizer | None = None,
+        outer_state: tuple[Sequence[np.ndarray], int] | None = None,
     ) -> None:
         self.mode: Mode = mode_class(mode)() if isinstance(mode, str) else mode
         #: The mode's service half: how pushes are taken.
@@ -132,6 +139,17 @@ class TrainingState(abc.ABC):
         self.epochs = epochs
         self.lock = threading.Condition()
         self.center = Center(weights)
+        #: The outer optimizer's state (momentum beside the center), or None.
+        self.outer: OuterState | None = (
+            outer.state(
+                self.center.weights,
+                num_workers=num_workers,
+                arrays=outer_state[0] if outer_state else None,
+                pushes=outer_state[1] if outer_state else 0,
+            )
+            if outer is not None
+            else None
+        )
         #: Each worker's copy of the center when updates are compressed, else None.
         self.replicas = (
             Replicas(compression, merge, self.center.weights, newest_attempt=self.newest_attempt)
@@ -276,7 +294,10 @@ class TrainingState(abc.ABC):
         updates = self.rounds.take()
         if not updates:
             return
-        self.center.commit(self.merge.combine(self.center.weights, updates))
+        merged = self.merge.combine(self.center.weights, updates)
+        if self.outer is not None:
+            merged = self.outer.round(self.center.weights, merged)
+        self.center.commit(merged)
         self.control.round_merged(self.center.version)
         self.lock.notify_all()
 

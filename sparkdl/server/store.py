@@ -75,6 +75,7 @@ class WeightStore(TrainingState):
         history: dict[str, list[float]] | None,
         gate_epochs: bool,
         metric_merge: Callable[[Sequence[Any]], dict[str, float]] | None,
+        outer_state: tuple[Sequence[np.ndarray], int] | None = None,
     ) -> WeightStore:
         """The store of a fit resolved as ``plan``, starting from ``weights``: the one
         place a fit's store is built, in the driver or beside a worker
@@ -87,6 +88,7 @@ class WeightStore(TrainingState):
             gate_epochs: Synchronous workers wait at each epoch's end for the
                 driver's callbacks (:meth:`release`).
             metric_merge: Merges the workers' metric states into an epoch's logs.
+            outer_state: The outer optimizer's state to start from (a resumed fit).
         """
         return cls(
             weights,
@@ -100,6 +102,8 @@ class WeightStore(TrainingState):
             gate_epochs=gate_epochs,
             metric_merge=metric_merge,
             compression=plan.compression,
+            outer=plan.outer,
+            outer_state=outer_state,
         )
 
     # ------------------------------------------------------------------ reads
@@ -219,6 +223,14 @@ class WeightStore(TrainingState):
         with self.lock:
             self._wait_until(lambda: self.control.epoch_merged(epoch), wait)
             return self.center.weights
+
+    def outer_state(self) -> tuple[list[np.ndarray], int] | None:
+        """The outer optimizer's state now (its arrays and push count: what a
+        checkpoint keeps), or ``None`` without one."""
+        with self.lock:
+            if self.outer is None:
+                return None
+            return self.outer.arrays(), self.outer.pushes
 
     def wait_epochs(self, count: int, wait: float) -> int:
         """Waits up to ``wait`` seconds until ``count`` epochs closed; returns how many."""

@@ -40,7 +40,7 @@ import numpy as np
 
 from sparkdl.errors import ConfigError
 
-__all__ = ["Piece", "ShardLayout", "joined_status"]
+__all__ = ["Piece", "ShardLayout", "join_outer", "joined_status", "split_outer"]
 
 #: A variable of at most this share of a shard's bytes is never split.
 _SMALL_SHARE = 0.5
@@ -136,6 +136,27 @@ class ShardLayout:
             tuple(tuple(int(d) for d in s) for s in data["shapes"]),
             tuple(tuple(Piece(int(v), int(a), int(b)) for v, a, b in s) for s in data["shards"]),
         )
+
+
+def join_outer(
+    layout: ShardLayout, states: Sequence[tuple[Sequence[np.ndarray], int]]
+) -> list[np.ndarray]:
+    """The shards' outer optimizer arrays (each its part of the momentum, then of the
+    accumulated pseudo-gradients: :meth:`sparkdl.sync.outer.OuterState.arrays`) joined
+    into the whole weights' shapes, in the same order."""
+    halves: list[list[list[np.ndarray]]] = [[], []]
+    for arrays, _ in states:
+        half = len(arrays) // 2
+        halves[0].append(list(arrays[:half]))
+        halves[1].append(list(arrays[half:]))
+    return layout.join(halves[0]) + layout.join(halves[1])
+
+
+def split_outer(layout: ShardLayout, arrays: Sequence[np.ndarray]) -> list[list[np.ndarray]]:
+    """The whole outer optimizer arrays (:func:`join_outer`'s result) as each shard's."""
+    half = len(arrays) // 2
+    momentum, accumulated = layout.split(arrays[:half]), layout.split(arrays[half:])
+    return [m + a for m, a in zip(momentum, accumulated, strict=True)]
 
 
 def joined_status(statuses: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -1,0 +1,274 @@
+"""Outer optimizers: the service treats what a merge moves as a gradient and steps on it.
+
+SlowMo (Wang et al., ICLR 2020) and DiLoCo (Douillard et al., 2023) keep the workers'
+optimizer as it is (the *inner* one) and give the center an optimizer of its own. The
+change a merge would make to the center is a *pseudo-gradient*, ``g = center -
+merged``, and the outer optimizer steps on it with its own learning rate and momentum:
+
+* ``"sgd"``: heavy-ball momentum, SlowMo's rule: ``m = mu m + g``, ``center -= lr m``;
+* ``"nesterov"``: DiLoCo's rule (PyTorch's Nesterov SGD): ``m = mu m + g``,
+  ``center -= lr (g + mu m)``.
+
+``lr = 1`` with ``mu = 0`` is the merge itself: :meth:`OuterState.round` then returns the
+merge's result untouched, so those weights are exactly today's.
+
+**Synchronous mode** steps once per round on the round's pseudo-gradient, as SlowMo and
+DiLoCo do (a round every ``frequency`` batches is their ``H`` inner steps).
+
+**Asynchronous modes** see one worker's push at a time. Applying momentum to every push
+compounds it with the staleness asynchrony already adds; Liu et al. (2024,
+"Asynchronous Local-SGD Training for Language Modeling") found outer Nesterov unstable
+there and proposed *Delayed Nesterov*: the momentum buffer changes only once every N
+pushes, and in between each push is applied as a plain gradient step. sparkdl follows
+that with N = ``num_workers`` (about one synchronous round's worth of pushes): every
+push moves the center by ``-lr g``, the pushes' pseudo-gradients add up in ``acc``, and
+every N-th push also updates ``m = mu m + acc`` and adds the momentum's part of a round's
+step (``-lr mu m`` for Nesterov, ``-lr mu m_old`` for heavy ball), so N pushes move the
+center as one synchronous outer step on their sum would. Hogwild takes the same step
+outside the lock (its races included).
+
+The state (``m``, ``acc``, the pushes since the last buffer update) lives beside the
+center in each store, so a sharded service keeps it per shard; checkpoints and the
+cluster's snapshots carry it (:meth:`OuterState.arrays`).
+
+Example:
+    >>> import numpy as np
+    >>> outer = OuterOptimizer("nesterov", learning_rate=0.5, momentum=0.9)
+    >>> state = outer.state([np.zeros(2, np.float32)], num_workers=1)
+    >>> state.round([np.zeros(2, np.float32)], [np.ones(2, np.float32)])[0].tolist()
+    [0.949999988079071, 0.949999988079071]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from sparkdl.errors import ConfigError
+from sparkdl.sync.merges import is_float
+
+__all__ = [
+    "DEFAULT_LEARNING_RATE",
+    "DEFAULT_MOMENTUM",
+    "OUTER_MERGES",
+    "OUTER_OPTIMIZERS",
+    "OuterOptimizer",
+    "OuterState",
+]
+
+#: ``outer_optimizer`` values (``None``: no outer optimizer).
+OUTER_OPTIMIZERS: tuple[str, ...] = ("sgd", "nesterov")
+#: The merges an outer optimizer works with: those whose change is a mean of the
+#: workers' progress (elastic averaging has an outer step of its own, ``alpha``).
+OUTER_MERGES: tuple[str, ...] = ("average", "delta")
+#: DiLoCo's outer learning rate and momentum (Douillard et al. 2023).
+DEFAULT_LEARNING_RATE = 0.7
+DEFAULT_MOMENTUM = 0.9
+
+
+@dataclass(frozen=True)
+class OuterOptimizer:
+    """An outer optimizer's settings, resolved once on the driver.
+
+    Args:
+        kind: ``"sgd"`` (heavy-ball momentum, SlowMo) or ``"nesterov"`` (DiLoCo).
+        learning_rate: The outer learning rate, > 0.
+        momentum: The outer momentum, in [0, 1).
+    """
+
+    kind: str
+    learning_rate: float = DEFAULT_LEARNING_RATE
+    momentum: float = DEFAULT_MOMENTUM
+
+    def __post_init__(self) -> None:
+        check(self.kind, self.learning_rate, self.momentum)
+
+    @property
+    def identity(self) -> bool:
+        """Whether the outer step is the merge itself (``lr = 1``, no momentum)."""
+        return self.learning_rate == 1.0 and self.momentum == 0.0
+
+    def describe(self) -> str:
+        """The resolved optimizer, in words.
+
+        Example:
+            >>> OuterOptimizer("nesterov").describe()
+            'nesterov, learning rate 0.7, momentum 0.9'
+        """
+        return f"{self.kind}, learning rate {self.learning_rate:g}, momentum {self.momentum:g}"
+
+    def state(
+        self,
+        center: Sequence[np.ndarray],
+        *,
+        num_workers: int,
+        arrays: Sequence[np.ndarray] | None = None,
+        pushes: int = 0,
+    ) -> OuterState:
+        """A fresh state for a center shaped like ``center`` (or one restored from a
+        checkpoint's :meth:`OuterState.arrays` and push count)."""
+        return OuterState(self, center, num_workers=num_workers, arrays=arrays, pushes=pushes)
+
+
+class OuterState:
+    """One store's outer optimizer state: the momentum buffer and, in asynchronous
+    modes, the pseudo-gradients since the buffer's last update.
+
+    Not thread-safe: the store calls it under its lock (hogwild's step outside it, as
+    hogwild does everything).
+    """
+
+    def __init__(
+        self,
+        optimizer: OuterOptimizer,
+        center: Sequence[np.ndarray],
+        *,
+        num_workers: int,
+        arrays: Sequence[np.ndarray] | None = None,
+        pushes: int = 0,
+    ) -> None:
+        self.optimizer = optimizer
+        self.period = max(int(num_workers), 1)
+        shapes = [np.zeros_like(c) for c in center]  # (unused for integer weights)
+        if arrays is not None:
+            if len(arrays) != 2 * len(shapes) or any(
+                np.shape(a) != np.shape(s) for a, s in zip(arrays, shapes + shapes, strict=True)
+            ):
+                raise ValueError(
+                    "The outer optimizer's saved state does not match the model's weights: "
+                    "resume with the model the checkpoint was written from."
+                )
+            half = len(shapes)
+            self.momentum = [
+                np.array(a, dtype=s.dtype) for a, s in zip(arrays[:half], shapes, strict=True)
+            ]
+            self.accumulated = [
+                np.array(a, dtype=s.dtype) for a, s in zip(arrays[half:], shapes, strict=True)
+            ]
+        else:
+            self.momentum = shapes
+            self.accumulated = [np.zeros_like(s) for s in shapes]
+        self.pushes = int(pushes)
+
+    # ------------------------------------------------------------ synchronous
+    def round(self, center: Sequence[np.ndarray], merged: list[np.ndarray]) -> list[np.ndarray]:
+        """The center after one synchronous round whose merge gave ``merged``."""
+        opt = self.optimizer
+        if opt.identity:
+            return merged
+        out = []
+        for c, new, m in zip(center, merged, self.momentum, strict=True):
+            if not is_float(c):
+                out.append(new)
+                continue
+            g = c - new
+            step = self._momentum_step(m, g, c.dtype)
+            out.append((c - step).astype(c.dtype, copy=False))
+        return out
+
+    # ----------------------------------------------------------- asynchronous
+    def push_steps(
+        self, center: Sequence[np.ndarray], after: Sequence[np.ndarray]
+    ) -> list[np.ndarray | None]:
+        """What to add to ``center`` for one asynchronous push whose merge gave
+        ``after`` (Delayed Nesterov: module docstring); ``None`` for an array the merge
+        replaced (integer state: take ``after`` as it is)."""
+        opt = self.optimizer
+        lr = opt.learning_rate
+        self.pushes += 1
+        closing = self.pushes % self.period == 0
+        steps: list[np.ndarray | None] = []
+        for c, new, m, acc in zip(center, after, self.momentum, self.accumulated, strict=True):
+            if not is_float(c):
+                steps.append(None)
+                continue
+            g = c - new
+            step = g * c.dtype.type(-lr)
+            if opt.momentum:
+                acc += g
+                if closing:
+                    step -= self._momentum_extra(m, acc, c.dtype)
+                    acc[...] = 0
+            steps.append(step)
+        return steps
+
+    def apply_push(self, center: Sequence[np.ndarray], after: list[np.ndarray]) -> list[np.ndarray]:
+        """The new center (new arrays) after one asynchronous push whose merge gave
+        ``after``."""
+        if self.optimizer.identity:
+            return after
+        steps = self.push_steps(center, after)
+        return [
+            new if s is None else np.add(c, s)
+            for c, new, s in zip(center, after, steps, strict=True)
+        ]
+
+    # -------------------------------------------------------------- checkpoint
+    def arrays(self) -> list[np.ndarray]:
+        """The state as arrays shaped like the weights: the momentum buffers, then the
+        accumulated pseudo-gradients (zeros for integer weights)."""
+        return [np.array(a) for a in self.momentum + self.accumulated]
+
+    # ---------------------------------------------------------------- helpers
+    def _momentum_step(self, m: np.ndarray, g: np.ndarray, dtype: Any) -> np.ndarray:
+        """Updates ``m`` with ``g`` and returns the step ``lr * update`` to subtract."""
+        opt = self.optimizer
+        lr, mu = dtype.type(opt.learning_rate), dtype.type(opt.momentum)
+        if not opt.momentum:
+            return g * lr
+        m *= mu
+        m += g
+        if opt.kind == "nesterov":
+            return (g + m * mu) * lr
+        return m * lr
+
+    def _momentum_extra(self, m: np.ndarray, acc: np.ndarray, dtype: Any) -> np.ndarray:
+        """At the end of a period of pushes: updates ``m`` with ``acc`` and returns the
+        momentum's part of a round's step (the pushes already took ``lr * acc``)."""
+        opt = self.optimizer
+        lr, mu = dtype.type(opt.learning_rate), dtype.type(opt.momentum)
+        if opt.kind == "nesterov":
+            m *= mu
+            m += acc
+            return m * (mu * lr)
+        extra = m * (mu * lr)  # heavy ball: lr * (mu m_old + acc) in all
+        m *= mu
+        m += acc
+        return extra
+
+
+def check(kind: str | None, learning_rate: float | None, momentum: float | None) -> None:
+    """Checks the outer optimizer's settings.
+
+    Raises:
+        ConfigError: An unknown optimizer, a learning rate <= 0 or not finite, a
+            momentum outside [0, 1).
+    """
+    if kind is not None and kind not in OUTER_OPTIMIZERS:
+        raise ConfigError(
+            f"Expected outer_optimizer to be None or one of {OUTER_OPTIMIZERS}. "
+            f"Received: outer_optimizer={kind!r}"
+        )
+    if learning_rate is not None and (
+        isinstance(learning_rate, bool)
+        or not isinstance(learning_rate, (int, float))
+        or not math.isfinite(learning_rate)
+        or learning_rate <= 0
+    ):
+        raise ConfigError(
+            "Expected outer_learning_rate to be a finite number > 0 (DiLoCo uses 0.7). "
+            f"Received: outer_learning_rate={learning_rate!r}"
+        )
+    if momentum is not None and (
+        isinstance(momentum, bool)
+        or not isinstance(momentum, (int, float))
+        or not 0 <= momentum < 1
+    ):
+        raise ConfigError(
+            "Expected outer_momentum to be a number in [0, 1) (DiLoCo uses 0.9). "
+            f"Received: outer_momentum={momentum!r}"
+        )
