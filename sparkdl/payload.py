@@ -484,7 +484,8 @@ def service_result(rows: list[Any], layout: ShardLayout | None = None) -> dict[s
         if len(found) != heads[shard]["chunks"]:
             raise RuntimeError(
                 f"The service's weights came back in {len(found)} of "
-                f"{heads[shard]['chunks']} parts."
+                f"{heads[shard]['chunks']} parts"
+                f"{f' from shard {shard}' if count > 1 else ''}."
             )
         with np.load(io.BytesIO(b"".join(p for _, p in found)), allow_pickle=False) as arrays:
             parts.append([arrays[f"arr_{i}"] for i in range(len(arrays.files))])

@@ -298,8 +298,10 @@ def _shards(shards: int, placement: str, num_workers: int) -> int:
     if shards > num_workers and placement == "cluster":
         raise ConfigError(
             f"service_shards={shards} with service_placement='cluster' needs a worker "
-            f"to host each shard, and the fit has num_workers={num_workers}. Use at "
-            f"most {num_workers} shards, or more workers."
+            f"to host each shard, and the fit has num_workers={num_workers} (set, or "
+            "the cluster's task slots, less one for the relay's polls when callbacks, "
+            f"checkpoints or verbose are on). Use at most {num_workers} shards, or more "
+            "workers."
         )
     return shards
 

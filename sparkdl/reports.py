@@ -26,6 +26,7 @@ SERVICE_KEYS: tuple[str, ...] = (
     "samples_seen",
     "duplicates",
     "epochs_done",
+    "initial_epochs",
     "workers",
     "restarts",
     "generation",

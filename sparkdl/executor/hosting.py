@@ -115,8 +115,19 @@ class Hosted:
         first = {j: j for j in range(shards)}
         newest = {j: held[j][-1] if held[j] else None for j in range(shards)}
         messages, errors = self._offer(first, newest, held)
-        epoch = _common_epoch([m["held"] for m in messages], shards)
-        hosts = _choose_hosts([m["held"] for m in messages], shards, epoch)
+        gathered = [m["held"] for m in messages]
+        epoch = _common_epoch(gathered, shards)
+        hosts = _choose_hosts(gathered, shards, epoch)
+        if epoch is None and any(e for machine in gathered for e in machine):
+            _log.warning(
+                "sparkdl: no epoch has a snapshot of every shard (epochs held per worker "
+                "and shard: %s): the service starts again from the model",
+                gathered,
+            )
+        # Snapshots newer than the one every shard resumes from are an abandoned
+        # attempt's: gone before training goes on (no epoch closes before every worker
+        # is done here), so a later retry never mixes them with this attempt's.
+        self._discard_after(epoch)
         start = self.payload.plan.initial_epoch if epoch is None else epoch
         if any(
             hosts[j] != j
@@ -132,10 +143,12 @@ class Hosted:
         for j in range(shards):
             served = messages[hosts[j]]["served"].get(str(j))
             if served is None:
+                reason = messages[hosts[j]].get("failed", {}).get(str(j), "")
                 raise RuntimeError(
                     f"Worker {hosts[j]} could not start the parameter service"
-                    f"{f' (shard {j})' if shards > 1 else ''} (its task's error says "
-                    "why); this worker stops with it."
+                    f"{f' (shard {j})' if shards > 1 else ''}"
+                    f"{f': {reason}' if reason else ''} (its task's error says more); "
+                    "this worker stops with it, and Spark retries the stage."
                 )
             found.append(served)
         attempt = int(self._context.taskAttemptId())
@@ -165,6 +178,19 @@ class Hosted:
         from sparkdl import checkpoints
 
         return checkpoints.epochs(_snapshot_dir(self.hosting.fit_id, shard))
+
+    def _discard_after(self, epoch: int | None) -> None:
+        """Removes this machine's snapshots of this fit newer than ``epoch`` (all of
+        them for ``None``), of every shard."""
+        from sparkdl import checkpoints
+
+        for shard in range(self.shards):
+            directory = _snapshot_dir(self.hosting.fit_id, shard)
+            for old in checkpoints.epochs(directory):
+                if epoch is None or old > epoch:
+                    for name in os.listdir(directory):
+                        if name.startswith(checkpoints.checkpoint_name(old)):
+                            shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
 
     def _offer(
         self, hosts: dict[int, int], epochs: dict[int, int | None], held: list[list[int]]
@@ -196,6 +222,9 @@ class Hosted:
         if errors:
             self._stop_services()
             message["served"] = {}
+            message["failed"] = {
+                str(j): f"{type(e).__name__}: {e}"[:500] for j, e in errors.items()
+            }
         gathered = self._context.allGather(json.dumps(message))
         return [json.loads(m) for m in gathered], errors
 
@@ -264,7 +293,11 @@ class Hosted:
         snapshots = _snapshot_dir(hosting.fit_id, shard)
         snapshot = checkpoints.latest(snapshots, epoch) if epoch is not None else None
         if epoch is not None and snapshot is None:
-            raise FileNotFoundError(f"The snapshot of epoch {epoch} is gone from {snapshots}.")
+            raise FileNotFoundError(
+                f"The snapshot of epoch {epoch} is gone from {snapshots} (removed since the "
+                "gather): this stage fails and Spark's retry resumes from the snapshots "
+                "left."
+            )
         layout = ShardLayout.from_json(payload.shard_layout) if payload.shard_layout else None
         outer = hosting.outer_state(layout, shard)
         if snapshot:
@@ -284,6 +317,7 @@ class Hosted:
             gate_epochs=hosting.gate_epochs,
             metric_merge=metrics.results if shard == 0 else None,
             outer_state=outer,
+            keep_epoch_copies=True,
         )
         store.plan_rows(hosting.planned_rows)
         host = hosting.bind_host or _executor_host(self._context, self._worker)
@@ -301,7 +335,7 @@ class Hosted:
         done = snapshot.epoch if snapshot else plan.initial_epoch
         # A sharded service keeps a few snapshots: the shards' newest may differ by
         # an epoch when a host dies, and a retried stage resumes from a common one.
-        self._keepers.append(_Keeper(store, snapshots, done, keep=1 if self.shards == 1 else 3))
+        self._keepers.append(_Keeper(store, snapshots, keep=1 if self.shards == 1 else 3))
         if snapshot:
             _log.warning(
                 "sparkdl: the parameter service%s resumes from the snapshot after epoch %d",
@@ -374,11 +408,10 @@ class _Keeper:
     """Writes a snapshot (the checkpoint format, the newest ``keep``) after every
     closed epoch, where a retried stage's host finds it."""
 
-    def __init__(self, store: Any, directory: str, done: int, keep: int = 1) -> None:
+    def __init__(self, store: Any, directory: str, keep: int = 1) -> None:
         self._store = store
         self._keep = keep
         self._directory = directory
-        self._done = done
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="sparkdl-snapshots", daemon=True)
         self._thread.start()
@@ -392,19 +425,18 @@ class _Keeper:
 
         store = self._store
         while not self._stop.is_set() and not store.aborted_event.is_set():
-            closed = store.wait_epochs(self._done + 1, 0.5)
-            if closed <= self._done:
-                continue
-            weights = store.epoch_weights(closed - 1, wait=60.0)
-            outer = store.outer_state()
-            history = {k: v[:closed] for k, v in store.history().items()}
-            try:
-                checkpoints.write(
-                    self._directory, closed, weights, history, {}, keep=self._keep, outer=outer
-                )
-            except OSError as exc:  # a full disk costs the resume, not the fit
-                _log.warning("sparkdl: could not write the service's snapshot: %s", exc)
-            self._done = closed
+            # Every closed epoch, in order, as the center was when it closed (the
+            # store keeps the copies): each shard's snapshot of an epoch is of the
+            # same round, so a retried stage can resume every shard from it.
+            for epoch, weights, outer in store.take_epoch_copies(0.5):
+                closed = epoch + 1
+                history = {k: v[:closed] for k, v in store.history().items()}
+                try:
+                    checkpoints.write(
+                        self._directory, closed, weights, history, {}, keep=self._keep, outer=outer
+                    )
+                except OSError as exc:  # a full disk costs the resume, not the fit
+                    _log.warning("sparkdl: could not write the service's snapshot: %s", exc)
 
 
 def _common_epoch(held: list[list[list[int]]], shards: int) -> int | None:
@@ -419,13 +451,26 @@ def _common_epoch(held: list[list[list[int]]], shards: int) -> int | None:
 
 def _choose_hosts(held: list[list[list[int]]], shards: int, epoch: int | None) -> dict[int, int]:
     """Shard j's host: worker j, unless ``epoch``'s snapshot of it is only on other
-    machines (then the lowest such worker)."""
+    machines: then the one of their workers hosting the fewest shards so far (the
+    lowest id among equals), so that moved shards spread over a machine's workers.
+
+    Example:
+        >>> _choose_hosts([[[], []], [[4], [4]], [[4], [4]]], shards=2, epoch=4)
+        {0: 1, 1: 1}
+        >>> _choose_hosts([[[], [], []], [[4], [4], [4]], [[4], [4], [4]]], 3, epoch=4)
+        {0: 1, 1: 1, 2: 2}
+    """
     if epoch is None:
         return {j: j for j in range(shards)}
-    return {
-        j: j if epoch in held[j][j] else next(w for w, m in enumerate(held) if epoch in m[j])
-        for j in range(shards)
-    }
+    hosts: dict[int, int] = {}
+    for j in range(shards):
+        if epoch in held[j][j]:
+            hosts[j] = j
+            continue
+        candidates = [w for w, machine in enumerate(held) if epoch in machine[j]]
+        load = [sum(1 for h in hosts.values() if h == w) for w in candidates]
+        hosts[j] = min(zip(load, candidates, strict=True))[1]
+    return hosts
 
 
 def _snapshot_dir(fit_id: str, shard: int = 0) -> str:

@@ -63,7 +63,7 @@ from sparkdl.sync.merges import Merge, Update
 from sparkdl.sync.modes import Mode, Synchronous, mode_class
 from sparkdl.sync.outer import OuterOptimizer, OuterState
 
-__all__ = ["CALLBACK_LAG", "MAX_WORKERS", "SEQ_WINDOW", "TrainingState"]
+__all__ = ["CALLBACK_LAG", "MAX_EPOCH_COPIES", "MAX_WORKERS", "SEQ_WINDOW", "TrainingState"]
 
 MAX_WORKERS = 100_000
 #: How far past the last applied sequence number a worker's next push may be
@@ -73,6 +73,8 @@ SEQ_WINDOW = 16
 #: the callbacks ran on epoch ``e - CALLBACK_LAG``, so a callback's ``stop_training``
 #: ends the fit at most this many epochs after the one it was decided on.
 CALLBACK_LAG = 1
+#: Epoch copies (``keep_epoch_copies``) waiting to be written, at most.
+MAX_EPOCH_COPIES = 4
 
 #: The store's logger: the round and generation warnings keep the name they are filtered by.
 _log = logging.getLogger("sparkdl.server.store")
@@ -112,6 +114,9 @@ class TrainingState(abc.ABC):
             (:mod:`sparkdl.sync.outer`), or ``None``.
         outer_state: Its state from a checkpoint or snapshot: the arrays of
             :meth:`~sparkdl.sync.outer.OuterState.arrays` and the push count.
+        keep_epoch_copies: Keep a copy of the center as each epoch ends, until it is
+            taken (the snapshots of a service in the cluster: every shard's snapshot
+            of an epoch is then of the same round).
     """
 
     def __init__(
@@ -130,6 +135,7 @@ class TrainingState(abc.ABC):
         compression: Compression | None = None,
         outer: OuterOptimizer | None = None,
         outer_state: tuple[Sequence[np.ndarray], int] | None = None,
+        keep_epoch_copies: bool = False,
     ) -> None:
         self.mode: Mode = mode_class(mode)() if isinstance(mode, str) else mode
         #: The mode's service half: how pushes are taken.
@@ -139,6 +145,11 @@ class TrainingState(abc.ABC):
         self.epochs = epochs
         self.lock = threading.Condition()
         self.center = Center(weights)
+        #: Copies of the center as epochs ended (epoch -> weights, outer state), or None.
+        self.epoch_copies: dict[int, tuple[list[np.ndarray], Any]] | None = (
+            {} if keep_epoch_copies else None
+        )
+        self._copy_pending: list[int] = []
         #: The outer optimizer's state (momentum beside the center), or None.
         self.outer: OuterState | None = (
             outer.state(
@@ -159,6 +170,8 @@ class TrainingState(abc.ABC):
         self.rounds = Rounds(quorum=max(num_workers - backup_workers, 1), timeout=round_timeout)
         self.ledger = WorkerLedger()
         self._history = EpochHistory(history, metric_merge)
+        #: Epochs done when this service started (a resumed fit, a snapshot).
+        self.initial_epochs = self._history.done
         self.control = ControlChannel(
             gate_epochs=gate_epochs and self.mode.barrier,
             callback_lag=CALLBACK_LAG if gate_epochs and not self.mode.barrier else None,
@@ -274,6 +287,13 @@ class TrainingState(abc.ABC):
         )
         for done in closed:
             self.control.epoch_closed(done)
+            if self.epoch_copies is not None:
+                # Asynchronous: the center as the epoch closed. Synchronous: as the
+                # round that closes it merges (merge_round).
+                if self.mode.barrier:
+                    self._copy_pending.append(done)
+                else:
+                    self._copy_epoch(done)
         if closed:
             self.lock.notify_all()
         if (
@@ -298,8 +318,27 @@ class TrainingState(abc.ABC):
         if self.outer is not None:
             merged = self.outer.round(self.center.weights, merged)
         self.center.commit(merged)
+        for done in self._copy_pending:
+            self._copy_epoch(done)
+        self._copy_pending.clear()
         self.control.round_merged(self.center.version)
         self.lock.notify_all()
+
+    def _copy_epoch(self, epoch: int) -> None:
+        """Keeps a copy of the center (and the outer optimizer's state) as ``epoch``
+        ended, for :meth:`~sparkdl.server.store.WeightStore.take_epoch_copies`; at most
+        :data:`MAX_EPOCH_COPIES` wait (the oldest goes)."""
+        assert self.epoch_copies is not None
+        outer = (self.outer.arrays(), self.outer.pushes) if self.outer is not None else None
+        self.epoch_copies[epoch] = ([np.array(w) for w in self.center.weights], outer)
+        while len(self.epoch_copies) > MAX_EPOCH_COPIES:
+            oldest = min(self.epoch_copies)
+            del self.epoch_copies[oldest]
+            _log.warning(
+                "the copy of epoch %d's weights was dropped before it was written: "
+                "snapshots fall behind the epochs",
+                oldest + 1,
+            )
 
     def new_generation(self, worker: int, attempt: int) -> None:
         """Spark retried the barrier stage: fence the old attempts, drop the open round."""

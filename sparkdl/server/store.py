@@ -76,6 +76,7 @@ class WeightStore(TrainingState):
         gate_epochs: bool,
         metric_merge: Callable[[Sequence[Any]], dict[str, float]] | None,
         outer_state: tuple[Sequence[np.ndarray], int] | None = None,
+        keep_epoch_copies: bool = False,
     ) -> WeightStore:
         """The store of a fit resolved as ``plan``, starting from ``weights``: the one
         place a fit's store is built, in the driver or beside a worker
@@ -89,6 +90,8 @@ class WeightStore(TrainingState):
                 driver's callbacks (:meth:`release`).
             metric_merge: Merges the workers' metric states into an epoch's logs.
             outer_state: The outer optimizer's state to start from (a resumed fit).
+            keep_epoch_copies: Keep the center as each epoch ends, for snapshots
+                (:meth:`take_epoch_copies`).
         """
         return cls(
             weights,
@@ -104,6 +107,7 @@ class WeightStore(TrainingState):
             compression=plan.compression,
             outer=plan.outer,
             outer_state=outer_state,
+            keep_epoch_copies=keep_epoch_copies,
         )
 
     # ------------------------------------------------------------------ reads
@@ -198,6 +202,7 @@ class WeightStore(TrainingState):
                 "samples_seen": ledger.samples,
                 "duplicates": ledger.total("duplicates"),
                 "epochs_done": self._history.done,
+                "initial_epochs": self.initial_epochs,
                 "elapsed": time.time() - self.started,
                 "workers": ledger.status(),
                 "history": self._history.logs(),
@@ -223,6 +228,18 @@ class WeightStore(TrainingState):
         with self.lock:
             self._wait_until(lambda: self.control.epoch_merged(epoch), wait)
             return self.center.weights
+
+    def take_epoch_copies(self, wait: float) -> list[tuple[int, list[np.ndarray], Any]]:
+        """Waits up to ``wait`` seconds for copies of the center as epochs ended
+        (``keep_epoch_copies``) and takes them, oldest first: ``(epoch, weights,
+        outer state or None)``."""
+        with self.lock:
+            copies = self.epoch_copies
+            if copies is None:
+                return []
+            self._wait_until(lambda: bool(copies), wait)
+            taken = [(e, *copies.pop(e)) for e in sorted(copies)]
+        return taken
 
     def outer_state(self) -> tuple[list[np.ndarray], int] | None:
         """The outer optimizer's state now (its arrays and push count: what a

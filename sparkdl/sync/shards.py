@@ -162,9 +162,9 @@ def split_outer(layout: ShardLayout, arrays: Sequence[np.ndarray]) -> list[list[
 def joined_status(statuses: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The fit's status from its shards' service statuses, in shard order.
 
-    Shard 0's, with the epochs every shard closed (``epochs_done``), each shard's
-    version, samples, epochs and traffic (``shards``), the traffic of all of them
-    together, and every failure any shard holds.
+    Shard 0's, with the epochs every shard closed (``epochs_done``), any shard's abort
+    or stop, each shard's version, samples, epochs and traffic (``shards``), the
+    traffic of all of them together, and every failure any shard holds.
 
     Example:
         >>> one = {"version": 3, "samples_seen": 9, "epochs_done": 2, "failures": {},
@@ -174,12 +174,19 @@ def joined_status(statuses: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """
     status = dict(statuses[0])
     status["epochs_done"] = min(int(s["epochs_done"]) for s in statuses)
+    # A shard in the cluster aborts or stops on its own (a worker's fatal failure
+    # reaches every shard, but one may be told first): the fit's state is any shard's.
+    status["aborted"] = next((s.get("aborted") for s in statuses if s.get("aborted")), None)
+    for key in ("stop_requested", "finished"):
+        if key in status:
+            status[key] = any(s.get(key) for s in statuses)
     status["shards"] = [
         {
             "shard": j,
             "version": s["version"],
             "samples_seen": s["samples_seen"],
             "epochs_done": s["epochs_done"],
+            "initial_epochs": s.get("initial_epochs"),
             "traffic": s["traffic"],
         }
         for j, s in enumerate(statuses)

@@ -168,6 +168,7 @@ def run(spark: Any, scenario: str, workdir: str) -> dict[str, Any]:
             service_workers=service["workers"],
             full_answers=service.get("full_answers"),
             shards=service.get("shards"),
+            initial_epochs=service.get("initial_epochs"),
             workers=[
                 {k: w.get(k) for k in ("worker", "attempt", "resumed_at", "epochs_run", "syncs")}
                 for w in report["workers"]

@@ -115,9 +115,15 @@ def test_a_killed_service_host_resumes_from_its_last_snapshot(results, scenario)
         # the host died), and nothing trains twice beyond it.
         assert seen % ROWS == 0 and seen <= EPOCHS * ROWS, seen
     assert all(w["epochs_run"] <= EPOCHS for w in result["workers"])
+    # The new service resumed from its snapshot's epoch and served exactly the rest.
+    resumed = result["initial_epochs"]
+    assert seen == (EPOCHS - resumed) * ROWS, (seen, resumed)
+    if scenario.startswith("sync"):
+        assert resumed == 5
     if scenario.endswith("-shards"):
         # Every shard resumed from the same epoch: each served the same samples.
         assert [s["shard"] for s in result["shards"]] == [0, 1]
+        assert {s["initial_epochs"] for s in result["shards"]} == {resumed}
         assert {s["samples_seen"] for s in result["shards"]} == {seen}
 
 

@@ -454,3 +454,56 @@ def test_a_failure_during_the_wait_releases_it() -> None:
     started = time.monotonic()
     store.wait_callbacks(0, wait=10.0)
     assert time.monotonic() - started < 3.0
+
+
+@pytest.mark.parametrize("mode", ["synchronous", "asynchronous"])
+def test_epoch_copies_keep_the_center_as_each_epoch_closed(mode) -> None:
+    """A service in the cluster snapshots each epoch as it closed, not as the center is
+    when the snapshot is written (every shard's snapshot of an epoch is then of one
+    round)."""
+    merge = Average() if mode == "synchronous" else Delta()
+    store = joined(
+        WeightStore(
+            [np.zeros(3, np.float32)],
+            num_workers=2,
+            merge=merge,
+            mode=mode,
+            keep_epoch_copies=True,
+        )
+    )
+    seq = 0
+    for epoch in range(2):
+        for closing in (False, True):
+            seq += 1
+            for worker in (0, 1):
+                meta = {"epoch": epoch}
+                if closing:
+                    meta.update(epoch_logs={"loss": 1.0}, epoch_samples=5)
+                store.push(
+                    worker,
+                    seq=seq,
+                    attempt=0,
+                    base_version=store.version if mode == "synchronous" else 0,
+                    arrays=[np.full(3, float(seq), np.float32)],
+                    samples=5,
+                    meta=meta,
+                )
+        if epoch == 0:
+            at_close = store.weights()[0].copy()
+    if mode == "asynchronous":  # the center moves on; the copies stay as they were
+        store.push(
+            0,
+            seq=seq + 1,
+            attempt=0,
+            base_version=0,
+            arrays=[np.full(3, 9.0, np.float32)],
+            samples=1,
+            meta={"epoch": 2},
+        )
+    copies = store.take_epoch_copies(0.0)
+    assert [e for e, _, _ in copies] == [0, 1]
+    np.testing.assert_array_equal(copies[0][1][0], at_close)
+    assert copies[0][2] is None  # no outer optimizer
+    assert store.take_epoch_copies(0.0) == []  # taken once
+    plain = joined(WeightStore([np.zeros(3, np.float32)], num_workers=2, merge=merge, mode=mode))
+    assert plain.take_epoch_copies(0.0) == []
