@@ -366,7 +366,8 @@ class TrainConfig:
             ``local-cluster[...]``), where the traffic never leaves the machine.
         service_placement: Where the parameter service runs: ``"driver"`` (in this
             process; executors connect to it), ``"cluster"`` (inside the training job,
-            beside one worker; this process follows the fit through Spark jobs only,
+            beside worker 0, or workers 0..k-1 with ``service_shards=k``; this process
+            follows the fit through Spark jobs only,
             so it never listens on a socket), or ``"auto"``: the driver on a classic
             session, the cluster on Spark Connect.
         service_shards: Split the weights over this many parameter services of about

@@ -5,29 +5,33 @@ a notebook container, Databricks serverless), so the service runs beside a worke
 the barrier stage, as PySpark's TorchDistributor runs its rendezvous in barrier task 0.
 Every worker, once its partition is cached, enters :class:`Hosted`:
 
-1. Worker 0 builds the store from the newest *snapshot* on its machine (the service's
-   host writes one after every closed epoch, in the checkpoint format, to the
-   executor's local disk), else from the model, and starts the service on its
-   executor's address (TLS as the plan says, the fit's token, and the relay's routes
-   for the driver: :mod:`sparkdl.server.relay`).
-2. One ``allGather`` gives every worker the service's URL, certificate and starting
-   epoch, and how many epochs each worker's machine has a snapshot of. If another
-   machine holds a newer snapshot (a retried stage after worker 0 moved), worker 0
-   stops its service and the worker with the newest one (the lowest id among equals)
-   hosts instead, shared by a second ``allGather``: the retried stage finds the center
-   where it survived. Each gather costs its waiters up to a second (Spark polls a
-   barrier once a second), so a first attempt makes only one.
-3. Each worker writes the service's address (never the token) to a *rendezvous file*
+1. Worker j (j < ``service_shards``, one shard with the default of 1) builds shard j's
+   store from the newest *snapshot* of it on its machine (each host writes one after
+   every closed epoch, in the checkpoint format, to the executor's local disk), else
+   from the model, and starts the shard's service on its executor's address (TLS as
+   the plan says with a certificate of its own, the fit's token, and the relay's
+   routes for the driver: :mod:`sparkdl.server.relay`).
+2. One ``allGather`` gives every worker every shard's URL, certificate and starting
+   epoch, and the epochs each worker's machine has a snapshot of, per shard. Every
+   shard must resume from one epoch: the newest of which some machine holds a
+   snapshot of every shard (:func:`_common_epoch`). If a host started from another
+   one, or the snapshot is on another machine only (a retried stage after the
+   workers moved), the hosts stop and the workers that hold it host instead
+   (:func:`_choose_hosts`), shared by a second ``allGather``: the retried stage finds
+   the center where it survived. Snapshots newer than that epoch are an abandoned
+   attempt's and are removed. Each gather costs its waiters up to a second (Spark
+   polls a barrier once a second), so a first attempt makes only one.
+3. Each worker writes every shard's address (never the token) to a *rendezvous file*
    of its own on its machine, where the driver's relay jobs find it
    (:mod:`sparkdl.relay`).
-4. After training, each worker tells the service it left (``POST /leave``); the host
-   waits until every worker left, then returns the service's result (weights,
-   history, status) as extra result rows (:func:`sparkdl.payload.result_rows`) and
-   stops it.
+4. After training, each worker tells every shard it left (``POST /leave``); each host
+   waits until every worker left its shards, then returns their results (weights,
+   history, status, the outer optimizer's state) as extra result rows
+   (:func:`sparkdl.payload.result_rows`) and stops them.
 
-If the host's Python process dies, Spark retries the whole barrier stage (its output
+If a host's Python process dies, Spark retries the whole barrier stage (its output
 feeds a shuffle: :func:`sparkdl.fit._run_barrier_job`); the new attempt rejoins at step
-1 and resumes from the last closed epoch.
+1 and resumes from the last epoch every shard closed and wrote.
 
 Example:
     >>> _common_epoch([[[4, 5], [4]], [[], [5]]], shards=2)  # 2 workers, 2 shards
