@@ -66,6 +66,9 @@ _log = logging.getLogger(__name__)
 #: Rendezvous files and snapshots untouched for this long belong to fits that ended
 #: (:func:`prune`).
 PRUNE_SECONDS = 2 * 24 * 3600.0
+#: How long a retried stage's host waits for a set ``port`` the attempt it replaces
+#: still holds.
+BIND_WAIT_SECONDS = 30.0
 
 
 class Hosted:
@@ -326,14 +329,17 @@ class Hosted:
         store.plan_rows(hosting.planned_rows)
         host = hosting.bind_host or _executor_host(self._context, self._worker)
         certificate = Certificate.make(host) if plan.service_tls else None
-        service = ParameterService(
-            store,
-            host=host,
-            port=plan.port + shard if plan.port else 0,  # a set port: shard j takes port + j
-            token=payload.token,
-            tls=certificate,
-            relay_digest=hosting.relay_digest,
-        ).start()
+        service = _start(
+            lambda: ParameterService(
+                store,
+                host=host,
+                port=plan.port + shard if plan.port else 0,  # a set port: shard j takes port + j
+                token=payload.token,
+                tls=certificate,
+                relay_digest=hosting.relay_digest,
+            ),
+            wait=BIND_WAIT_SECONDS if plan.port else 0.0,
+        )
         self._services.append(service)
         self._shards_served.append(shard)
         done = snapshot.epoch if snapshot else plan.initial_epoch
@@ -351,6 +357,28 @@ class Hosted:
             "cert": certificate.pem.decode() if certificate else "",
             "initial_epoch": done,
         }
+
+
+def _start(make: Callable[[], Any], wait: float) -> Any:
+    """Starts the service ``make()`` builds; a set port still held (by the service of
+    the attempt this retried stage replaces, whose process Spark is still killing) is
+    tried again for up to ``wait`` seconds."""
+    import errno
+
+    from sparkdl.errors import ServiceError
+
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return make().start()
+        except ServiceError as exc:
+            cause = exc.__cause__
+            busy = isinstance(cause, OSError) and (
+                cause.errno == errno.EADDRINUSE or "in use" in str(cause)
+            )
+            if not busy or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.5)
 
 
 def rendezvous_dir() -> str:
