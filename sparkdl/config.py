@@ -433,8 +433,9 @@ class TrainConfig:
             ``frequency="epoch"`` never overlaps). ``None``: on for asynchronous and
             hogwild modes. Synchronous rounds always wait for their result.
         compression: Updates travel compressed both ways: ``"fp16"``, ``"bf16"``,
-            ``"topk"`` (the ``compression_ratio`` largest values of each array) or
-            ``"sign"`` (1 bit per value and two scales per array). What an encoding
+            ``"topk"`` (the ``compression_ratio`` largest values of each array),
+            ``"sign"`` (1 bit per value and two scales per array) or ``"int4"`` (4 bits
+            per value and a scale per block of 64 values). What an encoding
             leaves out is added to the worker's next update (error feedback), and
             answers carry the center's change since the copy each worker holds
             (:mod:`sparkdl.sync.codecs`). ``None``: full float updates.

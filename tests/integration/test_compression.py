@@ -18,7 +18,7 @@ from sparkdl import KerasEstimator
 # Accuracy sweeps over every codec and merge (20 fits): the --all tier.
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-CODECS = ["fp16", "bf16", "topk", "sign"]
+CODECS = ["fp16", "bf16", "topk", "sign", "int4"]
 #: Points a one-seed compressed fit may end below the uncompressed one.
 SLACK = 0.05
 
@@ -64,7 +64,7 @@ def test_every_codec_trains_like_uncompressed_updates(digits, mode: str, merge: 
         assert got >= want - SLACK, (codec, got, want)
         push, answer = _bytes(fitted)
         # digits_model's small arrays (biases) travel whole; the wide ones shrink.
-        shrink = 1.9 if codec in ("fp16", "bf16") else 10
+        shrink = {"fp16": 1.9, "bf16": 1.9, "int4": 6}.get(codec, 10)
         assert push * shrink < full_push and answer * shrink < full_answer, (codec, push, answer)
         assert fitted.fit_report["service"]["full_answers"] == {"0": 1, "1": 1}
         # Each worker's closing push went whole: what error feedback held back arrived.
@@ -76,10 +76,10 @@ def test_every_codec_trains_like_uncompressed_updates(digits, mode: str, merge: 
 @pytest.mark.parametrize(
     ("mode", "merge", "codecs"),
     [
-        ("synchronous", "delta", ["topk", "sign"]),
+        ("synchronous", "delta", ["topk", "sign", "int4"]),
         ("synchronous", "elastic", ["fp16", "topk"]),
         ("asynchronous", "average", ["bf16", "sign"]),
-        ("asynchronous", "elastic", ["sign", "topk"]),
+        ("asynchronous", "elastic", ["sign", "topk", "int4"]),
         ("hogwild", "average", ["topk", "fp16"]),
         ("hogwild", "elastic", ["bf16", "sign"]),
     ],

@@ -21,6 +21,7 @@ from sparkdl.sync.codecs import (
     CodecError,
     Compression,
     Float16,
+    Int4,
     Sign,
     TopK,
     follow,
@@ -28,7 +29,7 @@ from sparkdl.sync.codecs import (
 )
 from sparkdl.sync.merges import Average, Delta, Elastic, Update
 
-CODECS: list[Codec] = [Float16(), BFloat16(), TopK(ratio=0.01), Sign()]
+CODECS: list[Codec] = [Float16(), BFloat16(), TopK(ratio=0.01), Sign(), Int4()]
 SPECS = [(np.dtype(np.float32), (40, 30)), (np.dtype(np.float32), (30,)), (np.dtype(np.int64), ())]
 
 
@@ -47,7 +48,7 @@ def test_small_and_integer_arrays_travel_whole(codec: Codec) -> None:
     cast every float array); integer arrays always travel as they are."""
     arrays = _arrays(0)
     decoded = codec.decode(codec.encode(arrays), SPECS)
-    if codec.name in ("topk", "sign"):
+    if codec.name in ("topk", "sign", "int4"):
         np.testing.assert_array_equal(decoded[1], arrays[1])  # 30 <= DENSE_BELOW values
     assert decoded[2] == arrays[2] and decoded[2].dtype == np.int64
     assert decoded[0].dtype == np.float32 and decoded[0].shape == (40, 30)
@@ -371,3 +372,37 @@ def test_only_the_fits_last_epoch_closes_whole() -> None:
         empty.on_epoch_begin(epoch)
         empty.on_epoch_end(epoch, {})
     assert [whole for _, whole in recorder.pushes] == [False] * 3 + [True, False, False]
+
+
+def test_int4_keeps_each_value_within_half_a_step_of_its_block() -> None:
+    arrays = _arrays(3, scale=50.0)
+    parts = Int4().encode(arrays)
+    assert parts[0].dtype == np.uint8 and parts[0].size == 600  # 1200 values, 2 a byte
+    assert parts[1].dtype == np.float32 and parts[1].size == 19  # ceil(1200 / 64)
+    decoded = Int4().decode(parts, SPECS)
+    flat = arrays[0].reshape(-1)
+    steps = np.repeat(parts[1], 64)[: flat.size]
+    assert (np.abs(decoded[0].reshape(-1) - flat) <= steps / 2 + 1e-6 * np.abs(flat)).all()
+    assert Int4().encoded_bytes(SPECS[:1]) == 600 + 4 * 19
+    # An odd count, zeros, and a block of one value.
+    for values in (np.zeros(301, np.float32), np.full(257, -3.5, np.float32)):
+        back = Int4().decode(Int4().encode([values]), [(np.dtype(np.float32), values.shape)])
+        np.testing.assert_allclose(back[0], values, atol=1e-6)
+
+
+def test_int4_refuses_parts_that_do_not_fit_and_nan() -> None:
+    good = Int4().encode([np.ones(300, np.float32)])
+    spec = [(np.dtype(np.float32), (300,))]
+    for bad in (
+        [good[0][:-1], good[1]],
+        [good[0], good[1][:-1]],
+        [good[0].astype(np.int8), good[1]],
+        [good[0], np.full_like(good[1], np.inf)],
+        [good[0], -good[1]],
+    ):
+        with pytest.raises(CodecError):
+            Int4().decode(bad, spec)
+    nan = np.ones(300, np.float32)
+    nan[5] = np.nan
+    with pytest.raises(CodecError, match="finite"):
+        Int4().decode(Int4().encode([nan]), spec)

@@ -1,0 +1,108 @@
+"""Fits with an outer optimizer on the service (``outer_optimizer``, issue SlowMo /
+DiLoCo): real Spark local[2], TensorFlow and HTTP. The steps themselves are checked
+against a reference in tests/unit/test_outer.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from examples.digits import accuracy, digits_model
+from sparkdl import KerasEstimator, checkpoints
+
+pytestmark = [pytest.mark.spark]
+
+#: The modes and merges an outer optimizer works with.
+OUTER_COMBINATIONS = [
+    (mode, merge)
+    for mode in ("synchronous", "asynchronous", "hogwild")
+    for merge in ("average", "delta")
+]
+
+
+def fit(train_df, **settings):  # type: ignore[no-untyped-def]
+    settings = {"num_workers": 2, "epochs": 3, "seed": 0, "frequency": 4, **settings}
+    return KerasEstimator(model=digits_model(), **settings).fit(train_df)
+
+
+def same_weights(a, b) -> None:  # type: ignore[no-untyped-def]
+    for x, y in zip(a.get_model().get_weights(), b.get_model().get_weights(), strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_sgd_at_rate_1_without_momentum_gives_todays_weights(digits) -> None:
+    train_df, _, _ = digits
+    today = fit(train_df)
+    identity = fit(train_df, outer_optimizer="sgd", outer_learning_rate=1.0, outer_momentum=0.0)
+    same_weights(today, identity)
+    assert identity.history == today.history
+    assert identity.fit_report["resolved"]["outer optimizer"].startswith("sgd, learning rate 1")
+
+
+@pytest.mark.slow
+def test_shards_keep_the_outer_state_apart_and_give_one_services_weights(digits) -> None:
+    train_df, _, _ = digits
+    settings = {"outer_optimizer": "nesterov", "frequency": 8}
+    one = fit(train_df, **settings)
+    two = fit(train_df, service_shards=2, **settings)
+    same_weights(one, two)  # the outer step is element by element, as the merge
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("mode", "merge"), OUTER_COMBINATIONS)
+def test_diloco_defaults_reach_accuracy_in_every_mode(digits, mode, merge) -> None:
+    """DiLoCo's outer Nesterov (0.7, 0.9) with a sync every 16 batches."""
+    train_df, _, (_, x_test, _, y_test) = digits
+    fitted = fit(
+        train_df, mode=mode, merge=merge, epochs=20, frequency=16, outer_optimizer="nesterov"
+    )
+    assert accuracy(fitted.get_model(), x_test, y_test) >= 0.93
+
+
+@pytest.mark.slow
+def test_checkpoints_carry_the_outer_state_and_a_resume_uses_it(digits, tmp_path) -> None:
+    train_df, _, _ = digits
+    directory = str(tmp_path / "checkpoints")
+    settings = {"outer_optimizer": "nesterov", "checkpoint_dir": directory}
+    fit(train_df, epochs=2, **settings)
+    saved = checkpoints.latest(directory)
+    assert saved is not None and saved.epoch == 2 and saved.outer is not None
+    momentum = saved.outer[0][: len(saved.weights)]
+    assert any(np.abs(m).max() > 0 for m in momentum)  # a real state, not zeros
+    resumed = fit(train_df, epochs=3, resume=True, **settings)
+    # The same resume without the state (a checkpoint of today's format): other weights.
+    os.remove(os.path.join(saved.path, "outer.sdlw"))
+    state_file = os.path.join(saved.path, "state.json")
+    with open(state_file) as f:
+        state = json.load(f)
+    del state["outer_pushes"]
+    with open(state_file, "w") as f:
+        json.dump(state, f)
+    for path in os.listdir(directory):  # only epoch 2's checkpoint stays
+        if path != os.path.basename(saved.path):
+            shutil.rmtree(os.path.join(directory, path))
+    fresh = fit(train_df, epochs=3, resume=True, **settings)
+    assert resumed.history["loss"][:2] == fresh.history["loss"][:2]
+    differs = any(
+        not np.array_equal(a, b)
+        for a, b in zip(
+            resumed.get_model().get_weights(), fresh.get_model().get_weights(), strict=True
+        )
+    )
+    assert differs
+
+
+def test_an_outer_state_of_another_model_is_refused_with_the_fix(digits, tmp_path) -> None:
+    from sparkdl.errors import ConfigError
+
+    train_df, _, _ = digits
+    directory = str(tmp_path / "checkpoints")
+    weights = digits_model().get_weights()
+    wrong = ([np.zeros(3, np.float32)] * (2 * len(weights)), 4)
+    checkpoints.write(directory, 1, weights, {"loss": [1.0]}, {}, 1, outer=wrong)
+    with pytest.raises(ConfigError, match="outer optimizer state does not match"):
+        fit(train_df, epochs=2, resume=True, checkpoint_dir=directory, outer_optimizer="nesterov")
