@@ -78,6 +78,7 @@ class SyncConfig:
     outer_optimizer: str | None = None
     outer_learning_rate: float | None = None
     outer_momentum: float | None = None
+    sync_fragments: int = 1
 
     def __post_init__(self) -> None:
         mode = mode_class(self.mode)
@@ -94,6 +95,16 @@ class SyncConfig:
         _fraction("elastic_alpha", self.elastic_alpha)
         _fraction("delta_scale", self.delta_scale)
         self._check_outer()
+        fragments = self.sync_fragments
+        if (
+            isinstance(fragments, bool)
+            or not isinstance(fragments, int)
+            or not 1 <= fragments <= MAX_SHARDS
+        ):
+            raise ConfigError(
+                f"Expected sync_fragments to be an int in [1, {MAX_SHARDS}]. "
+                f"Received: sync_fragments={fragments!r}"
+            )
         freq = self.frequency
         if isinstance(freq, bool) or not (
             (isinstance(freq, int) and freq >= 1) or freq in FREQUENCIES
@@ -464,6 +475,12 @@ class TrainConfig:
             the merge itself.
         outer_momentum: The outer optimizer's momentum, in [0, 1); ``None``: 0.9
             (DiLoCo's).
+        sync_fragments: Split the weights into this many fragments of about equal bytes
+            and sync one at a time, in turn (Streaming DiLoCo): each sync within an
+            epoch pushes and pulls one fragment, so it carries 1/``sync_fragments`` of
+            the bytes, and each fragment syncs every ``sync_fragments`` syncs; an
+            epoch's closing sync carries every fragment. The fragments are the
+            service's shards (``service_shards`` 1 or the same number).
 
     Raises:
         ConfigError: A value is out of range or unknown.
@@ -513,6 +530,7 @@ class TrainConfig:
     outer_optimizer: str | None = SyncConfig.outer_optimizer
     outer_learning_rate: float | None = SyncConfig.outer_learning_rate
     outer_momentum: float | None = SyncConfig.outer_momentum
+    sync_fragments: int = SyncConfig.sync_fragments
     # The same settings by concern, each group validated when the config is built.
     sync: SyncConfig = field(init=False, repr=False, compare=False)
     scaling: ScalingConfig = field(init=False, repr=False, compare=False)
@@ -526,6 +544,13 @@ class TrainConfig:
             fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(group)}
             object.__setattr__(self, attr, group(**fields))
         object.__setattr__(self, "merge", self.sync.merge)  # the mode's default, resolved
+        fragments, shards = self.sync_fragments, self.service_shards
+        if fragments > 1 and shards not in (1, fragments):
+            raise ConfigError(
+                f"sync_fragments={fragments} makes the fragments the service's shards, so "
+                f"service_shards={shards} must be 1 or {fragments}. Set service_shards="
+                f"{fragments}, or drop one of them."
+            )
         backup, workers = self.backup_workers, self.num_workers
         if backup and workers is not None and backup >= workers:
             raise ConfigError(

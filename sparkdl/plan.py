@@ -77,6 +77,8 @@ class FitPlan:
         service_shards: Parameter services the weights split over
             (:mod:`sparkdl.sync.shards`).
         outer: The service's outer optimizer (:mod:`sparkdl.sync.outer`), or ``None``.
+        fragments: Fragments synced in turn (``sync_fragments``): each is one of the
+            service's shards.
         data_cache: ``"auto"``, ``"memory"`` or ``"disk"`` (``TrainConfig.data_cache``).
         cache_budget: Bytes of its partition an ``"auto"`` worker keeps in memory.
         tf_logs: How workers load TensorFlow: its C++ log level, and whether its
@@ -109,6 +111,7 @@ class FitPlan:
     service_placement: str = "driver"
     service_shards: int = 1
     outer: OuterOptimizer | None = None
+    fragments: int = 1
     data_cache: str = "auto"
     cache_budget: int = DEFAULT_CACHE_BUDGET
     tf_logs: TensorFlowLogs = field(default_factory=TensorFlowLogs)
@@ -194,8 +197,13 @@ class FitPlan:
             port=config.port,
             service_tls=not local_master if tls is None else tls,
             service_placement=service_placement,
-            service_shards=_shards(config.service.service_shards, service_placement, num_workers),
+            service_shards=_shards(
+                max(config.service.service_shards, sync.sync_fragments),
+                service_placement,
+                num_workers,
+            ),
             outer=_outer(sync),
+            fragments=sync.sync_fragments,
             data_cache=config.scaling.data_cache,
             cache_budget=cache_budget,
             tf_logs=tf_logs or TensorFlowLogs(),
@@ -239,6 +247,8 @@ class FitPlan:
             if self.frequency == 1
             else f"every {self.frequency} batches"
         )
+        if self.fragments > 1:
+            sync += f", one of {self.fragments} fragments a sync (every one at an epoch's end)"
         if self.overlap:
             sync += ", pushes overlap training"
         if self.backup_workers:

@@ -103,9 +103,11 @@ class SyncCallback(keras.callbacks.Callback):
         last = self.stop or self._epoch + 1 >= self.last_epoch
         for _ in range(end.mid):
             self._sync(rows, logs, None, whole=last)
+        for _ in range(end.padding if end.first else 0):
+            self._sync(rows, {}, None)
         if end.closes:
             self._sync(rows, logs, logs, self._epoch_states(logs), whole=last)
-        for _ in range(end.padding):  # every worker takes part in every round
+        for _ in range(0 if end.first else end.padding):  # every worker in every round
             self._sync(rows, {}, None)
         if self.stop:
             self.model.stop_training = True  # a driver callback stopped the fit
@@ -164,7 +166,9 @@ class SyncCallback(keras.callbacks.Callback):
                 meta["epoch_states"] = states
         # An epoch's closing push waits for its answer, so every epoch starts from
         # the center.
-        if self.pusher.push(seen - self._sent, meta, wait=epoch_logs is not None, whole=whole):
+        if self.pusher.push(
+            seen - self._sent, meta, wait=epoch_logs is not None, whole=whole, index=self._done
+        ):
             self._take_control()
         self._sent = seen
         self._done += 1

@@ -118,7 +118,15 @@ class Pusher:
             replica=client.control.get("replica") if compression else None,
         )
 
-    def push(self, samples: int, meta: dict[str, Any], *, wait: bool, whole: bool = False) -> bool:
+    def push(
+        self,
+        samples: int,
+        meta: dict[str, Any],
+        *,
+        wait: bool,
+        whole: bool = False,
+        index: int = 0,
+    ) -> bool:
         """Pushes the local weights' update; waits for the answer unless overlapping.
 
         Args:
@@ -127,6 +135,8 @@ class Pusher:
             wait: Wait for this push's answer even when overlapping.
             whole: With a codec, send this update whole, so what error feedback held
                 back reaches the center (the fit's closing push).
+            index: The sync's index within its epoch (a sharded pusher's fragment
+                follows from it; one pusher pushes every sync).
 
         Returns:
             Whether an answer was folded in (its :attr:`control` is then new).

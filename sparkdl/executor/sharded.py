@@ -52,11 +52,19 @@ class ShardedClient:
     """
 
     def __init__(
-        self, clients: Sequence[ServiceClient], layout: ShardLayout, *, realign: bool = False
+        self,
+        clients: Sequence[ServiceClient],
+        layout: ShardLayout,
+        *,
+        realign: bool = False,
+        fragments: bool = False,
     ) -> None:
         self.clients = list(clients)
-        self.realign = realign
+        self.realign = realign and not fragments
+        self.fragments = fragments
         self.layout = layout
+        #: Every shard's answer to the join.
+        self.joined: list[dict[str, Any]] = []
         self.worker = clients[0].worker
         self.attempt = clients[0].attempt
         self.url = clients[0].url
@@ -98,11 +106,38 @@ class ShardedClient:
         every shard holds the update of that span once. (In synchronous mode the shard
         that was ahead takes the replay as its next round: docs/guides/sharded-service.md.)"""
         answers = self.each(lambda c: c.join(rows))
+        self.joined = answers
         earliest = min(answers, key=_standing)
+        if self.fragments:
+            # Each fragment took only its own pushes: a worker resumes after the last
+            # push it made to any of them (what the others had not synced yet is lost
+            # with the process, as a worker's unsynced progress is).
+            return max(answers, key=_standing)
         if self.realign:
             for client in self.clients:
                 client.continue_from(int(earliest["seq"]))
         return earliest
+
+    def fragment_version(self, rounds: int) -> int:
+        """Synchronous fragments: the rounds of the whole fit done so far, from each
+        fragment's own rounds (every epoch, fragment ``f`` takes the syncs ``f, f + k,
+        ...`` before the last and the last, which closes the epoch): the resume point
+        after the last sync any fragment completed.
+
+        Example:
+            >>> client = ShardedClient.__new__(ShardedClient)
+            >>> client.joined = [{"version": 5}, {"version": 4}]  # rounds = 5: 0 2 | 4
+            >>> client.fragment_version(rounds=5)  # f0: epoch 1 done + (0, 2); f1: 1 + (1, 3)
+            8
+        """
+        count = len(self.joined)
+        done = 0
+        for fragment, answer in enumerate(self.joined):
+            mine = len(range(fragment, rounds - 1, count)) + 1  # its syncs an epoch
+            epochs, extra = divmod(int(answer["version"]), mine)
+            last = fragment + (extra - 1) * count + 1 if extra else 0
+            done = max(done, epochs * rounds + last)
+        return done
 
     def pull(
         self, min_version: int = 0, *, replica: int | None = None
@@ -148,11 +183,14 @@ class ShardedClient:
         first error raises, once every call ended)."""
         return self.each_shard(lambda j: call(self.clients[j]))
 
-    def each_shard(self, call: Callable[[int], _T]) -> list[_T]:
-        """``call(j)`` for every shard ``j`` at once, as :meth:`each`."""
-        if len(self.clients) == 1:
-            return [call(0)]
-        futures = [self._pool.submit(call, j) for j in range(len(self.clients))]
+    def each_shard(
+        self, call: Callable[[int], _T], shards: Sequence[int] | None = None
+    ) -> list[_T]:
+        """``call(j)`` for every shard ``j`` (of ``shards``) at once, as :meth:`each`."""
+        chosen = list(range(len(self.clients)) if shards is None else shards)
+        if len(chosen) == 1:
+            return [call(chosen[0])]
+        futures = [self._pool.submit(call, j) for j in chosen]
         return [f.result() for f in _all_done(futures)]
 
 
@@ -181,6 +219,11 @@ class ShardedPusher:
         self.layout = client.layout
         self.weights = weights
         self._slots = [_Slot() for _ in client.clients]
+        #: Fragments (``sync_fragments``): a sync pushes one shard, in turn.
+        self.fragments = client.fragments
+        self._pending = [0] * len(client.clients)  # samples each shard has not had
+        self._pushes = 0
+        self._whole_pushes = 0
         self.shards = [
             Pusher.after_pull(
                 shard_client,
@@ -209,21 +252,47 @@ class ShardedPusher:
 
     @property
     def pushes(self) -> int:
-        return self.shards[0].pushes
+        return self._pushes
 
     @property
     def whole_pushes(self) -> int:
-        return self.shards[0].whole_pushes
+        return self._whole_pushes
 
     @property
     def whole_bytes(self) -> int:
         return sum(p.whole_bytes for p in self.shards)
 
-    def push(self, samples: int, meta: dict[str, Any], *, wait: bool, whole: bool = False) -> bool:
-        """Pushes each shard its part of the update (see :meth:`Pusher.push`)."""
+    def push(
+        self,
+        samples: int,
+        meta: dict[str, Any],
+        *,
+        wait: bool,
+        whole: bool = False,
+        index: int = 0,
+    ) -> bool:
+        """Pushes each shard its part of the update (see :meth:`Pusher.push`); with
+        fragments, only shard ``index mod k`` unless the push closes an epoch, each
+        shard with the samples since its own last push."""
         rest = {k: v for k, v in meta.items() if k != "epoch_states"}
         metas = [meta] + [rest] * (len(self.shards) - 1)
-        return self._run(lambda j: self.shards[j].push(samples, metas[j], wait=wait, whole=whole))
+        count = len(self.shards)
+        targets = range(count)
+        if self.fragments and "epoch_logs" not in meta:
+            targets = range(index % count, index % count + 1)
+        self._pending = [n + samples for n in self._pending]
+        sent = {j: self._pending[j] for j in targets}
+        for j in targets:
+            self._pending[j] = 0
+        self._pushes += 1
+        before = sum(p.whole_pushes for p in self.shards)
+        answered = self._run(
+            lambda j: self.shards[j].push(sent[j], metas[j], wait=wait, whole=whole),
+            targets,
+        )
+        if sum(p.whole_pushes for p in self.shards) > before:
+            self._whole_pushes += 1
+        return answered
 
     def flush(self) -> bool:
         """Folds in every shard's answer still in flight."""
@@ -234,13 +303,14 @@ class ShardedPusher:
         for pusher in self.shards:
             pusher.close()
 
-    def _run(self, call: Callable[[int], bool]) -> bool:
-        """Runs ``call`` for every shard on its part of the local weights, then sets
-        the weights the shards' pushers left."""
+    def _run(self, call: Callable[[int], bool], targets: Sequence[int] | None = None) -> bool:
+        """Runs ``call`` for every shard (of ``targets``) on its part of the local
+        weights, then sets the weights the shards' pushers left."""
         parts = self.layout.split(self.weights.get())
         for slot, part in zip(self._slots, parts, strict=True):
             slot.load(part)
-        results = self.client.each_shard(call)
+        chosen = list(range(len(self._slots)) if targets is None else targets)
+        results = self.client.each_shard(call, chosen)
         if any(slot.changed for slot in self._slots):
             self.weights.set(self.layout.join([slot.value for slot in self._slots]))
         return any(results)

@@ -167,7 +167,10 @@ def _client(payload: WorkerPayload, worker: int, attempt: int) -> ServiceClient 
     if payload.shard_layout is None:
         return clients[0]
     return ShardedClient(
-        clients, ShardLayout.from_json(payload.shard_layout), realign=not plan.mode.barrier
+        clients,
+        ShardLayout.from_json(payload.shard_layout),
+        realign=not plan.mode.barrier,
+        fragments=plan.fragments > 1,
     )
 
 

@@ -79,6 +79,9 @@ def train(
     model.set_weights(weights)
     held_in = plan.held_in(data.rows)  # rows model.fit trains on
     schedule = _schedule(plan, held_in, joined["rows"])
+    if isinstance(client, ShardedClient) and client.fragments and plan.mode.barrier:
+        # Each fragment counts only its own rounds: the fit's, from all of them.
+        joined = dict(joined, version=client.fragment_version(schedule.rounds))
     epoch, skip, synced = _resume(payload, model, schedule, joined)
     access = WeightAccess(model)
     pusher: Pusher | ShardedPusher
@@ -138,6 +141,9 @@ def _schedule(plan: FitPlan, held_in: int, every_rows: list[int]) -> Schedule:
             [steps_for(plan.held_in(n), plan.batch_size) for n in every_rows],
             plan.frequency,
         ),
+        # Synchronous fragments: a sync's fragment follows from its index alone, so
+        # every worker closes its epochs on the same (last) round.
+        closing_last=plan.fragments > 1 and plan.mode.barrier,
     )
 
 

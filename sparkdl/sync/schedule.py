@@ -9,7 +9,7 @@ samples at its epoch's end; partitions of different sizes then never deadlock a 
 Example:
     >>> s = Schedule(rows=90, batch_size=10, frequency=4, rounds=3)
     >>> s.steps, s.mid_rounds, s.due(8), s.epoch_end(done=2)
-    (9, 2, 2, EpochEnd(mid=0, closes=True, padding=0))
+    (9, 2, 2, EpochEnd(mid=0, closes=True, padding=0, first=False))
 """
 
 from __future__ import annotations
@@ -57,11 +57,14 @@ def rounds_per_epoch(steps: list[int], frequency: int | None) -> int:
 @dataclass(frozen=True)
 class EpochEnd:
     """The syncs an epoch's end still owes: ``mid`` ones due before it, then the one
-    that ``closes`` it with the epoch's logs, then ``padding`` rounds with no samples."""
+    that ``closes`` it with the epoch's logs, then ``padding`` rounds with no samples
+    (the padding ``first`` with :attr:`Schedule.closing_last`)."""
 
     mid: int
     closes: bool
     padding: int
+    #: The padding comes before the closing sync (:attr:`Schedule.closing_last`).
+    first: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,12 +76,16 @@ class Schedule:
         batch_size: Rows per batch.
         frequency: Batches between syncs, or ``None`` for epoch ends only.
         rounds: Syncs per epoch (from :meth:`sparkdl.sync.modes.Mode.rounds_per_epoch`).
+        closing_last: A short partition's padding rounds come before its closing sync,
+            not after, so every worker's closing sync is the epoch's last round
+            (synchronous fragments: a sync's fragment follows from its index alone).
     """
 
     rows: int
     batch_size: int
     frequency: int | None
     rounds: int
+    closing_last: bool = False
 
     @property
     def steps(self) -> int:
@@ -115,9 +122,14 @@ class Schedule:
 
         Example:
             >>> Schedule(rows=20, batch_size=10, frequency=1, rounds=4).epoch_end(done=0)
-            EpochEnd(mid=1, closes=True, padding=2)
+            EpochEnd(mid=1, closes=True, padding=2, first=False)
+            >>> Schedule(20, 10, 1, rounds=4, closing_last=True).epoch_end(done=0)
+            EpochEnd(mid=1, closes=True, padding=2, first=True)
         """
         mid = max(self.mid_rounds - done, 0)
         after = done + mid
+        if self.closing_last:
+            padding = max(self.rounds - 1 - after, 0)
+            return EpochEnd(mid=mid, closes=after < self.rounds, padding=padding, first=True)
         closes = after == self.mid_rounds
         return EpochEnd(mid=mid, closes=closes, padding=max(self.rounds - after - closes, 0))

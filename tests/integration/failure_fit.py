@@ -9,7 +9,8 @@ Scenarios: ``sync-kill``, ``async-kill`` (partition 0's Python worker exits in t
 middle of epoch 6, on its first attempt only), ``sync-kill-hosted``,
 ``async-kill-hosted`` (the same with ``service_placement="cluster"``: the process that
 dies hosts the service), ``sync-kill-shards``, ``async-kill-shards`` (two shards in the
-cluster; partition 1's process, shard 1's host, dies), ``sync-clean``, ``async-clean`` (the
+cluster; partition 1's process, shard 1's host, dies), ``sync-kill-fragments``,
+``async-kill-fragments`` (``sync_fragments=2``: a worker dies between fragments), ``sync-clean``, ``async-clean`` (the
 same fits without a failure), ``async-always`` (partition 0 exits on every attempt, so
 retries run out), ``async-kill-topk``, ``sync-kill-sign`` (the kills with compressed
 updates: the new attempt starts from the full weights), ``sync-slow``, ``sync-backup``
@@ -113,6 +114,9 @@ def run(spark: Any, scenario: str, workdir: str) -> dict[str, Any]:
     elif scenario.endswith("-shards"):
         scenario_kind = scenario[: -len("-shards")]
         settings.update(service_placement="cluster", service_shards=2)
+    elif scenario.endswith("-fragments"):
+        scenario_kind = scenario[: -len("-fragments")]
+        settings.update(sync_fragments=2)
     else:
         scenario_kind = scenario
     if scenario_kind.endswith("-kill") or scenario == "async-always":

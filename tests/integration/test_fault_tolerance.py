@@ -61,6 +61,8 @@ def results() -> dict[str, dict[str, Any]]:
             "async-kill-hosted",
             "sync-kill-shards",
             "async-kill-shards",
+            "sync-kill-fragments",
+            "async-kill-fragments",
         ],
     )
 
@@ -125,6 +127,26 @@ def test_a_killed_service_host_resumes_from_its_last_snapshot(results, scenario)
         assert [s["shard"] for s in result["shards"]] == [0, 1]
         assert {s["initial_epochs"] for s in result["shards"]} == {resumed}
         assert {s["samples_seen"] for s in result["shards"]} == {seen}
+
+
+@pytest.mark.parametrize("scenario", ["sync-kill-fragments", "async-kill-fragments"])
+def test_a_killed_worker_of_a_fragmented_fit_resumes_where_its_fragments_stood(
+    results, scenario
+) -> None:
+    """sync_fragments=2: each fragment counted only its own rounds; the new attempt
+    resumes after the last sync any fragment completed (synchronous: the rounds of
+    both, mapped back onto the epoch's syncs) and the fit completes."""
+    result = results[scenario]
+    assert "error" not in result, result.get("error")
+    assert len(result["kills"]) == 1
+    assert result["epochs"] == EPOCHS and result["accuracy"] >= 0.93
+    worker = result["workers"][0]
+    # Killed 10 batches into epoch 6 with a sync every 4: back at its 8th batch.
+    assert worker["resumed_at"] == [5, 8], worker
+    if scenario.startswith("sync"):
+        # Shard 0 (fragment 0) takes every closing push: every sample, plus at most
+        # the dropped open round's.
+        assert EPOCHS * ROWS <= result["samples_seen"] <= EPOCHS * ROWS + 2 * 4 * 32 * 2
 
 
 @pytest.mark.parametrize("scenario", ["async-kill-topk", "sync-kill-sign"])
