@@ -98,8 +98,9 @@ class ShardedClient:
 
     def join(self, rows: int) -> dict[str, Any]:
         """Joins every shard; returns the answer of the shard where this worker stands
-        earliest: a task that died between two shards' pushes resumes before the push
-        the others missed.
+        earliest (with fragments: furthest, see :meth:`fragment_version` and
+        :meth:`missed_closing`): a task that died between two shards' pushes resumes
+        before the push the others missed.
 
         In asynchronous modes every shard's pushes are then numbered from that shard's
         last one, so the shards that took the push take its replay as a retry, and
@@ -122,22 +123,43 @@ class ShardedClient:
         """Synchronous fragments: the rounds of the whole fit done so far, from each
         fragment's own rounds (every epoch, fragment ``f`` takes the syncs ``f, f + k,
         ...`` before the last and the last, which closes the epoch): the resume point
-        after the last sync any fragment completed.
+        after the last sync every fragment it involves completed.
+
+        A worker that died while an epoch's closing sync (which involves every
+        fragment) was merged by some fragments only resumes before it: the fragments
+        that merged it take the replay as one more round, as a sharded service does
+        (docs/guides/sharded-service.md), and the others close the epoch.
 
         Example:
             >>> client = ShardedClient.__new__(ShardedClient)
             >>> client.joined = [{"version": 5}, {"version": 4}]  # rounds = 5: 0 2 | 4
             >>> client.fragment_version(rounds=5)  # f0: epoch 1 done + (0, 2); f1: 1 + (1, 3)
             8
+            >>> client.joined = [{"version": 3}, {"version": 2}]  # f1 missed the closing
+            >>> client.fragment_version(rounds=5)
+            4
         """
         count = len(self.joined)
-        done = 0
+        done = []
         for fragment, answer in enumerate(self.joined):
             mine = len(range(fragment, rounds - 1, count)) + 1  # its syncs an epoch
             epochs, extra = divmod(int(answer["version"]), mine)
             last = fragment + (extra - 1) * count + 1 if extra else 0
-            done = max(done, epochs * rounds + last)
-        return done
+            done.append(epochs * rounds + last)
+        furthest = max(done)
+        if furthest and furthest % rounds == 0 and min(done) < furthest:
+            return furthest - 1  # replay the closing sync some fragments missed
+        return furthest
+
+    def missed_closing(self, steps: int) -> tuple[int, int] | None:
+        """Asynchronous fragments: the position of an epoch's end (``steps`` batches)
+        that some fragment took the closing push of and another did not (the worker
+        died between them), or ``None``."""
+        positions = [_standing(a)[0] for a in self.joined]
+        furthest = max(positions)
+        if len(furthest) == 2 and furthest[1] >= steps and min(positions) < furthest:
+            return int(furthest[0]), int(furthest[1])
+        return None
 
     def pull(
         self, min_version: int = 0, *, replica: int | None = None

@@ -79,9 +79,15 @@ def train(
     model.set_weights(weights)
     held_in = plan.held_in(data.rows)  # rows model.fit trains on
     schedule = _schedule(plan, held_in, joined["rows"])
-    if isinstance(client, ShardedClient) and client.fragments and plan.mode.barrier:
-        # Each fragment counts only its own rounds: the fit's, from all of them.
-        joined = dict(joined, version=client.fragment_version(schedule.rounds))
+    if isinstance(client, ShardedClient) and client.fragments:
+        if plan.mode.barrier:
+            # Each fragment counts only its own rounds: the fit's, from all of them.
+            joined = dict(joined, version=client.fragment_version(schedule.rounds))
+        elif (closing := client.missed_closing(schedule.steps)) is not None:
+            # Replay the epoch's end from its last mid-epoch sync: the fragments that
+            # took the closing push take its batches twice, the others close the epoch.
+            last_mid = schedule.mid_rounds * (schedule.frequency or 0)
+            joined = dict(joined, position=[closing[0], last_mid])
     epoch, skip, synced = _resume(payload, model, schedule, joined)
     access = WeightAccess(model)
     pusher: Pusher | ShardedPusher

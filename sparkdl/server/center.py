@@ -130,6 +130,26 @@ class Center:
         for i, largest in enumerate(magnitudes):
             self._bounds[i] += largest
 
+    def check_outer(self, weights: Sequence[np.ndarray]) -> None:
+        """Refuses the result of an outer optimizer's step that left the dtype's range,
+        and raises the bounds :meth:`reserve` keeps to what it holds (an outer step
+        may move an array farther than the pushes' magnitudes: its momentum).
+
+        Raises:
+            StoreError: 400 naming the outer optimizer's settings; nothing changed.
+        """
+        found = [magnitude(w) if is_float(w) else 0.0 for w in weights]
+        for i, largest in enumerate(found):
+            if not np.isfinite(largest):
+                raise StoreError(
+                    400,
+                    f"The outer optimizer's step carried weight {i} past the range of "
+                    f"{self._specs[i][0]}; the update was refused and the center is "
+                    "unchanged. Lower outer_learning_rate or outer_momentum (or the "
+                    "workers' learning rate).",
+                )
+        self._bounds = [max(b, f) for b, f in zip(self._bounds, found, strict=True)]
+
     def commit(self, weights: list[np.ndarray]) -> None:
         """Makes ``weights`` (new arrays) the next version."""
         self.weights = weights

@@ -202,6 +202,7 @@ class AsynchronousPolicy(PushPolicy):
         after = store.merge.apply(store.center.weights, update, version)
         if store.outer is not None:
             after = store.outer.apply_push(store.center.weights, after)
+            store.center.check_outer(after)  # before anything changes
         store.center.commit(after)
 
     def _apply_unlocked(self, store: TrainingState, update: Update, version: int) -> None:
@@ -236,10 +237,15 @@ class HogwildPolicy(AsynchronousPolicy):
         try:
             if store.outer is None or store.outer.optimizer.identity:
                 store.merge.apply_in_place(store.center.weights, update, version)
-            else:  # the outer step on the push's change, added in place
+            else:  # the outer step on this push's change alone, added in place
                 live = store.center.weights
-                after = store.merge.apply(live, update, version)
-                steps = store.outer.push_steps(live, after)
+                base = [np.array(c) for c in live]  # one reading: others' adds go on
+                after = store.merge.apply(base, update, version)
+                steps = store.outer.push_steps(base, after)
+                with np.errstate(over="ignore", invalid="ignore"):
+                    store.center.check_outer(
+                        [b if s is None else b + s for b, s in zip(base, steps, strict=True)]
+                    )
                 for c, new, step in zip(live, after, steps, strict=True):
                     if step is None:
                         c[...] = new

@@ -317,6 +317,12 @@ class TrainingState(abc.ABC):
         merged = self.merge.combine(self.center.weights, updates)
         if self.outer is not None:
             merged = self.outer.round(self.center.weights, merged)
+            try:
+                self.center.check_outer(merged)
+            except StoreError as exc:  # the round is taken: no worker may wait for it
+                self.control.abort(exc.message)
+                self.lock.notify_all()
+                raise
         self.center.commit(merged)
         for done in self._copy_pending:
             self._copy_epoch(done)
@@ -329,7 +335,7 @@ class TrainingState(abc.ABC):
         ended, for :meth:`~sparkdl.server.store.WeightStore.take_epoch_copies`; at most
         :data:`MAX_EPOCH_COPIES` wait (the oldest goes)."""
         assert self.epoch_copies is not None
-        outer = (self.outer.arrays(), self.outer.pushes) if self.outer is not None else None
+        outer = self.outer.snapshot() if self.outer is not None else None
         self.epoch_copies[epoch] = ([np.array(w) for w in self.center.weights], outer)
         while len(self.epoch_copies) > MAX_EPOCH_COPIES:
             oldest = min(self.epoch_copies)

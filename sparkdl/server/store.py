@@ -245,9 +245,7 @@ class WeightStore(TrainingState):
         """The outer optimizer's state now (its arrays and push count: what a
         checkpoint keeps), or ``None`` without one."""
         with self.lock:
-            if self.outer is None:
-                return None
-            return self.outer.arrays(), self.outer.pushes
+            return self.outer.snapshot() if self.outer is not None else None
 
     def wait_epochs(self, count: int, wait: float) -> int:
         """Waits up to ``wait`` seconds until ``count`` epochs closed; returns how many."""

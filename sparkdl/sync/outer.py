@@ -42,6 +42,7 @@ Example:
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -118,8 +119,8 @@ class OuterState:
     """One store's outer optimizer state: the momentum buffer and, in asynchronous
     modes, the pseudo-gradients since the buffer's last update.
 
-    Not thread-safe: the store calls it under its lock (hogwild's step outside it, as
-    hogwild does everything).
+    Its own lock guards the buffers and the push count (the store calls it under its
+    lock, except hogwild's steps, which run outside it).
     """
 
     def __init__(
@@ -153,6 +154,7 @@ class OuterState:
             self.momentum = shapes
             self.accumulated = [np.zeros_like(s) for s in shapes]
         self.pushes = int(pushes)
+        self._lock = threading.Lock()
 
     # ------------------------------------------------------------ synchronous
     def round(self, center: Sequence[np.ndarray], merged: list[np.ndarray]) -> list[np.ndarray]:
@@ -161,13 +163,15 @@ class OuterState:
         if opt.identity:
             return merged
         out = []
-        for c, new, m in zip(center, merged, self.momentum, strict=True):
-            if not is_float(c):
-                out.append(new)
-                continue
-            g = c - new
-            step = self._momentum_step(m, g, c.dtype)
-            out.append((c - step).astype(c.dtype, copy=False))
+        # An overflow becomes inf, which the store refuses (Center.check_outer).
+        with self._lock, np.errstate(over="ignore", invalid="ignore"):
+            for c, new, m in zip(center, merged, self.momentum, strict=True):
+                if not is_float(c):
+                    out.append(new)
+                    continue
+                g = c - new
+                step = self._momentum_step(m, g, c.dtype)
+                out.append((c - step).astype(c.dtype, copy=False))
         return out
 
     # ----------------------------------------------------------- asynchronous
@@ -179,21 +183,22 @@ class OuterState:
         replaced (integer state: take ``after`` as it is)."""
         opt = self.optimizer
         lr = opt.learning_rate
-        self.pushes += 1
-        closing = self.pushes % self.period == 0
         steps: list[np.ndarray | None] = []
-        for c, new, m, acc in zip(center, after, self.momentum, self.accumulated, strict=True):
-            if not is_float(c):
-                steps.append(None)
-                continue
-            g = c - new
-            step = g * c.dtype.type(-lr)
-            if opt.momentum:
-                acc += g
-                if closing:
-                    step -= self._momentum_extra(m, acc, c.dtype)
-                    acc[...] = 0
-            steps.append(step)
+        with self._lock, np.errstate(over="ignore", invalid="ignore"):
+            self.pushes += 1
+            closing = self.pushes % self.period == 0
+            for c, new, m, acc in zip(center, after, self.momentum, self.accumulated, strict=True):
+                if not is_float(c):
+                    steps.append(None)
+                    continue
+                g = c - new
+                step = g * c.dtype.type(-lr)
+                if opt.momentum:
+                    acc += g
+                    if closing:
+                        step -= self._momentum_extra(m, acc, c.dtype)
+                        acc[...] = 0
+                steps.append(step)
         return steps
 
     def apply_push(self, center: Sequence[np.ndarray], after: list[np.ndarray]) -> list[np.ndarray]:
@@ -202,16 +207,23 @@ class OuterState:
         if self.optimizer.identity:
             return after
         steps = self.push_steps(center, after)
-        return [
-            new if s is None else np.add(c, s)
-            for c, new, s in zip(center, after, steps, strict=True)
-        ]
+        with np.errstate(over="ignore", invalid="ignore"):
+            return [
+                new if s is None else np.add(c, s)
+                for c, new, s in zip(center, after, steps, strict=True)
+            ]
 
     # -------------------------------------------------------------- checkpoint
     def arrays(self) -> list[np.ndarray]:
         """The state as arrays shaped like the weights: the momentum buffers, then the
         accumulated pseudo-gradients (zeros for integer weights)."""
-        return [np.array(a) for a in self.momentum + self.accumulated]
+        with self._lock:
+            return [np.array(a) for a in self.momentum + self.accumulated]
+
+    def snapshot(self) -> tuple[list[np.ndarray], int]:
+        """:meth:`arrays` and the push count, taken together."""
+        with self._lock:
+            return [np.array(a) for a in self.momentum + self.accumulated], self.pushes
 
     # ---------------------------------------------------------------- helpers
     def _momentum_step(self, m: np.ndarray, g: np.ndarray, dtype: Any) -> np.ndarray:

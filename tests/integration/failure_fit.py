@@ -10,12 +10,13 @@ middle of epoch 6, on its first attempt only), ``sync-kill-hosted``,
 ``async-kill-hosted`` (the same with ``service_placement="cluster"``: the process that
 dies hosts the service), ``sync-kill-shards``, ``async-kill-shards`` (two shards in the
 cluster; partition 1's process, shard 1's host, dies), ``sync-kill-fragments``,
-``async-kill-fragments`` (``sync_fragments=2``: a worker dies between fragments), ``sync-clean``, ``async-clean`` (the
-same fits without a failure), ``async-always`` (partition 0 exits on every attempt, so
-retries run out), ``async-kill-topk``, ``sync-kill-sign`` (the kills with compressed
-updates: the new attempt starts from the full weights), ``sync-slow``, ``sync-backup``
-(3 workers, partition 2 sleeps 150 ms per batch; without and with
-``backup_workers=1``), ``sync-fast`` (3 workers, none slow).
+``async-kill-fragments`` (``sync_fragments=2``: a worker dies mid-epoch, between two
+fragments' syncs), ``sync-clean``, ``async-clean`` (the same fits without a failure),
+``async-always`` (partition 0 exits on every attempt, so retries run out),
+``async-kill-topk``, ``sync-kill-sign`` (the kills with compressed updates: the new
+attempt starts from the full weights), ``sync-slow``, ``sync-backup`` (3 workers,
+partition 2 sleeps 150 ms per batch; without and with ``backup_workers=1``),
+``sync-fast`` (3 workers, none slow).
 Prints one ``RESULT {json}`` line per scenario.
 """
 

@@ -344,7 +344,9 @@ class _Recorder:
         self.pushes: list[tuple[int, bool]] = []
         self.control: dict[str, Any] = {}
 
-    def push(self, samples: int, meta: dict[str, Any], *, wait: bool, whole: bool) -> bool:
+    def push(
+        self, samples: int, meta: dict[str, Any], *, wait: bool, whole: bool, index: int = 0
+    ) -> bool:
         self.pushes.append((samples, whole))
         return False
 

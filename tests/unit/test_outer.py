@@ -188,3 +188,75 @@ def test_the_plan_resolves_diloco_defaults_and_says_so() -> None:
     )
     assert sgd.outer == OuterOptimizer("sgd", 0.7, 0.0)
     assert "Delayed Nesterov" in sgd.describe(0.01)["outer optimizer"]
+
+
+def test_an_outer_step_past_the_dtypes_range_is_refused_and_nothing_changes() -> None:
+    from sparkdl.server.errors import StoreError
+
+    outer = OuterOptimizer("sgd", learning_rate=1e4, momentum=0.0)
+    store = joined(
+        WeightStore(
+            [np.ones(4, np.float16)], num_workers=2, merge=Delta(), outer=outer, mode="asynchronous"
+        )
+    )
+    with pytest.raises(StoreError, match="outer_learning_rate or outer_momentum"):
+        store.push(
+            0,
+            seq=1,
+            attempt=0,
+            base_version=0,
+            arrays=[np.full(4, 10, np.float16)],
+            samples=1,
+            meta={},
+        )
+    np.testing.assert_array_equal(store.weights()[0], np.ones(4, np.float16))
+    assert store.version == 0
+    # Synchronous: the round is taken, so the fit is aborted with the same reason.
+    sync = joined(WeightStore([np.ones(4, np.float16)], num_workers=1, merge=Delta(), outer=outer))
+    with pytest.raises(StoreError):
+        sync.push(
+            0,
+            seq=1,
+            attempt=0,
+            base_version=0,
+            arrays=[np.full(4, 10, np.float16)],
+            samples=1,
+            meta={},
+        )
+    assert "outer_learning_rate" in (sync.status()["aborted"] or "")
+
+
+class _Recorder:
+    """A pusher that records each sync's index and whether it closes an epoch."""
+
+    def __init__(self) -> None:
+        self.syncs: list[tuple[int, bool]] = []
+        self.control: dict = {}  # type: ignore[type-arg]
+
+    def push(self, samples, meta, *, wait, whole=False, index=0):  # type: ignore[no-untyped-def]
+        self.syncs.append((index, "epoch_logs" in meta))
+        return False
+
+
+def test_synchronous_fragments_close_every_workers_epoch_on_the_same_round() -> None:
+    """A short partition pads before its closing sync (closing_last): at every sync
+    index every worker pushes the same kind of sync, so each fragment's rounds hold
+    the same workers."""
+    from sparkdl.executor.callback import SyncCallback
+    from sparkdl.sync.schedule import Schedule, rounds_per_epoch, steps_for
+
+    rows = [95, 41]  # 10 and 5 batches of 10: 2 and 1 mid syncs every 4 batches
+    rounds = rounds_per_epoch([steps_for(r, 10) for r in rows], 4)
+    seen = []
+    for n in rows:
+        recorder = _Recorder()
+        schedule = Schedule(rows=n, batch_size=10, frequency=4, rounds=rounds, closing_last=True)
+        callback = SyncCallback(recorder, schedule, last_epoch=2)  # type: ignore[arg-type]
+        for epoch in range(2):
+            callback.on_epoch_begin(epoch)
+            for batch in range(steps_for(n, 10)):
+                callback.on_train_batch_end(batch, {})
+            callback.on_epoch_end(epoch, {})
+        seen.append(recorder.syncs)
+    assert seen[0] == seen[1]
+    assert seen[0] == [(0, False), (1, False), (2, True)] * 2
