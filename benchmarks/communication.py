@@ -238,11 +238,11 @@ def _add(figures: Figures, fitted: Any, accuracy: float) -> None:
 
 
 def _print_table(table: dict[str, Figures]) -> None:
-    base = next(iter(table.values()))
+    base_name, base = next(iter(table.items()))
     base_bytes = statistics.mean(base.pushed)
     base_acc = statistics.mean(base.accuracies)
     print(
-        "| configuration | MB pushed | x fewer | accuracy, mean (min-max) | vs every batch, "
+        f"| configuration | MB pushed | x fewer | accuracy, mean (min-max) | vs {base_name}, "
         "pt | fit s |"
     )
     print("|---|---:|---:|---:|---:|---:|")
@@ -251,10 +251,14 @@ def _print_table(table: dict[str, Figures]) -> None:
         mean = statistics.mean(figures.accuracies)
         spread = f" ({min(figures.accuracies):.4f}-{max(figures.accuracies):.4f})"
         print(
-            f"| {name} | {pushed / 1e6:,.1f} | {base_bytes / pushed:,.0f} | {mean:.4f}{spread} "
+            f"| {name} | {pushed / 1e6:,.1f} | {_times(base_bytes / pushed)} | {mean:.4f}{spread} "
             f"| {100 * (mean - base_acc):+.2f} | {statistics.median(figures.seconds):.1f} |",
             flush=True,
         )
+
+
+def _times(ratio: float) -> str:
+    return f"{ratio:,.0f}" if ratio >= 10 else f"{ratio:.1f}"
 
 
 def _log(message: str) -> None:

@@ -105,6 +105,13 @@ class SyncConfig:
                 f"Expected sync_fragments to be an int in [1, {MAX_SHARDS}]. "
                 f"Received: sync_fragments={fragments!r}"
             )
+        if fragments > 1 and self.frequency == "epoch":
+            raise ConfigError(
+                f"sync_fragments={fragments} syncs one fragment at each sync within an "
+                "epoch, but frequency='epoch' makes every sync an epoch's closing one, "
+                "which carries every fragment. Set frequency to a number of batches "
+                "(e.g. frequency=64), or drop sync_fragments."
+            )
         freq = self.frequency
         if isinstance(freq, bool) or not (
             (isinstance(freq, int) and freq >= 1) or freq in FREQUENCIES

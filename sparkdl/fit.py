@@ -442,7 +442,7 @@ class Fit:
                     config.checkpoint_keep,
                     config.to_dict(),
                     self.history or {},
-                    outer=store.outer_state,
+                    outer=store.epoch_outer_state,
                 )
             )
         if not callbacks:

@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,8 @@ from sparkdl.sync.outer import OuterOptimizer
 from sparkdl.sync.recipe import LearningRateRecipe, resolve_scaling
 from sparkdl.sync.schedule import steps_for, train_rows
 from sparkdl.tf_logs import TensorFlowLogs
+
+_log = logging.getLogger("sparkdl.fit")
 
 if TYPE_CHECKING:
     from sparkdl.config import SyncConfig, TrainConfig
@@ -165,6 +168,20 @@ class FitPlan:
         whole_epoch = frequency is None or frequency >= steps_for(per_worker, run.batch_size)
         scaling = resolve_scaling(sync.lr_scaling, optimizer)
         merge = _merge(sync, scaling, num_workers, mode.barrier, whole_epoch)
+        if (
+            sync.outer_optimizer is not None
+            and not mode.barrier
+            and getattr(merge, "scale", None) == 1.0
+            and num_workers > 1
+        ):
+            _log.warning(
+                "outer_optimizer=%r amplifies each asynchronous delta, which is added in "
+                "full here (delta_scale=1): with %d workers the center may overshoot. "
+                "Keep lr_scaling='auto' (deltas divided by num_workers) or set "
+                "delta_scale.",
+                sync.outer_optimizer,
+                num_workers,
+            )
         tls = config.service.service_tls  # None: on unless the master is local
         return cls(
             mode=mode,
@@ -201,6 +218,7 @@ class FitPlan:
                 max(config.service.service_shards, sync.sync_fragments),
                 service_placement,
                 num_workers,
+                "sync_fragments" if sync.sync_fragments > 1 else "service_shards",
             ),
             outer=_outer(sync),
             fragments=sync.sync_fragments,
@@ -299,19 +317,19 @@ def _outer(sync: Any) -> OuterOptimizer | None:
     )
 
 
-def _shards(shards: int, placement: str, num_workers: int) -> int:
-    """``service_shards``, checked against where the service runs.
+def _shards(shards: int, placement: str, num_workers: int, setting: str) -> int:
+    """The service's shards (``setting``: ``service_shards`` or ``sync_fragments``,
+    whose fragments are the shards), checked against where the service runs.
 
     Raises:
         ConfigError: More shards in the cluster than workers to host them.
     """
     if shards > num_workers and placement == "cluster":
         raise ConfigError(
-            f"service_shards={shards} with service_placement='cluster' needs a worker "
+            f"{setting}={shards} with service_placement='cluster' needs a worker "
             f"to host each shard, and the fit has num_workers={num_workers} (set, or "
             "the cluster's task slots, less one for the relay's polls when callbacks, "
-            f"checkpoints or verbose are on). Use at most {num_workers} shards, or more "
-            "workers."
+            f"checkpoints or verbose are on). Use at most {num_workers}, or more workers."
         )
     return shards
 

@@ -175,6 +175,9 @@ class Relay:
                 later = [e for e in self._weights if e >= epoch]
                 if later:
                     self._served = min(later)
+                    for old in [e for e in self._weights if e < self._served]:
+                        del self._weights[old]  # the callbacks go on in order
+                        self._outer.pop(old, None)
                     return self._weights[self._served]
                 left = deadline - time.monotonic()
                 if left <= 0 or self._idle():
@@ -182,7 +185,7 @@ class Relay:
                 self._wake.set()
                 self._lock.wait(min(left, 0.5))
 
-    def outer_state(self) -> tuple[list[np.ndarray], int] | None:
+    def epoch_outer_state(self) -> tuple[list[np.ndarray], int] | None:
         """The outer optimizer's state that came with the weights
         :meth:`epoch_weights` last returned (``None`` without one)."""
         with self._lock:

@@ -42,9 +42,10 @@ class FitEvents(Protocol):
     def epoch_weights(self, epoch: int, wait: float) -> list[np.ndarray]:
         """The center weights as ``epoch`` ended."""
 
-    def outer_state(self) -> tuple[list[np.ndarray], int] | None:
+    def epoch_outer_state(self) -> tuple[list[np.ndarray], int] | None:
         """The outer optimizer's state (arrays shaped like the weights, twice, and the
-        push count) as the newest epoch the driver saw ended; ``None`` without one."""
+        push count) read with the weights ``epoch_weights`` last returned; ``None``
+        without one."""
 
     def release(self, epoch: int) -> None:
         """The driver's callbacks ran on ``epoch``: the workers may go on."""

@@ -99,9 +99,9 @@ class RelayRoutes:
         epoch = int_arg("epoch", 0)
         if epoch >= max(self.epochs, 1):
             raise BadArg(f"Expected 'epoch' below {self.epochs}. Received: {epoch}")
-        arrays = list(self.store.epoch_weights(epoch, wait=0.0))
+        weights, outer = self.store.epoch_state(epoch, wait=0.0)
+        arrays = list(weights)
         meta: dict[str, Any] = {"epoch": epoch}
-        outer = self.store.outer_state()
         if outer is not None:  # the outer optimizer's state follows, for checkpoints
             arrays += outer[0]
             meta["outer_pushes"] = outer[1]

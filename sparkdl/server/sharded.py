@@ -102,10 +102,11 @@ class ShardedStore:
             [s.epoch_weights(epoch, max(deadline - time.monotonic(), 0.0)) for s in self.stores]
         )
 
-    def outer_state(self) -> tuple[list[np.ndarray], int] | None:
-        """The outer optimizer's state of every shard, joined into the whole weights'
-        shapes (momentum, then the accumulated pseudo-gradients); shard 0's push count."""
-        states = [s.outer_state() for s in self.stores]
+    def epoch_outer_state(self) -> tuple[list[np.ndarray], int] | None:
+        """The outer optimizer's state every shard read with its weights, joined into
+        the whole weights' shapes (momentum, then the accumulated pseudo-gradients);
+        shard 0's push count."""
+        states = [s.epoch_outer_state() for s in self.stores]
         if states[0] is None:
             return None
         return join_outer(self.layout, [s for s in states if s is not None]), states[0][1]

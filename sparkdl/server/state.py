@@ -146,6 +146,8 @@ class TrainingState(abc.ABC):
         self.lock = threading.Condition()
         self.center = Center(weights)
         #: Copies of the center as epochs ended (epoch -> weights, outer state), or None.
+        #: The outer optimizer's state read with the weights of an epoch last served.
+        self._served_outer: tuple[list[np.ndarray], int] | None = None
         self.epoch_copies: dict[int, tuple[list[np.ndarray], Any]] | None = (
             {} if keep_epoch_copies else None
         )

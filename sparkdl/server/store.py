@@ -224,10 +224,25 @@ class WeightStore(TrainingState):
 
     # ------------------------------------------------------ the driver's events
     def epoch_weights(self, epoch: int, wait: float) -> list[np.ndarray]:
-        """The weights as epoch ``epoch`` ended (gated: once its last round merged)."""
+        """The weights as epoch ``epoch`` ended (gated: once its last round merged);
+        the outer optimizer's state is read with them (:meth:`epoch_outer_state`)."""
+        return self.epoch_state(epoch, wait)[0]
+
+    def epoch_state(
+        self, epoch: int, wait: float
+    ) -> tuple[list[np.ndarray], tuple[list[np.ndarray], int] | None]:
+        """:meth:`epoch_weights` and the outer optimizer's state, read together."""
         with self.lock:
             self._wait_until(lambda: self.control.epoch_merged(epoch), wait)
-            return self.center.weights
+            outer = self.outer.snapshot() if self.outer is not None else None
+            self._served_outer = outer
+            return self.center.weights, outer
+
+    def epoch_outer_state(self) -> tuple[list[np.ndarray], int] | None:
+        """The outer optimizer's state read with the weights :meth:`epoch_weights`
+        last returned (what a checkpoint of those weights keeps beside them)."""
+        with self.lock:
+            return self._served_outer
 
     def take_epoch_copies(self, wait: float) -> list[tuple[int, list[np.ndarray], Any]]:
         """Waits up to ``wait`` seconds for copies of the center as epochs ended

@@ -436,8 +436,11 @@ class Int4(Codec):
         size, block = flat.size, self.block
         blocks = -(-size // block)
         padded = np.zeros(blocks * block, np.float32)
-        limit = float_limit(np.float32)
-        padded[:size] = np.clip(flat, -limit, limit)  # (NaN stays NaN)
+        limit = min(float_limit(np.float32), float_limit(flat.dtype))
+        if float_limit(flat.dtype) > limit:  # float64: saturate before the cast
+            flat = np.clip(flat, -limit, limit)
+        padded[:size] = flat
+        np.clip(padded, -limit, limit, out=padded)  # inf saturates; NaN stays NaN
         rows = padded.reshape(blocks, block)
         scales = np.max(np.abs(rows), axis=1) / np.float32(7.0)
         safe = np.where(scales > 0, scales, np.float32(1.0))
@@ -456,6 +459,8 @@ class Int4(Codec):
         codes = np.empty(2 * packed.size, np.int8)
         codes[0::2] = packed >> 4
         codes[1::2] = packed & 15
+        if not codes[:size].all():  # 0 (step -8) is no step of the encoder's 15
+            raise CodecError("a 4-bit code is 0, outside the steps -7..7")
         steps = codes[:size].astype(np.float32) - np.float32(8.0)
         return (steps * np.repeat(scales, self.block)[:size]).astype(dtype, copy=False)
 

@@ -62,7 +62,9 @@ def test_fragments_in_the_cluster_train(digits) -> None:
 
 def test_fragments_and_other_shards_are_refused_with_the_fix() -> None:
     with pytest.raises(ConfigError, match="service_shards=3 must be 1 or 2"):
-        KerasEstimator(model=digits_model(), sync_fragments=2, service_shards=3)
+        KerasEstimator(model=digits_model(), sync_fragments=2, service_shards=3, frequency=8)
     for bad in (0, 65, 1.5, True):
         with pytest.raises(ConfigError, match=r"sync_fragments to be an int in \[1, 64\]"):
-            KerasEstimator(model=digits_model(), sync_fragments=bad)
+            KerasEstimator(model=digits_model(), sync_fragments=bad, frequency=8)
+    with pytest.raises(ConfigError, match="Set frequency to a number of batches"):
+        KerasEstimator(model=digits_model(), sync_fragments=2)  # frequency="epoch"

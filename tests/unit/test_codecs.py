@@ -408,3 +408,14 @@ def test_int4_refuses_parts_that_do_not_fit_and_nan() -> None:
     nan[5] = np.nan
     with pytest.raises(CodecError, match="finite"):
         Int4().decode(Int4().encode([nan]), spec)
+    with pytest.raises(CodecError, match="code is 0"):
+        Int4().decode([np.zeros_like(good[0]), good[1]], spec)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float64])
+def test_int4_takes_every_float_dtype_and_saturates_inf(dtype) -> None:
+    values = np.linspace(-3, 3, 300).astype(dtype)
+    values[7] = np.inf
+    spec = [(np.dtype(dtype), (300,))]
+    back = Int4().decode(Int4().encode([values]), spec)[0]
+    assert back.dtype == np.dtype(dtype) and np.isfinite(back.astype(np.float64)).all()
