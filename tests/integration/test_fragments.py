@@ -37,12 +37,16 @@ def test_synchronous_fragments_push_one_part_a_sync_and_train(digits) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["asynchronous", "hogwild"])
-def test_asynchronous_fragments_with_diloco_and_4_bit_updates_train(digits, mode) -> None:
+@pytest.mark.parametrize(
+    ("mode", "merge"),
+    [(m, g) for m in ("synchronous", "asynchronous", "hogwild") for g in ("average", "delta")],
+)
+def test_fragments_with_diloco_and_4_bit_updates_train_in_every_mode(digits, mode, merge) -> None:
     train_df, _, (_, x_test, _, y_test) = digits
     fitted = fit(
         train_df,
         mode=mode,
+        merge=merge,
         epochs=20,
         frequency=8,
         sync_fragments=2,
