@@ -486,8 +486,9 @@ class TrainConfig:
             and sync one at a time, in turn (Streaming DiLoCo): each sync within an
             epoch pushes and pulls one fragment, so it carries 1/``sync_fragments`` of
             the bytes, and each fragment syncs every ``sync_fragments`` syncs; an
-            epoch's closing sync carries every fragment. The fragments are the
-            service's shards (``service_shards`` 1 or the same number).
+            epoch's closing sync carries every fragment, so it needs ``frequency`` in
+            batches, several syncs an epoch. The fragments are the service's shards
+            (``service_shards`` 1 or the same number).
 
     Raises:
         ConfigError: A value is out of range or unknown.

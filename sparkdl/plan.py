@@ -168,19 +168,31 @@ class FitPlan:
         whole_epoch = frequency is None or frequency >= steps_for(per_worker, run.batch_size)
         scaling = resolve_scaling(sync.lr_scaling, optimizer)
         merge = _merge(sync, scaling, num_workers, mode.barrier, whole_epoch)
-        if (
-            sync.outer_optimizer is not None
-            and not mode.barrier
-            and getattr(merge, "scale", None) == 1.0
-            and num_workers > 1
-        ):
+        outer = _outer(sync)
+        amplifies = outer is not None and (outer.momentum > 0 or outer.learning_rate > 1)
+        if amplifies and not mode.barrier and getattr(merge, "scale", None) == 1.0:
+            fix = (
+                "Lower delta_scale"
+                if sync.delta_scale is not None
+                else "Keep lr_scaling='auto' (deltas divided by num_workers) or set delta_scale"
+            )
+            if num_workers > 1:
+                _log.warning(
+                    "outer_optimizer=%r amplifies each asynchronous delta, which is added "
+                    "in full here (delta_scale=1): with %d workers the center may "
+                    "overshoot. %s.",
+                    sync.outer_optimizer,
+                    num_workers,
+                    fix,
+                )
+        if sync.sync_fragments > 1 and whole_epoch:
             _log.warning(
-                "outer_optimizer=%r amplifies each asynchronous delta, which is added in "
-                "full here (delta_scale=1): with %d workers the center may overshoot. "
-                "Keep lr_scaling='auto' (deltas divided by num_workers) or set "
-                "delta_scale.",
-                sync.outer_optimizer,
-                num_workers,
+                "sync_fragments=%d: with frequency=%s a worker makes no sync within an "
+                "epoch (about %d batches), so every sync carries every fragment and the "
+                "fragments only add requests. Sync more often than once an epoch.",
+                sync.sync_fragments,
+                sync.frequency,
+                steps_for(per_worker, run.batch_size),
             )
         tls = config.service.service_tls  # None: on unless the master is local
         return cls(
@@ -220,7 +232,7 @@ class FitPlan:
                 num_workers,
                 "sync_fragments" if sync.sync_fragments > 1 else "service_shards",
             ),
-            outer=_outer(sync),
+            outer=outer,
             fragments=sync.sync_fragments,
             data_cache=config.scaling.data_cache,
             cache_budget=cache_budget,

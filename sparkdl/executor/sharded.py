@@ -65,6 +65,9 @@ class ShardedClient:
         self.layout = layout
         #: Every shard's answer to the join.
         self.joined: list[dict[str, Any]] = []
+        #: Fragments: the shards the next epoch-closing push goes to, when a resumed
+        #: worker replays a closing push some of them took already (``None``: all).
+        self.closing_to: list[int] | None = None
         self.worker = clients[0].worker
         self.attempt = clients[0].attempt
         self.url = clients[0].url
@@ -126,9 +129,8 @@ class ShardedClient:
         after the last sync every fragment it involves completed.
 
         A worker that died while an epoch's closing sync (which involves every
-        fragment) was merged by some fragments only resumes before it: the fragments
-        that merged it take the replay as one more round, as a sharded service does
-        (docs/guides/sharded-service.md), and the others close the epoch.
+        fragment) was merged by some fragments only resumes before it, and its replay
+        goes to the other fragments alone (:attr:`closing_to`).
 
         Example:
             >>> client = ShardedClient.__new__(ShardedClient)
@@ -136,8 +138,8 @@ class ShardedClient:
             >>> client.fragment_version(rounds=5)  # f0: epoch 1 done + (0, 2); f1: 1 + (1, 3)
             8
             >>> client.joined = [{"version": 3}, {"version": 2}]  # f1 missed the closing
-            >>> client.fragment_version(rounds=5)
-            4
+            >>> client.fragment_version(rounds=5), client.closing_to
+            (4, [1])
         """
         count = len(self.joined)
         done = []
@@ -148,16 +150,27 @@ class ShardedClient:
             done.append(epochs * rounds + last)
         furthest = max(done)
         if furthest and furthest % rounds == 0 and min(done) < furthest:
-            return furthest - 1  # replay the closing sync some fragments missed
+            # Replay the closing sync, to the fragments that missed it.
+            self.closing_to = [f for f, d in enumerate(done) if d < furthest]
+            return furthest - 1
         return furthest
 
     def missed_closing(self, steps: int) -> tuple[int, int] | None:
         """Asynchronous fragments: the position of an epoch's end (``steps`` batches)
         that some fragment took the closing push of and another did not (the worker
-        died between them), or ``None``."""
+        died between them), or ``None``; the replayed closing push then goes to the
+        fragments that missed it alone (:attr:`closing_to`).
+
+        Example:
+            >>> client = ShardedClient.__new__(ShardedClient)
+            >>> client.joined = [{"position": [3, 23]}, {"position": [3, 16]}]
+            >>> client.missed_closing(steps=23), client.closing_to
+            ((3, 23), [1])
+        """
         positions = [_standing(a)[0] for a in self.joined]
         furthest = max(positions)
         if len(furthest) == 2 and furthest[1] >= steps and min(positions) < furthest:
+            self.closing_to = [f for f, p in enumerate(positions) if p < furthest]
             return int(furthest[0]), int(furthest[1])
         return None
 
@@ -299,9 +312,11 @@ class ShardedPusher:
         rest = {k: v for k, v in meta.items() if k != "epoch_states"}
         metas = [meta] + [rest] * (len(self.shards) - 1)
         count = len(self.shards)
-        targets = range(count)
+        targets: Sequence[int] = range(count)
         if self.fragments and "epoch_logs" not in meta:
             targets = range(index % count, index % count + 1)
+        elif self.fragments and self.client.closing_to is not None:
+            targets, self.client.closing_to = self.client.closing_to, None  # a replay
         self._pending = [n + samples for n in self._pending]
         sent = {j: self._pending[j] for j in targets}
         for j in targets:

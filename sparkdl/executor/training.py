@@ -84,8 +84,8 @@ def train(
             # Each fragment counts only its own rounds: the fit's, from all of them.
             joined = dict(joined, version=client.fragment_version(schedule.rounds))
         elif (closing := client.missed_closing(schedule.steps)) is not None:
-            # Replay the epoch's end from its last mid-epoch sync: the fragments that
-            # took the closing push take its batches twice, the others close the epoch.
+            # Replay the epoch's end from its last mid-epoch sync; the closing push
+            # goes to the fragments that missed it alone.
             last_mid = schedule.mid_rounds * (schedule.frequency or 0)
             joined = dict(joined, position=[closing[0], last_mid])
     epoch, skip, synced = _resume(payload, model, schedule, joined)

@@ -23,12 +23,13 @@ Example:
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from sparkdl.errors import ConfigError
+from sparkdl.server.center import outer_magnitudes
 from sparkdl.server.errors import StoreError
 from sparkdl.sync.merges import Update
 from sparkdl.sync.modes import Asynchronous, Hogwild, Mode, Synchronous
@@ -200,9 +201,8 @@ class AsynchronousPolicy(PushPolicy):
 
     def _apply_locked(self, store: TrainingState, update: Update, version: int) -> None:
         after = store.merge.apply(store.center.weights, update, version)
-        if store.outer is not None:
-            after = store.outer.apply_push(store.center.weights, after)
-            store.center.check_outer(after)  # before anything changes
+        if store.outer is not None:  # refused before anything changes
+            after = store.outer.apply_push(store.center.weights, after, store.center.check_outer)
         store.center.commit(after)
 
     def _apply_unlocked(self, store: TrainingState, update: Update, version: int) -> None:
@@ -233,25 +233,44 @@ class HogwildPolicy(AsynchronousPolicy):
         for i, m in enumerate(update.magnitudes):
             store.in_flight[i] += m
 
+    def _outer_step(self, store: TrainingState, update: Update, version: int) -> None:
+        """Hogwild's outer step: from one reading of the center (the adds of other
+        pushes go on meanwhile), checked, then added in place. The push is already
+        counted, so a step past the dtype's range aborts the fit."""
+        assert store.outer is not None
+        live = store.center.weights
+        base = [np.array(c) for c in live]
+        after = store.merge.apply(base, update, version)
+        found: list[float] = []
+        try:
+            steps, _ = store.outer.push_steps(
+                base, after, lambda trial: found.extend(outer_magnitudes(trial, _specs_of(live)))
+            )
+        except StoreError as exc:
+            with store.lock:
+                store.control.abort(exc.message)
+                store.lock.notify_all()
+            raise
+        with store.lock:
+            store.center.raise_bounds(found)
+        for c, new, step in zip(live, after, steps, strict=True):
+            if step is None:
+                c[...] = new
+            else:
+                np.add(c, step.astype(c.dtype, copy=False), out=c)
+
     def _apply_unlocked(self, store: TrainingState, update: Update, version: int) -> None:
         try:
             if store.outer is None or store.outer.optimizer.identity:
                 store.merge.apply_in_place(store.center.weights, update, version)
             else:  # the outer step on this push's change alone, added in place
-                live = store.center.weights
-                base = [np.array(c) for c in live]  # one reading: others' adds go on
-                after = store.merge.apply(base, update, version)
-                steps = store.outer.push_steps(base, after)
-                with np.errstate(over="ignore", invalid="ignore"):
-                    store.center.check_outer(
-                        [b if s is None else b + s for b, s in zip(base, steps, strict=True)]
-                    )
-                for c, new, step in zip(live, after, steps, strict=True):
-                    if step is None:
-                        c[...] = new
-                    else:
-                        np.add(c, step, out=c)
+                self._outer_step(store, update, version)
         finally:
             with store.lock:
                 for i, m in enumerate(update.magnitudes):  # (rounding never below 0)
                     store.in_flight[i] = max(store.in_flight[i] - m, 0.0)
+
+
+def _specs_of(weights: Sequence[np.ndarray]) -> list[tuple[np.dtype[Any], tuple[int, ...]]]:
+    """``(dtype, shape)`` of each array (what an error message names)."""
+    return [(w.dtype, w.shape) for w in weights]

@@ -146,12 +146,12 @@ class TrainingState(abc.ABC):
         self.lock = threading.Condition()
         self.center = Center(weights)
         #: Copies of the center as epochs ended (epoch -> weights, outer state), or None.
-        #: The outer optimizer's state read with the weights of an epoch last served.
-        self._served_outer: tuple[list[np.ndarray], int] | None = None
         self.epoch_copies: dict[int, tuple[list[np.ndarray], Any]] | None = (
             {} if keep_epoch_copies else None
         )
         self._copy_pending: list[int] = []
+        #: The outer optimizer's state read with the weights of an epoch last served.
+        self._served_outer: tuple[list[np.ndarray], int] | None = None
         #: The outer optimizer's state (momentum beside the center), or None.
         self.outer: OuterState | None = (
             outer.state(
@@ -318,9 +318,8 @@ class TrainingState(abc.ABC):
             return
         merged = self.merge.combine(self.center.weights, updates)
         if self.outer is not None:
-            merged = self.outer.round(self.center.weights, merged)
             try:
-                self.center.check_outer(merged)
+                merged = self.outer.round(self.center.weights, merged, self.center.check_outer)
             except StoreError as exc:  # the round is taken: no worker may wait for it
                 self.control.abort(exc.message)
                 self.lock.notify_all()

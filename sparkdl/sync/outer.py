@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,7 +134,9 @@ class OuterState:
     ) -> None:
         self.optimizer = optimizer
         self.period = max(int(num_workers), 1)
-        shapes = [np.zeros_like(c) for c in center]  # (unused for integer weights)
+        # Shaped like the weights (unused for integer ones); 16-bit weights step in
+        # float32, so a pseudo-gradient never overflows where the result would fit.
+        shapes = [np.zeros(c.shape, _work_dtype(c)) for c in center]
         if arrays is not None:
             if len(arrays) != 2 * len(shapes) or any(
                 np.shape(a) != np.shape(s) for a, s in zip(arrays, shapes + shapes, strict=True)
@@ -157,66 +159,117 @@ class OuterState:
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------ synchronous
-    def round(self, center: Sequence[np.ndarray], merged: list[np.ndarray]) -> list[np.ndarray]:
-        """The center after one synchronous round whose merge gave ``merged``."""
+    def round(
+        self,
+        center: Sequence[np.ndarray],
+        merged: list[np.ndarray],
+        check: Callable[[list[np.ndarray]], None] | None = None,
+    ) -> list[np.ndarray]:
+        """The center after one synchronous round whose merge gave ``merged``.
+
+        ``check`` sees the new center first and may refuse it (raise): the state then
+        stays as it was.
+        """
         opt = self.optimizer
         if opt.identity:
             return merged
-        out = []
-        # An overflow becomes inf, which the store refuses (Center.check_outer).
+        lr, mu = opt.learning_rate, opt.momentum
+        out: list[np.ndarray] = []
+        buffers: dict[int, np.ndarray] = {}
+        # An overflow becomes inf, which ``check`` refuses (Center.outer_magnitudes).
         with self._lock, np.errstate(over="ignore", invalid="ignore"):
-            for c, new, m in zip(center, merged, self.momentum, strict=True):
+            for i, (c, new, m) in enumerate(zip(center, merged, self.momentum, strict=True)):
                 if not is_float(c):
                     out.append(new)
                     continue
-                g = c - new
-                step = self._momentum_step(m, g, c.dtype)
-                out.append((c - step).astype(c.dtype, copy=False))
+                base = c.astype(m.dtype, copy=False)
+                g = base - new.astype(m.dtype, copy=False)
+                if mu:
+                    buffers[i] = m * m.dtype.type(mu) + g
+                    update = (
+                        g + buffers[i] * m.dtype.type(mu) if opt.kind == "nesterov" else buffers[i]
+                    )
+                else:
+                    update = g
+                out.append((base - update * m.dtype.type(lr)).astype(c.dtype, copy=False))
+            if check is not None:
+                check(out)
+            for i, buffer in buffers.items():
+                self.momentum[i] = buffer
         return out
 
     # ----------------------------------------------------------- asynchronous
     def push_steps(
-        self, center: Sequence[np.ndarray], after: Sequence[np.ndarray]
-    ) -> list[np.ndarray | None]:
-        """What to add to ``center`` for one asynchronous push whose merge gave
-        ``after`` (Delayed Nesterov: module docstring); ``None`` for an array the merge
-        replaced (integer state: take ``after`` as it is)."""
+        self,
+        center: Sequence[np.ndarray],
+        after: Sequence[np.ndarray],
+        check: Callable[[list[np.ndarray]], None] | None = None,
+    ) -> tuple[list[np.ndarray | None], list[np.ndarray]]:
+        """One asynchronous push whose merge gave ``after`` (Delayed Nesterov: module
+        docstring): what to add to ``center`` (``None`` for an array the merge
+        replaced: integer state, take ``after``'s) and the new center.
+
+        ``check`` sees the new center first and may refuse it (raise): the state then
+        stays as it was.
+        """
         opt = self.optimizer
-        lr = opt.learning_rate
+        lr, mu = opt.learning_rate, opt.momentum
         steps: list[np.ndarray | None] = []
+        trial: list[np.ndarray] = []
+        sums: dict[int, np.ndarray] = {}
+        buffers: dict[int, np.ndarray] = {}
         with self._lock, np.errstate(over="ignore", invalid="ignore"):
-            self.pushes += 1
-            closing = self.pushes % self.period == 0
-            for c, new, m, acc in zip(center, after, self.momentum, self.accumulated, strict=True):
+            pushes = self.pushes + 1
+            closing = pushes % self.period == 0
+            for i, (c, new, m, acc) in enumerate(
+                zip(center, after, self.momentum, self.accumulated, strict=True)
+            ):
                 if not is_float(c):
                     steps.append(None)
+                    trial.append(new)
                     continue
-                g = c - new
-                step = g * c.dtype.type(-lr)
-                if opt.momentum:
-                    acc += g
+                kind = m.dtype.type
+                base = c.astype(m.dtype, copy=False)
+                g = base - new.astype(m.dtype, copy=False)
+                step = g * kind(-lr)
+                if mu:
+                    total = acc + g
                     if closing:
-                        step -= self._momentum_extra(m, acc, c.dtype)
-                        acc[...] = 0
+                        buffers[i] = m * kind(mu) + total
+                        # The momentum's part of a round's step (the pushes took lr x
+                        # their sum): Nesterov's mu m_new, heavy ball's mu m_old.
+                        held = buffers[i] if opt.kind == "nesterov" else m
+                        step = step - held * kind(mu * lr)
+                        total = np.zeros_like(total)
+                    sums[i] = total
                 steps.append(step)
-        return steps
+                trial.append((base + step).astype(c.dtype, copy=False))
+            if check is not None:
+                check(trial)
+            self.pushes = pushes
+            for i, total in sums.items():
+                self.accumulated[i] = total
+            for i, buffer in buffers.items():
+                self.momentum[i] = buffer
+        return steps, trial
 
-    def apply_push(self, center: Sequence[np.ndarray], after: list[np.ndarray]) -> list[np.ndarray]:
+    def apply_push(
+        self,
+        center: Sequence[np.ndarray],
+        after: list[np.ndarray],
+        check: Callable[[list[np.ndarray]], None] | None = None,
+    ) -> list[np.ndarray]:
         """The new center (new arrays) after one asynchronous push whose merge gave
-        ``after``."""
+        ``after`` (``check``: as :meth:`push_steps`)."""
         if self.optimizer.identity:
             return after
-        steps = self.push_steps(center, after)
-        with np.errstate(over="ignore", invalid="ignore"):
-            return [
-                new if s is None else np.add(c, s)
-                for c, new, s in zip(center, after, steps, strict=True)
-            ]
+        return self.push_steps(center, after, check)[1]
 
     # -------------------------------------------------------------- checkpoint
     def arrays(self) -> list[np.ndarray]:
         """The state as arrays shaped like the weights: the momentum buffers, then the
-        accumulated pseudo-gradients (zeros for integer weights)."""
+        accumulated pseudo-gradients (zeros for integer weights; float32 for 16-bit
+        weights)."""
         with self._lock:
             return [np.array(a) for a in self.momentum + self.accumulated]
 
@@ -225,32 +278,12 @@ class OuterState:
         with self._lock:
             return [np.array(a) for a in self.momentum + self.accumulated], self.pushes
 
-    # ---------------------------------------------------------------- helpers
-    def _momentum_step(self, m: np.ndarray, g: np.ndarray, dtype: Any) -> np.ndarray:
-        """Updates ``m`` with ``g`` and returns the step ``lr * update`` to subtract."""
-        opt = self.optimizer
-        lr, mu = dtype.type(opt.learning_rate), dtype.type(opt.momentum)
-        if not opt.momentum:
-            return g * lr
-        m *= mu
-        m += g
-        if opt.kind == "nesterov":
-            return (g + m * mu) * lr
-        return m * lr
 
-    def _momentum_extra(self, m: np.ndarray, acc: np.ndarray, dtype: Any) -> np.ndarray:
-        """At the end of a period of pushes: updates ``m`` with ``acc`` and returns the
-        momentum's part of a round's step (the pushes already took ``lr * acc``)."""
-        opt = self.optimizer
-        lr, mu = dtype.type(opt.learning_rate), dtype.type(opt.momentum)
-        if opt.kind == "nesterov":
-            m *= mu
-            m += acc
-            return m * (mu * lr)
-        extra = m * (mu * lr)  # heavy ball: lr * (mu m_old + acc) in all
-        m *= mu
-        m += acc
-        return extra
+def _work_dtype(array: np.ndarray) -> np.dtype[Any]:
+    """The dtype an outer step of ``array`` computes in: float32 for 16-bit floats."""
+    if is_float(array) and array.dtype.itemsize < 4:
+        return np.dtype(np.float32)
+    return array.dtype
 
 
 def check(kind: str | None, learning_rate: float | None, momentum: float | None) -> None:

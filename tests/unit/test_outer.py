@@ -260,3 +260,66 @@ def test_synchronous_fragments_close_every_workers_epoch_on_the_same_round() -> 
         seen.append(recorder.syncs)
     assert seen[0] == seen[1]
     assert seen[0] == [(0, False), (1, False), (2, True)] * 2
+
+
+def test_a_refused_step_leaves_the_outer_state_as_it_was() -> None:
+    from sparkdl.server.errors import StoreError
+
+    outer = OuterOptimizer("nesterov", learning_rate=1e4, momentum=0.9)
+    store = joined(
+        WeightStore(
+            [np.ones(4, np.float16)], num_workers=1, merge=Delta(), outer=outer, mode="asynchronous"
+        )
+    )
+    assert store.outer is not None
+    before = store.outer.snapshot()
+    for seq in (1, 2):  # a period of one push: the momentum would change too
+        with pytest.raises(StoreError, match="outer optimizer's state are unchanged"):
+            store.push(
+                0,
+                seq=seq,
+                attempt=0,
+                base_version=0,
+                arrays=[np.full(4, 10, np.float16)],
+                samples=1,
+                meta={},
+            )
+    after = store.outer.snapshot()
+    assert after[1] == before[1] == 0
+    for a, b in zip(after[0], before[0], strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_16_bit_weights_step_in_float32_where_the_result_fits() -> None:
+    """A pseudo-gradient of float16 weights may pass float16's range (65504) while the
+    step's result fits: the step is computed in float32."""
+    outer = OuterOptimizer("sgd", learning_rate=0.5, momentum=0.0)
+    center = [np.array([30000.0], np.float16)]
+    state = outer.state(center, num_workers=1)
+    new = state.round(center, [np.array([-40000.0], np.float16)])
+    assert new[0].dtype == np.float16 and float(new[0][0]) == -5000.0
+
+
+def test_the_plan_warns_of_amplified_full_size_deltas_and_useless_fragments(caplog) -> None:
+    from sparkdl.plan import FitPlan
+
+    def plan(**settings):  # type: ignore[no-untyped-def]
+        return FitPlan.resolve(
+            TrainConfig(**settings), num_workers=4, rows=1000, threads=1, service_host="x"
+        )
+
+    with caplog.at_level("WARNING", logger="sparkdl.fit"):
+        plan(mode="asynchronous", outer_optimizer="nesterov", lr_scaling=None, frequency=4)
+        plan(
+            mode="asynchronous",
+            outer_optimizer="sgd",
+            outer_learning_rate=1.0,
+            outer_momentum=0.0,
+            lr_scaling=None,
+            frequency=4,
+        )  # the identity: quiet
+        plan(sync_fragments=2, frequency=500)  # 250 rows a worker: no mid-epoch sync
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 2
+    assert "amplifies each asynchronous delta" in messages[0]
+    assert "fragments only add requests" in messages[1]
