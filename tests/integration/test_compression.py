@@ -63,8 +63,9 @@ def test_every_codec_trains_like_uncompressed_updates(digits, mode: str, merge: 
         got = accuracy(fitted.get_model(), x_test, y_test)
         assert got >= want - SLACK, (codec, got, want)
         push, answer = _bytes(fitted)
-        # digits_model's small arrays (biases) travel whole; the wide ones shrink.
-        shrink = {"fp16": 1.9, "bf16": 1.9, "int4": 6}.get(codec, 10)
+        # digits_model's small arrays (biases) travel whole; the wide ones shrink
+        # (int4: 7.1x on them, 5.8x on a whole push with its biases and header).
+        shrink = {"fp16": 1.9, "bf16": 1.9, "int4": 5.5}.get(codec, 10)
         assert push * shrink < full_push and answer * shrink < full_answer, (codec, push, answer)
         assert fitted.fit_report["service"]["full_answers"] == {"0": 1, "1": 1}
         # Each worker's closing push went whole: what error feedback held back arrived.
