@@ -37,6 +37,7 @@ __all__ = [
     "Checkpoint",
     "checkpoint_callback",
     "checkpoint_name",
+    "discard_after",
     "epochs",
     "latest",
     "latest_epoch",
@@ -152,6 +153,17 @@ def epochs(directory: str) -> list[int]:
     only, nothing read)."""
     root = _local(directory)
     return _epochs(root) if os.path.isdir(root) else []
+
+
+def discard_after(directory: str, epoch: int | None) -> None:
+    """Removes the checkpoints of ``directory`` newer than ``epoch`` (all of them for
+    ``None``), every revision of each."""
+    root = _local(directory)
+    if not os.path.isdir(root):
+        return
+    for name in _complete(root):
+        if epoch is None or _key(name)[0] > epoch:
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
 
 def checkpoint_callback(

@@ -192,12 +192,7 @@ class Hosted:
         from sparkdl import checkpoints
 
         for shard in range(self.shards):
-            directory = _snapshot_dir(self.hosting.fit_id, shard)
-            for old in checkpoints.epochs(directory):
-                if epoch is None or old > epoch:
-                    for name in os.listdir(directory):
-                        if name.startswith(checkpoints.checkpoint_name(old)):
-                            shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+            checkpoints.discard_after(_snapshot_dir(self.hosting.fit_id, shard), epoch)
 
     def _offer(
         self, hosts: dict[int, int], epochs: dict[int, int | None], held: list[list[int]]

@@ -138,7 +138,26 @@ class Center:
         Raises:
             StoreError: 400 naming the outer optimizer's settings; nothing changed.
         """
-        self.raise_bounds(outer_magnitudes(weights, self._specs))
+        self.raise_bounds(self.outer_magnitudes(weights))
+
+    def outer_magnitudes(self, weights: Sequence[np.ndarray]) -> list[float]:
+        """Each array's largest magnitude after an outer optimizer's step. Reads only
+        what never changes, so it needs no lock (hogwild's step calls it outside).
+
+        Raises:
+            StoreError: 400 for an array past its dtype's range, naming the settings.
+        """
+        found = [magnitude(w) if is_float(w) else 0.0 for w in weights]
+        for i, largest in enumerate(found):
+            if not np.isfinite(largest):
+                raise StoreError(
+                    400,
+                    f"The outer optimizer's step carried weight {i} past the range of "
+                    f"{self._specs[i][0]}; the update was refused and the center and the "
+                    "outer optimizer's state are unchanged. Lower outer_learning_rate or "
+                    "outer_momentum (or the workers' learning rate).",
+                )
+        return found
 
     def raise_bounds(self, found: Sequence[float]) -> None:
         """Raises the bounds :meth:`reserve` keeps to at least ``found``, per array."""
@@ -184,25 +203,6 @@ class Center:
         """Drops the cached answer (its control fields changed)."""
         self._encoded = None
         self._meta = None
-
-
-def outer_magnitudes(weights: Sequence[np.ndarray], specs: Sequence[Any]) -> list[float]:
-    """Each array's largest magnitude after an outer optimizer's step (no lock needed).
-
-    Raises:
-        StoreError: 400 for an array past its dtype's range, naming the settings.
-    """
-    found = [magnitude(w) if is_float(w) else 0.0 for w in weights]
-    for i, largest in enumerate(found):
-        if not np.isfinite(largest):
-            raise StoreError(
-                400,
-                f"The outer optimizer's step carried weight {i} past the range of "
-                f"{specs[i][0]}; the update was refused and the center and the outer "
-                "optimizer's state are unchanged. Lower outer_learning_rate or "
-                "outer_momentum (or the workers' learning rate).",
-            )
-    return found
 
 
 def magnitude(array: np.ndarray) -> float:

@@ -23,13 +23,12 @@ Example:
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from sparkdl.errors import ConfigError
-from sparkdl.server.center import outer_magnitudes
 from sparkdl.server.errors import StoreError
 from sparkdl.sync.merges import Update
 from sparkdl.sync.modes import Asynchronous, Hogwild, Mode, Synchronous
@@ -244,7 +243,7 @@ class HogwildPolicy(AsynchronousPolicy):
         found: list[float] = []
         try:
             steps, _ = store.outer.push_steps(
-                base, after, lambda trial: found.extend(outer_magnitudes(trial, _specs_of(live)))
+                base, after, lambda trial: found.extend(store.center.outer_magnitudes(trial))
             )
         except StoreError as exc:
             with store.lock:
@@ -269,8 +268,3 @@ class HogwildPolicy(AsynchronousPolicy):
             with store.lock:
                 for i, m in enumerate(update.magnitudes):  # (rounding never below 0)
                     store.in_flight[i] = max(store.in_flight[i] - m, 0.0)
-
-
-def _specs_of(weights: Sequence[np.ndarray]) -> list[tuple[np.dtype[Any], tuple[int, ...]]]:
-    """``(dtype, shape)`` of each array (what an error message names)."""
-    return [(w.dtype, w.shape) for w in weights]
