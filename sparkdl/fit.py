@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import logging
@@ -68,6 +69,9 @@ if TYPE_CHECKING:
 __all__ = ["Fit", "FitResult"]
 
 _log = logging.getLogger(__name__)
+
+#: Seconds a fit waits, as it ends, for the models it builds in daemon threads.
+SETTLE_SECONDS = 120.0
 
 
 @dataclass
@@ -129,9 +133,12 @@ class Fit:
         self.history = history
         #: The outer optimizer's state from the checkpoint a fit resumes from.
         self.outer_state = outer_state
+        #: Models the fit builds in daemon threads while the workers train.
+        self._background: list[Future[Any]] = []
 
     def run(self) -> FitResult:
-        """Runs the fit.
+        """Runs the fit; returns (or raises) once no thread it started is building a
+        model (:func:`_settle`).
 
         Raises:
             ClusterError: The cluster has fewer task slots than a barrier stage needs.
@@ -139,6 +146,12 @@ class Fit:
             KeyboardInterrupt: Ctrl-C (SIGINT) during the fit: its Spark jobs were
                 cancelled, its service and threads stopped (:mod:`sparkdl.interrupt`).
         """
+        try:
+            return self._run()
+        finally:
+            _settle(self._background)
+
+    def _run(self) -> FitResult:
         started = time.perf_counter()
         tools = session_tools(self.prepared.frame.sparkSession)
         plan = self._plan(tools)
@@ -155,6 +168,7 @@ class Fit:
         # The fitted model is rebuilt while the workers train, or is the callbacks'
         # master model, which already exists.
         built = None if runner else _build_in_background(model_bytes, self.custom_objects)
+        self._background += [built] if built else []
         # Training rows per epoch, all workers together (each holds out its tail).
         rows = plan.held_in(self.prepared.summary.rows)
         name = (
@@ -372,7 +386,7 @@ class Fit:
             prepared.label_kinds,
             prepared.label_shapes,
         )
-        metrics.prefetch()
+        self._background.append(metrics.prefetch())
         weights = self.model.get_weights()
         outer = self._outer_state(plan)
         if plan.service_shards == 1:
@@ -671,6 +685,21 @@ def _build_in_background(
 
     threading.Thread(target=build, name="sparkdl-result-model", daemon=True).start()
     return future
+
+
+def _settle(pending: Sequence[Future[Any]]) -> None:
+    """Waits up to :data:`SETTLE_SECONDS` for the models the fit builds in daemon
+    threads. A fit that fails early (a port it may not bind, say) would otherwise leave
+    a thread inside TensorFlow, and a script that exits then crashes or hangs in the
+    interpreter's shutdown."""
+    _, running = concurrent.futures.wait(pending, timeout=SETTLE_SECONDS)
+    if running:
+        _log.warning(
+            "sparkdl: %d model build(s) in the background still run after %.0f s; "
+            "exiting the process meanwhile may crash it",
+            len(running),
+            SETTLE_SECONDS,
+        )
 
 
 def _worker_error(exc: Exception, failures: dict[int, str]) -> SparkDLError:

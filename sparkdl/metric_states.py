@@ -38,6 +38,7 @@ import logging
 import math
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -97,15 +98,26 @@ class MetricStates:
         return [v.tolist() for v in values]
 
     # ------------------------------------------------------------ driver half
-    def prefetch(self) -> None:
+    def prefetch(self) -> Future[None]:
         """Loads and builds the driver's copy in a daemon thread (:meth:`results`
-        waits for it)."""
+        waits for it).
+
+        Returns:
+            Done when the build ended (its error, if any, is :meth:`results`'s to
+            raise): whoever started it waits for it before handing control back, so
+            that no thread is inside Keras as the interpreter exits.
+        """
+        done: Future[None] = Future()
 
         def build() -> None:
-            with self._lock, contextlib.suppress(BaseException):  # results() re-raises
-                self._built()
+            try:
+                with self._lock, contextlib.suppress(BaseException):  # results() re-raises
+                    self._built()
+            finally:
+                done.set_result(None)
 
         threading.Thread(target=build, name="sparkdl-metric-states", daemon=True).start()
+        return done
 
     def results(self, parts: Sequence[Part]) -> dict[str, float]:
         """The metrics' results over the sum of ``parts`` (each a worker's

@@ -30,8 +30,10 @@ Each scenario runs, scoring and saving included, under the monitor.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
+import signal
 import socket
 import sys
 import tempfile
@@ -262,6 +264,9 @@ def _train_and_score(spark: Any, scenario: str, workdir: str, result: dict[str, 
 
 
 def main() -> None:
+    # The test sends SIGUSR1 before it kills a client past its deadline: every thread's
+    # stack goes to stderr, naming where it hung.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     print("WATCH " + json.dumps(watch_self_test()), flush=True)
     with SocketWatch() as watch:
         spark = SparkSession.builder.remote(f"sc://127.0.0.1:{PORT}").getOrCreate()
@@ -269,8 +274,13 @@ def main() -> None:
     print("SESSION " + json.dumps(sorted(watch.listening) + sorted(watch.foreign)), flush=True)
     with tempfile.TemporaryDirectory() as workdir:
         for scenario in sys.argv[2:]:
+            print(f"START {scenario}", flush=True)
             print("RESULT " + json.dumps(run(spark, scenario, workdir)), flush=True)
     spark.stop()
+    # What outlives the fits: a thread still running here would hold up (or crash) the
+    # interpreter's exit.
+    alive = [f"{t.name} daemon={t.daemon}" for t in threading.enumerate()]
+    print("THREADS " + json.dumps(alive), flush=True)
 
 
 if __name__ == "__main__":

@@ -33,10 +33,12 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]  # processes of their own
 
 ROWS = 1437
 EPOCHS = 20
+#: Seconds the client's five scenarios may take together (about 50 s here).
+CLIENT_SECONDS = 600
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str]]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str, int]]:
     import pyspark
 
     workdir = tmp_path_factory.mktemp("connect-server")
@@ -60,6 +62,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str]
                 "spark.connect.grpc.binding.address=127.0.0.1",
                 "--conf",
                 "spark.ui.enabled=false",
+                # A Python worker past 5 minutes (a hung one: tasks here take seconds)
+                # writes its threads' stacks to the log.
+                "--conf",
+                "spark.python.worker.tracebackDumpIntervalSeconds=300",
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -76,7 +82,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str]
                     break
             assert time.monotonic() < deadline, "no Connect server after 120 s\n" + _tail(log_path)
             time.sleep(0.5)
-        yield port, log_path
+        yield port, log_path, proc.pid  # start_new_session: the JVM leads its group
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
@@ -88,22 +94,44 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str]
 
 
 @pytest.fixture(scope="module")
-def results(server: tuple[int, str]) -> dict[str, dict[str, Any]]:
-    port, log_path = server
+def results(
+    server: tuple[int, str, int], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, dict[str, Any]]:
+    port, log_path, server_pid = server
     scenarios = ["sync", "async-stop", "sync-kill", "async-kill", "driver"]
     script = os.path.join(os.path.dirname(__file__), "remote_client.py")
     env = clean_env()
     env.update(PYTHONUNBUFFERED="1")
-    proc = subprocess.run(
-        [sys.executable, script, str(port), *scenarios],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:] + _tail(log_path)
+    outputs = tmp_path_factory.mktemp("connect-client")
+    out_path, err_path = str(outputs / "stdout"), str(outputs / "stderr")
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, script, str(port), *scenarios], stdout=out, stderr=err, env=env
+        )
+        try:
+            proc.wait(timeout=CLIENT_SECONDS)
+        except subprocess.TimeoutExpired:
+            # Where it hung: the client's threads (its faulthandler, on SIGUSR1) and the
+            # server's (a JVM thread dump on SIGQUIT, into its log).
+            proc.send_signal(signal.SIGUSR1)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(server_pid, signal.SIGQUIT)
+            time.sleep(3)
+            proc.kill()
+            proc.wait()
+            stdout = _read(out_path)
+            running = [line for line in stdout.splitlines() if line.startswith("START ")]
+            pytest.fail(
+                f"The client ran past {CLIENT_SECONDS} s, in {running[-1:] or 'its start'}"
+                f" (RESULT lines or THREADS after it: it hung after the scenario)\n"
+                + stdout[-3000:]
+                + _read(err_path)[-12000:]
+                + _tail(log_path, 20000)
+            )
+    stdout, stderr = _read(out_path), _read(err_path)
+    assert proc.returncode == 0, stdout[-3000:] + stderr[-5000:] + _tail(log_path)
     found = {}
-    for line in proc.stdout.splitlines():
+    for line in stdout.splitlines():
         if line.startswith("SESSION "):  # opening the session: nothing else reached
             assert json.loads(line[len("SESSION ") :]) == [], line
         if line.startswith("WATCH "):
@@ -112,10 +140,19 @@ def results(server: tuple[int, str]) -> dict[str, dict[str, Any]]:
         if line.startswith("RESULT "):
             result = json.loads(line[len("RESULT ") :])
             found[result["scenario"]] = result
-    assert set(found) == set(scenarios), proc.stdout[-3000:]
-    assert "WATCH true" in proc.stdout
-    found["sync"]["stderr"] = proc.stderr
+        if line.startswith("THREADS "):
+            found["threads"] = {"names": json.loads(line[len("THREADS ") :])}
+    assert set(found) == {*scenarios, "threads"}, stdout[-3000:]
+    assert "WATCH true" in stdout
+    found["sync"]["stderr"] = stderr
     return found
+
+
+def test_no_thread_of_a_fit_outlives_it(results) -> None:
+    """Every fit, the one that failed at its start included, ended its threads (one
+    still inside TensorFlow as the client exits crashes or hangs it)."""
+    names = results["threads"]["names"]
+    assert not [name for name in names if name.startswith("sparkdl-")], names
 
 
 @pytest.mark.parametrize("scenario", ["sync", "async-stop", "sync-kill", "async-kill"])
@@ -168,6 +205,11 @@ def test_a_killed_service_host_costs_at_most_the_epoch_in_progress(results, scen
         # host died), and nothing trains twice beyond it.
         assert seen % ROWS == 0 and seen <= EPOCHS * ROWS, seen
     assert all(run <= EPOCHS for run in result["epochs_run"])
+
+
+def _read(path: str) -> str:
+    with open(path, errors="replace") as f:
+        return f.read()
 
 
 def _tail(path: str, chars: int = 4000) -> str:

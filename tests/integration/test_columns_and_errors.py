@@ -244,6 +244,22 @@ def test_worker_exception_becomes_worker_error_and_service_stops(good) -> None:
     assert_port_released(port)
 
 
+def test_a_taken_port_fails_the_fit_and_leaves_no_thread_building(good) -> None:
+    """The fit fails before any job runs, with the models it builds in the background
+    still loading: it waits for them, as a script that exits then would crash or hang
+    with a thread inside TensorFlow."""
+    import threading
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        with pytest.raises(Exception, match=rf"Could not bind .*127.0.0.1:{port}.*port="):
+            fit(good, port=port, service_host="127.0.0.1")
+    building = [t.name for t in threading.enumerate() if t.name.startswith("sparkdl-")]
+    assert not {"sparkdl-result-model", "sparkdl-metric-states"} & set(building), building
+
+
 def test_nan_loss_is_a_clear_error(spark) -> None:
     big = [[1e30, 1e30, 1e30]] * 40
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
