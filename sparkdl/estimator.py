@@ -19,6 +19,7 @@ from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame
 
 from sparkdl import checkpoints, custom_objects, data, keras_io, persistence, tracking
+from sparkdl.background import SETTLE_SECONDS
 from sparkdl.config import TrainConfig
 from sparkdl.errors import ConfigError
 from sparkdl.fit import Fit
@@ -158,7 +159,16 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
         # Executors import TensorFlow while the driver checks the data (at once if
         # warm_up(spark) ran earlier in the session).
         config = self.train_config()
-        warm_up(dataset.sparkSession, workers=config.num_workers, engine=False)
+        warming = warm_up(dataset.sparkSession, workers=config.num_workers, engine=False)
+        try:
+            return self._fit_with(dataset, config)
+        finally:
+            # Its job's thread ends before this call does (a fit that fails at once
+            # would leave it in a Spark call as a script exits: sparkdl.background).
+            warming.wait(SETTLE_SECONDS)
+
+    def _fit_with(self, dataset: DataFrame, config: TrainConfig) -> KerasModel:
+        """Fits as :meth:`_fit` says, the executors' warm-up started."""
         found = _checkpoint_to_resume(config)
         model = self._model_to_train(found.weights if found else None)
         keras_io.check_training_settings(model)

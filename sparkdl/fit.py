@@ -15,7 +15,6 @@ Example:
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import dataclasses
 import logging
@@ -23,7 +22,6 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +30,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from sparkdl import checkpoints, cluster, custom_objects, data, keras_io
+from sparkdl.background import Background
 from sparkdl.callbacks import DriverCallbacks
 from sparkdl.compat.sessions import SessionTools, session_tools
 from sparkdl.compat.spark import failure_summary, is_unsupported_barrier_chain, retries_ran_out
@@ -70,8 +69,8 @@ __all__ = ["Fit", "FitResult"]
 
 _log = logging.getLogger(__name__)
 
-#: Seconds a fit waits, as it ends, for the models it builds in daemon threads.
-SETTLE_SECONDS = 120.0
+#: Seconds a fit waits, as it ends, for a cancel of its jobs still in flight.
+CANCEL_JOIN_SECONDS = 10.0
 
 
 @dataclass
@@ -133,12 +132,15 @@ class Fit:
         self.history = history
         #: The outer optimizer's state from the checkpoint a fit resumes from.
         self.outer_state = outer_state
-        #: Models the fit builds in daemon threads while the workers train.
-        self._background: list[Future[Any]] = []
+        #: The models the fit builds in daemon threads while the workers train.
+        self._background = Background()
 
     def run(self) -> FitResult:
-        """Runs the fit; returns (or raises) once no thread it started is building a
-        model (:func:`_settle`).
+        """Runs the fit; returns or raises once its background builds ended.
+
+        The threads that rebuild the model while the workers train end first
+        (:mod:`sparkdl.background`): a script that exits after a failed fit would
+        otherwise crash or hang.
 
         Raises:
             ClusterError: The cluster has fewer task slots than a barrier stage needs.
@@ -149,9 +151,10 @@ class Fit:
         try:
             return self._run()
         finally:
-            _settle(self._background)
+            self._background.settle()
 
     def _run(self) -> FitResult:
+        """The fit itself (:meth:`run`)."""
         started = time.perf_counter()
         tools = session_tools(self.prepared.frame.sparkSession)
         plan = self._plan(tools)
@@ -167,8 +170,14 @@ class Fit:
         runner = self._driver_callbacks(model_bytes, events)
         # The fitted model is rebuilt while the workers train, or is the callbacks'
         # master model, which already exists.
-        built = None if runner else _build_in_background(model_bytes, self.custom_objects)
-        self._background += [built] if built else []
+        built = (
+            None
+            if runner
+            else self._background.run(
+                lambda: keras_io.model_from_bytes(model_bytes, self.custom_objects),
+                name="sparkdl-result-model",
+            )
+        )
         # Training rows per epoch, all workers together (each holds out its tail).
         rows = plan.held_in(self.prepared.summary.rows)
         name = (
@@ -386,7 +395,7 @@ class Fit:
             prepared.label_kinds,
             prepared.label_shapes,
         )
-        self._background.append(metrics.prefetch())
+        metrics.prefetch(self._background)
         weights = self.model.get_weights()
         outer = self._outer_state(plan)
         if plan.service_shards == 1:
@@ -669,37 +678,8 @@ def _cancel_on_abort(tools: SessionTools, events: FitEvents, group: str) -> Iter
         yield
     finally:
         over.set()
-
-
-def _build_in_background(
-    model_bytes: bytes, custom_objects: dict[str, Any] | None
-) -> Future[keras.Model]:
-    """Rebuilds the model from its bytes in a daemon thread; the future holds it."""
-    future: Future[keras.Model] = Future()
-
-    def build() -> None:
-        try:
-            future.set_result(keras_io.model_from_bytes(model_bytes, custom_objects))
-        except BaseException as exc:  # the caller sees it at .result()
-            future.set_exception(exc)
-
-    threading.Thread(target=build, name="sparkdl-result-model", daemon=True).start()
-    return future
-
-
-def _settle(pending: Sequence[Future[Any]]) -> None:
-    """Waits up to :data:`SETTLE_SECONDS` for the models the fit builds in daemon
-    threads. A fit that fails early (a port it may not bind, say) would otherwise leave
-    a thread inside TensorFlow, and a script that exits then crashes or hangs in the
-    interpreter's shutdown."""
-    _, running = concurrent.futures.wait(pending, timeout=SETTLE_SECONDS)
-    if running:
-        _log.warning(
-            "sparkdl: %d model build(s) in the background still run after %.0f s; "
-            "exiting the process meanwhile may crash it",
-            len(running),
-            SETTLE_SECONDS,
-        )
+        # A cancel in flight (a gRPC call on Spark Connect) ends before the fit does.
+        thread.join(CANCEL_JOIN_SECONDS)
 
 
 def _worker_error(exc: Exception, failures: dict[int, str]) -> SparkDLError:

@@ -38,13 +38,14 @@ import logging
 import math
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 if TYPE_CHECKING:
     import keras
+
+    from sparkdl.background import Background
 
 __all__ = ["MAX_STATE_VALUES", "MetricStates"]
 
@@ -98,26 +99,16 @@ class MetricStates:
         return [v.tolist() for v in values]
 
     # ------------------------------------------------------------ driver half
-    def prefetch(self) -> Future[None]:
-        """Loads and builds the driver's copy in a daemon thread (:meth:`results`
-        waits for it).
-
-        Returns:
-            Done when the build ended (its error, if any, is :meth:`results`'s to
-            raise): whoever started it waits for it before handing control back, so
-            that no thread is inside Keras as the interpreter exits.
-        """
-        done: Future[None] = Future()
+    def prefetch(self, background: Background) -> None:
+        """Loads and builds the driver's copy in a thread of ``background`` (whose
+        owner waits for it to end); :meth:`results` waits for it, and raises its
+        error."""
 
         def build() -> None:
-            try:
-                with self._lock, contextlib.suppress(BaseException):  # results() re-raises
-                    self._built()
-            finally:
-                done.set_result(None)
+            with self._lock, contextlib.suppress(BaseException):  # results() re-raises
+                self._built()
 
-        threading.Thread(target=build, name="sparkdl-metric-states", daemon=True).start()
-        return done
+        background.run(build, name="sparkdl-metric-states")
 
     def results(self, parts: Sequence[Part]) -> dict[str, float]:
         """The metrics' results over the sum of ``parts`` (each a worker's

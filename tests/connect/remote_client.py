@@ -81,6 +81,9 @@ def _restrict_network() -> None:
 
 
 _restrict_network()
+# The test sends SIGUSR1 before it kills a client past its deadline: every thread's
+# stack goes to stderr, naming where it hung (imports included).
+faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -173,6 +176,9 @@ def run(spark: Any, scenario: str, workdir: str) -> dict[str, Any]:
         else:
             _train_and_score(spark, scenario, workdir, result)
     result.update(
+        # The fit's threads, ended with it (one still inside TensorFlow or a gRPC call
+        # as the client exits would crash or hang it).
+        threads=[t.name for t in threading.enumerate() if t.name.startswith("sparkdl-")],
         seconds=time.time() - started,
         listening=sorted(watch.listening),
         foreign=sorted(watch.foreign),
@@ -264,9 +270,6 @@ def _train_and_score(spark: Any, scenario: str, workdir: str, result: dict[str, 
 
 
 def main() -> None:
-    # The test sends SIGUSR1 before it kills a client past its deadline: every thread's
-    # stack goes to stderr, naming where it hung.
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
     print("WATCH " + json.dumps(watch_self_test()), flush=True)
     with SocketWatch() as watch:
         spark = SparkSession.builder.remote(f"sc://127.0.0.1:{PORT}").getOrCreate()
@@ -277,10 +280,6 @@ def main() -> None:
             print(f"START {scenario}", flush=True)
             print("RESULT " + json.dumps(run(spark, scenario, workdir)), flush=True)
     spark.stop()
-    # What outlives the fits: a thread still running here would hold up (or crash) the
-    # interpreter's exit.
-    alive = [f"{t.name} daemon={t.daemon}" for t in threading.enumerate()]
-    print("THREADS " + json.dumps(alive), flush=True)
 
 
 if __name__ == "__main__":

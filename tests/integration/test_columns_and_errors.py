@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 
 import keras
 import numpy as np
@@ -244,20 +245,32 @@ def test_worker_exception_becomes_worker_error_and_service_stops(good) -> None:
     assert_port_released(port)
 
 
-def test_a_taken_port_fails_the_fit_and_leaves_no_thread_building(good) -> None:
-    """The fit fails before any job runs, with the models it builds in the background
-    still loading: it waits for them, as a script that exits then would crash or hang
-    with a thread inside TensorFlow."""
+def test_a_taken_port_fails_the_fit_and_leaves_no_thread_building(good, monkeypatch) -> None:
+    """The fit fails at its start, with the models it builds in daemon threads still
+    loading (slowed down here, so that they surely are): it waits for them and for its
+    warm-up's job, as a script that exits then would crash or hang with a thread inside
+    TensorFlow or a Spark call."""
     import threading
 
+    from sparkdl import keras_io
+    from sparkdl.errors import ServiceError
+
+    load = keras_io.model_from_bytes
+
+    def slow_load(*args, **kwargs):  # type: ignore[no-untyped-def]
+        time.sleep(2)
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(keras_io, "model_from_bytes", slow_load)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
-        with pytest.raises(Exception, match=rf"Could not bind .*127.0.0.1:{port}.*port="):
+        with pytest.raises(ServiceError, match=rf"Could not bind .*127\.0\.0\.1:{port}.*port="):
             fit(good, port=port, service_host="127.0.0.1")
-    building = [t.name for t in threading.enumerate() if t.name.startswith("sparkdl-")]
-    assert not {"sparkdl-result-model", "sparkdl-metric-states"} & set(building), building
+    names = {"sparkdl-result-model", "sparkdl-metric-states", "sparkdl-warm-up", "sparkdl-cancel"}
+    alive = [t.name for t in threading.enumerate() if t.name in names]
+    assert not alive, alive
 
 
 def test_nan_loss_is_a_clear_error(spark) -> None:
