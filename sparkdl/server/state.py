@@ -63,7 +63,14 @@ from sparkdl.sync.merges import Merge, Update
 from sparkdl.sync.modes import Mode, Synchronous, mode_class
 from sparkdl.sync.outer import OuterOptimizer, OuterState
 
-__all__ = ["CALLBACK_LAG", "MAX_EPOCH_COPIES", "MAX_WORKERS", "SEQ_WINDOW", "TrainingState"]
+__all__ = [
+    "CALLBACK_LAG",
+    "MAX_EPOCH_COPIES",
+    "MAX_WORKERS",
+    "SEQ_WINDOW",
+    "SILENT_SECONDS",
+    "TrainingState",
+]
 
 MAX_WORKERS = 100_000
 #: How far past the last applied sequence number a worker's next push may be
@@ -73,6 +80,11 @@ SEQ_WINDOW = 16
 #: the callbacks ran on epoch ``e - CALLBACK_LAG``, so a callback's ``stop_training``
 #: ends the fit at most this many epochs after the one it was decided on.
 CALLBACK_LAG = 1
+#: Asynchronous modes with driver callbacks: an epoch end does not wait for workers
+#: silent this long (a lost task, likely). A live worker that pushes less often (a
+#: long epoch with ``frequency="epoch"``) then no longer holds the others within
+#: :data:`CALLBACK_LAG`, and a callback's ``stop_training`` may come later.
+SILENT_SECONDS = 30.0
 #: Epoch copies (``keep_epoch_copies``) waiting to be written, at most.
 MAX_EPOCH_COPIES = 4
 

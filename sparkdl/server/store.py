@@ -47,7 +47,7 @@ import numpy as np
 
 from sparkdl.server.errors import StoreError
 from sparkdl.server.meta import check_push_meta
-from sparkdl.server.state import SEQ_WINDOW, TrainingState
+from sparkdl.server.state import SEQ_WINDOW, SILENT_SECONDS, TrainingState
 from sparkdl.sync.merges import Update
 
 if TYPE_CHECKING:
@@ -277,7 +277,10 @@ class WeightStore(TrainingState):
         A no-op otherwise, and while a worker has not joined yet (its task is queued
         behind the others: its epochs could not close) or once any worker failed or
         was retried (a retry may take long), including during the wait; past ``wait``
-        the worker goes on."""
+        the worker goes on. Nor does it wait while every worker that has yet to end the
+        callbacks' epoch has been silent for :data:`~sparkdl.server.state.SILENT_SECONDS`:
+        a lost executor's task that Spark reschedules only once a slot frees (the
+        survivors' own) would otherwise slow them to one epoch per ``wait``."""
         if self.control.callback_lag is None:
             return
         with self.lock:
@@ -296,9 +299,19 @@ class WeightStore(TrainingState):
                     bool(self._failures)
                     or self.ledger.restarts != restarts  # a task retried meanwhile
                     or self.control.callbacks_caught_up(epoch)
+                    or self._held_up_by_silent_workers(epoch)
                 ),
                 wait,
             )
+
+    def _held_up_by_silent_workers(self, epoch: int) -> bool:
+        """With the lock held: whether the epoch the callbacks must have run on before
+        a worker that ended ``epoch`` goes on is still open, held up only by workers
+        silent for :data:`~sparkdl.server.state.SILENT_SECONDS` or longer."""
+        needed = epoch - int(self.control.callback_lag or 0)
+        holders = [r for r in self.ledger.records.values() if r.epoch <= needed]
+        now = time.time()
+        return bool(holders) and all(now - r.last_contact >= SILENT_SECONDS for r in holders)
 
     def release(self, epoch: int) -> None:
         """The driver's callbacks ran on ``epoch``: answer the round that closed it."""

@@ -444,6 +444,31 @@ def test_async_without_callbacks_and_resumed_fits_do_not_wait() -> None:
     assert synchronous.control.callback_lag is None  # the round gate does it there
 
 
+def test_async_epoch_ends_do_not_wait_for_a_silent_worker() -> None:
+    """A lost executor's task that Spark can reschedule only once the survivor ends:
+    after SILENT_SECONDS without a word from it, the survivor's epoch ends go on."""
+    from sparkdl.server.state import SILENT_SECONDS
+
+    store = joined(async_gated())
+    end_epoch(store, 1, 0, seq=1)  # worker 1 ended epoch 0, then went quiet
+    end_epoch(store, 0, 0, seq=1)
+    end_epoch(store, 0, 1, seq=2)
+    end_epoch(store, 0, 2, seq=3)  # epoch 1 is open: worker 1 has not ended it
+    started = time.monotonic()
+    store.wait_callbacks(0, wait=0.3)  # worker 1 spoke just now: worker 0 waits
+    assert time.monotonic() - started >= 0.25
+    store.ledger.records[1].last_contact -= SILENT_SECONDS
+    started = time.monotonic()
+    store.wait_callbacks(0, wait=5.0)
+    assert time.monotonic() - started < 1.0
+    store.release(0)
+    end_epoch(store, 1, 1, seq=2)  # worker 1 is back and closes epoch 1...
+    end_epoch(store, 0, 3, seq=4)
+    started = time.monotonic()
+    store.wait_callbacks(0, wait=0.3)  # ...so the callbacks hold worker 0 again
+    assert time.monotonic() - started >= 0.25
+
+
 def test_a_failure_during_the_wait_releases_it() -> None:
     store = joined(async_gated())
     end_epoch(store, 0, 0, seq=1)
