@@ -29,6 +29,8 @@ class WorkerRecord:
 
     first_contact: float = 0.0
     last_contact: float = 0.0
+    #: ``time.monotonic()`` of the last contact: how long a worker has been silent.
+    last_seen: float = 0.0
     first_push: float = 0.0
     last_push: float = 0.0
     last_loss: float | None = None
@@ -53,6 +55,7 @@ class WorkerRecord:
     def snapshot(self, now: float) -> dict[str, Any]:
         """The record as JSON-serialisable values, with ``seconds_since_contact``."""
         out = dataclasses.asdict(self)
+        del out["last_seen"]  # this process's monotonic clock: seconds_since_contact says it
         out["position"] = list(self.position) if self.position else None
         out["seconds_since_contact"] = now - self.last_contact
         return out
@@ -84,6 +87,7 @@ class WorkerLedger:
         record = self.records.setdefault(worker, WorkerRecord())
         record.attempt = attempt
         record.last_contact = time.time()
+        record.last_seen = time.monotonic()
         record.first_contact = record.first_contact or record.last_contact
         duplicate = seq is not None and seq <= record.seq
         if duplicate:

@@ -81,9 +81,10 @@ SEQ_WINDOW = 16
 #: ends the fit at most this many epochs after the one it was decided on.
 CALLBACK_LAG = 1
 #: Asynchronous modes with driver callbacks: an epoch end does not wait for workers
-#: silent this long (a lost task, likely). A live worker that pushes less often (a
-#: long epoch with ``frequency="epoch"``) then no longer holds the others within
-#: :data:`CALLBACK_LAG`, and a callback's ``stop_training`` may come later.
+#: silent this long (a lost task, likely; silence counts from a worker's last request,
+#: or the end of its own wait). A live worker that pushes less often (long epochs
+#: with ``frequency="epoch"``, the default) then no longer holds the faster ones
+#: within :data:`CALLBACK_LAG`, and a callback's ``stop_training`` may reach them later.
 SILENT_SECONDS = 30.0
 #: Epoch copies (``keep_epoch_copies``) waiting to be written, at most.
 MAX_EPOCH_COPIES = 4

@@ -303,15 +303,24 @@ class WeightStore(TrainingState):
                 ),
                 wait,
             )
+            # The wait is no silence of this worker's: it counts from now.
+            record.last_seen = time.monotonic()
 
     def _held_up_by_silent_workers(self, epoch: int) -> bool:
         """With the lock held: whether the epoch the callbacks must have run on before
         a worker that ended ``epoch`` goes on is still open, held up only by workers
-        silent for :data:`~sparkdl.server.state.SILENT_SECONDS` or longer."""
+        silent for :data:`~sparkdl.server.state.SILENT_SECONDS` or longer (a worker
+        that never ended an epoch holds every one open)."""
         needed = epoch - int(self.control.callback_lag or 0)
-        holders = [r for r in self.ledger.records.values() if r.epoch <= needed]
-        now = time.time()
-        return bool(holders) and all(now - r.last_contact >= SILENT_SECONDS for r in holders)
+        if self._history.done > needed:
+            return False  # closed: the wait is for the driver's callbacks
+        now, held = time.monotonic(), False
+        for record in self.ledger.records.values():
+            if record.epoch <= needed:  # has not ended the needed epoch
+                if now - record.last_seen < SILENT_SECONDS:
+                    return False
+                held = True
+        return held
 
     def release(self, epoch: int) -> None:
         """The driver's callbacks ran on ``epoch``: answer the round that closed it."""

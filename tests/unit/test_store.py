@@ -457,15 +457,21 @@ def test_async_epoch_ends_do_not_wait_for_a_silent_worker() -> None:
     started = time.monotonic()
     store.wait_callbacks(0, wait=0.3)  # worker 1 spoke just now: worker 0 waits
     assert time.monotonic() - started >= 0.25
-    store.ledger.records[1].last_contact -= SILENT_SECONDS
+    store.ledger.records[1].last_seen -= SILENT_SECONDS
     started = time.monotonic()
     store.wait_callbacks(0, wait=5.0)
     assert time.monotonic() - started < 1.0
     store.release(0)
-    end_epoch(store, 1, 1, seq=2)  # worker 1 is back and closes epoch 1...
+    end_epoch(store, 1, 1, seq=2)  # worker 1 is back and ends epoch 1
     end_epoch(store, 0, 3, seq=4)
     started = time.monotonic()
-    store.wait_callbacks(0, wait=0.3)  # ...so the callbacks hold worker 0 again
+    store.wait_callbacks(0, wait=0.3)  # epoch 2 waits for worker 1, heard from again
+    assert time.monotonic() - started >= 0.25
+    end_epoch(store, 1, 2, seq=3)  # epoch 2 closed: only the driver's callbacks are
+    for record in store.ledger.records.values():  # owed, and nobody's silence counts
+        record.last_seen -= SILENT_SECONDS
+    started = time.monotonic()
+    store.wait_callbacks(0, wait=0.3)
     assert time.monotonic() - started >= 0.25
 
 
