@@ -678,8 +678,11 @@ def _cancel_on_abort(tools: SessionTools, events: FitEvents, group: str) -> Iter
         yield
     finally:
         over.set()
-        # A cancel in flight (a gRPC call on Spark Connect) ends before the fit does.
-        thread.join(CANCEL_JOIN_SECONDS)
+        if events.aborted_event.is_set():
+            # A cancel in flight (a gRPC call on Spark Connect) ends before the fit
+            # does; otherwise the thread only waits on the event and ends by itself,
+            # and the fit does not wait out its poll.
+            thread.join(CANCEL_JOIN_SECONDS)
 
 
 def _worker_error(exc: Exception, failures: dict[int, str]) -> SparkDLError:

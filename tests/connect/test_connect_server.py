@@ -215,7 +215,6 @@ def _read(path: str) -> str:
 
 def _tail(path: str, chars: int = 4000) -> str:
     try:
-        with open(path) as f:
-            return "\n--- server log ---\n" + f.read()[-chars:]
+        return "\n--- server log ---\n" + _read(path)[-chars:]
     except OSError:
         return ""
