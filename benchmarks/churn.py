@@ -4,7 +4,7 @@ Clients without the token open ``--connections`` connections spread over ``--pee
 source addresses (127.0.0.1, 127.0.0.2, ...: Linux routes all of 127/8 to loopback),
 each sends ``--head-bytes`` of a request head that never ends, and every connection
 the service closes is reopened at once. More connections than the gate's
-:data:`sparkdl.server.gate.UNTRUSTED_CAP` means the gate evicts one for each that is
+:data:`sparkdl.server.web.gate.UNTRUSTED_CAP` means the gate evicts one for each that is
 reopened: a churn of connections, each carrying tens of kilobytes of buffered head.
 
 The service runs in a child process (``--serve``), so that its resident memory
@@ -321,7 +321,7 @@ def serve() -> None:
 
 def _trims() -> dict[str, Any]:
     try:
-        from sparkdl.server.trim import TRIMMER
+        from sparkdl.server.web.trim import TRIMMER
     except ImportError:  # a service from before the trimmer
         return {}
     return {"trims": TRIMMER.trims, "trim_ms": round(1000 * TRIMMER.trim_seconds, 1)}

@@ -42,10 +42,10 @@ from typing import Any
 import numpy as np
 import urllib3
 
-from sparkdl.server import wire
-from sparkdl.server.replicas import FULL
-from sparkdl.server.service import ParameterService
-from sparkdl.server.store import WeightStore
+from sparkdl.protocol import wire
+from sparkdl.server.state.replicas import FULL
+from sparkdl.server.state.store import WeightStore
+from sparkdl.server.web.service import ParameterService
 from sparkdl.sync.codecs import Codec, resolve_compression
 from sparkdl.sync.merges import Average, Delta, Elastic, float_limit
 

@@ -9,8 +9,8 @@ retries). Every figure is printed beside the same measurement without the attack
 beside cheroot without the gate (``--ungated``: what the service did before), and
 beside waitress serving the same Flask app (``--waitress``): waitress reads every
 request asynchronously before a thread sees it, with its ``connection_limit`` and
-``channel_timeout`` set to the gate's bounds (:data:`sparkdl.server.gate.UNTRUSTED_CAP`
-connections, :data:`sparkdl.server.gate.HEAD_SECONDS`; waitress has no per-peer cap).
+``channel_timeout`` set to the gate's bounds (:data:`sparkdl.server.web.gate.UNTRUSTED_CAP`
+connections, :data:`sparkdl.server.web.gate.HEAD_SECONDS`; waitress has no per-peer cap).
 
 The service runs in this process on 127.0.0.1, as a fit runs it. ``--fit`` also
 trains digits on ``local[2]`` with the attack on the fit's port, and prints whether
@@ -43,18 +43,18 @@ import numpy as np
 import urllib3
 from cheroot import wsgi
 
-from sparkdl.server import service as service_module
-from sparkdl.server import wire
-from sparkdl.server.app import create_app, max_body_bytes
-from sparkdl.server.gate import HEAD_SECONDS, UNTRUSTED_CAP, HeadGate
-from sparkdl.server.service import (
+from sparkdl.protocol import wire
+from sparkdl.server.state.store import WeightStore
+from sparkdl.server.web import service as service_module
+from sparkdl.server.web.app import create_app, max_body_bytes
+from sparkdl.server.web.gate import HEAD_SECONDS, UNTRUSTED_CAP, HeadGate
+from sparkdl.server.web.service import (
     MAX_HEADER_BYTES,
     RESERVED_THREADS,
     SERVER_NAME,
     ParameterService,
 )
-from sparkdl.server.store import WeightStore
-from sparkdl.server.transport import use_bulk_io
+from sparkdl.server.web.transport import use_bulk_io
 from sparkdl.sync.merges import Delta
 from sparkdl.sync.modes import Asynchronous
 

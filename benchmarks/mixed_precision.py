@@ -5,7 +5,7 @@ bytes (:func:`sparkdl.executor.precision.mixed_precision_model`: a
 ``keras.models.clone_model`` with a ``mixed_float16`` policy per layer, compiled again).
 Before it, the archive's config was edited (each non-output layer's ``dtype`` set to
 ``mixed_float16``) and loaded: that edit is copied here as :func:`zip_rewrite_bytes`
-(``sparkdl/keras_io.py`` up to commit 5087283) to compare.
+(``sparkdl/contract/keras_io.py`` up to commit 5087283) to compare.
 
 For each model, the seconds from the bytes to a compiled model, as the median (min-max)
 of ``--repeats`` builds, the three ways interleaved: a plain float32 load (what a worker
@@ -133,8 +133,8 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+    from sparkdl.contract.keras_io import model_from_bytes, model_to_bytes
     from sparkdl.executor.precision import mixed_precision_model
-    from sparkdl.keras_io import model_from_bytes, model_to_bytes
 
     ways: dict[str, Callable[[bytes], Any]] = {
         "float32 load": model_from_bytes,

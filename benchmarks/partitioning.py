@@ -1,6 +1,6 @@
 """What planning each worker's rows costs a fit: the scan by partition, and no coalesce.
 
-The fit's one scan of the data (:func:`sparkdl.data_scan.summarize`) runs its aggregates
+The fit's one scan of the data (:func:`sparkdl.driver.data_scan.summarize`) runs its aggregates
 grouped by partition, so that the driver knows each partition's rows; and ordinary tasks
 over a multiple of ``num_workers`` partitions are dealt round robin (a shuffle) instead
 of coalesced, since which partitions a coalesce groups is Spark's choice at run time.
@@ -55,8 +55,8 @@ def main() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import functions as F
 
-    from sparkdl.data_scan import _summary_aggregates, summarize
-    from sparkdl.payload import feature_name, label_name
+    from sparkdl.contract.payload import feature_name, label_name
+    from sparkdl.driver.data_scan import _summary_aggregates, summarize
     from tests.integration.conftest import spark_builder
 
     spark = spark_builder("local[2]").config("spark.sql.files.openCostInBytes", "1g").getOrCreate()

@@ -41,11 +41,11 @@ from typing import Any
 
 import numpy as np
 
-from sparkdl.server import wire
-from sparkdl.server.app import create_app, max_body_bytes
-from sparkdl.server.service import ParameterService
-from sparkdl.server.store import WeightStore
-from sparkdl.server.tls import Certificate
+from sparkdl.protocol import wire
+from sparkdl.server.state.store import WeightStore
+from sparkdl.server.web.app import create_app, max_body_bytes
+from sparkdl.server.web.service import ParameterService
+from sparkdl.server.web.tls import Certificate
 from sparkdl.sync.merges import Average, Delta
 
 Serve = Callable[[WeightStore, str], AbstractContextManager[str]]
@@ -141,7 +141,7 @@ def _service_client(
     version = 0
     if client.startswith("urllib3"):
         return _urllib3_client(url, weights, seconds, worker, retry=client == "urllib3-retry")
-    from sparkdl.server.client import ServiceClient
+    from sparkdl.protocol.client import ServiceClient
 
     service = ServiceClient(url, "token", worker=worker, tls_cert=pem)
     service.join(rows=1)

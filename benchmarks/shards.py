@@ -1,11 +1,11 @@
 """A sharded parameter service under many simulated workers: bytes per host, round time,
 asynchronous pushes per second.
 
-W worker processes run the real client (one :class:`~sparkdl.server.client.ServiceClient`
+W worker processes run the real client (one :class:`~sparkdl.protocol.client.ServiceClient`
 per shard, called at once as a sharded fit's worker calls them:
 :class:`~sparkdl.executor.sharded.ShardedClient`) with float32 arrays of the model's
 size and no Keras; k shard processes each serve their part of the weights with the real
-service (:class:`~sparkdl.server.service.ParameterService`), as k hosts of a cluster
+service (:class:`~sparkdl.server.web.service.ParameterService`), as k hosts of a cluster
 would. The model is M parameters in 8 matrices, split by
 :class:`~sparkdl.sync.shards.ShardLayout`.
 
@@ -264,8 +264,8 @@ def _host_main(
     token: str,
 ) -> None:
     """A host of some shards: the real service over each one's part of the weights."""
-    from sparkdl.server.service import ParameterService
-    from sparkdl.server.store import WeightStore
+    from sparkdl.server.state.store import WeightStore
+    from sparkdl.server.web.service import ParameterService
     from sparkdl.sync.merges import Average, Delta
     from sparkdl.sync.shards import ShardLayout
 
@@ -296,7 +296,7 @@ def _host_main(
 def _worker_main(conn: Connection) -> None:
     """A simulated worker: runs each job it is sent with the real clients."""
     from sparkdl.executor.sharded import ShardedClient
-    from sparkdl.server.client import ServiceClient
+    from sparkdl.protocol.client import ServiceClient
     from sparkdl.sync.shards import ShardLayout
 
     while (job := conn.recv()) is not None:

@@ -32,9 +32,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np
 
-from sparkdl.server.service import ParameterService
-from sparkdl.server.store import WeightStore
-from sparkdl.server.tls import Certificate, client_context
+from sparkdl.server.state.store import WeightStore
+from sparkdl.server.web.service import ParameterService
+from sparkdl.server.web.tls import Certificate, client_context
 from sparkdl.sync.merges import Delta
 
 ATTACKER = "127.0.0.2"

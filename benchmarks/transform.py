@@ -40,7 +40,7 @@ def main() -> None:
     from pyspark.sql import SparkSession
 
     from sparkdl import KerasModel
-    from sparkdl.keras_io import model_to_bytes
+    from sparkdl.contract.keras_io import model_to_bytes
 
     keras.utils.set_random_seed(0)
     model = keras.Sequential(

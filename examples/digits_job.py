@@ -23,6 +23,6 @@ def build_model(learning_rate: float = 0.003) -> Any:
 
 
 if __name__ == "__main__":
-    from sparkdl.cli import main
+    from sparkdl.tools.cli import main
 
     sys.exit(main())

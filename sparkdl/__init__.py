@@ -22,12 +22,12 @@ from sparkdl.errors import (
 
 if TYPE_CHECKING:
     from sparkdl.config import TrainConfig
+    from sparkdl.contract.tf_logs import quiet_tensorflow
+    from sparkdl.driver.warmup import warm_up
     from sparkdl.estimator import KerasEstimator
+    from sparkdl.ml.persistence import loading_options
     from sparkdl.model import KerasModel
     from sparkdl.optimizers import LARS
-    from sparkdl.persistence import loading_options
-    from sparkdl.tf_logs import quiet_tensorflow
-    from sparkdl.warmup import warm_up
 
 __all__ = [
     "LARS",
@@ -57,9 +57,9 @@ _LAZY = {
     "KerasModel": "sparkdl.model",
     "LARS": "sparkdl.optimizers",
     "TrainConfig": "sparkdl.config",
-    "loading_options": "sparkdl.persistence",
-    "quiet_tensorflow": "sparkdl.tf_logs",
-    "warm_up": "sparkdl.warmup",
+    "loading_options": "sparkdl.ml.persistence",
+    "quiet_tensorflow": "sparkdl.contract.tf_logs",
+    "warm_up": "sparkdl.driver.warmup",
 }
 
 

@@ -1,7 +1,7 @@
-"""``python -m sparkdl``: batch training from the command line (see :mod:`sparkdl.cli`)."""
+"""``python -m sparkdl``: batch training from the command line (see :mod:`sparkdl.tools.cli`)."""
 
 import sys
 
-from sparkdl.cli import main
+from sparkdl.tools.cli import main
 
 sys.exit(main())

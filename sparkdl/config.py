@@ -7,7 +7,7 @@ wrong setting fails on the driver before any Spark job starts:
 :class:`SyncConfig` (mode, merge and their knobs), :class:`ScalingConfig`,
 :class:`RunConfig`, :class:`FailureConfig`, :class:`ServiceConfig` and
 :class:`CheckpointConfig`. What a fit then runs with, settings plus the cluster's facts,
-is resolved once into a :class:`sparkdl.plan.FitPlan`.
+is resolved once into a :class:`sparkdl.contract.plan.FitPlan`.
 
 Example:
     >>> config = TrainConfig(epochs=5, num_workers=2, frequency=4)
@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkdl.errors import ConfigError
-from sparkdl.server.client import DEFAULT_RETRIES, DEFAULT_TIMEOUT
-from sparkdl.server.rounds import DEFAULT_ROUND_TIMEOUT
+from sparkdl.protocol.client import DEFAULT_RETRIES, DEFAULT_TIMEOUT
+from sparkdl.server.state.rounds import DEFAULT_ROUND_TIMEOUT
 from sparkdl.sync.codecs import resolve_codec
 from sparkdl.sync.merges import STALENESS, merge_class
 from sparkdl.sync.modes import MODES, Synchronous, mode_class
@@ -370,7 +370,7 @@ class TrainConfig:
         epochs: Passes over the data.
         batch_size: Samples per gradient step on each worker.
         seed: Seed for weight shuffling and each worker's sample order.
-        verbose: 0 prints nothing (the resolved settings go to the ``sparkdl.fit``
+        verbose: 0 prints nothing (the resolved settings go to the ``sparkdl.driver.fit``
             logger at INFO, as always); 1 prints them, then a progress bar on the driver
             (lines, as 2 does, without tqdm); 2 prints the resolved settings, then one
             line per finished epoch with its merged logs.
@@ -379,7 +379,7 @@ class TrainConfig:
             ``None``: 127.0.0.1 for local masters, else ``spark.driver.host``.
         port: Port of the parameter service; 0 picks a free one.
         service_tls: Serve the parameter service over HTTPS with a certificate made
-            for the fit and pinned by its workers (:mod:`sparkdl.server.tls`).
+            for the fit and pinned by its workers (:mod:`sparkdl.server.web.tls`).
             ``None``: on unless the master is local (``local[...]``,
             ``local-cluster[...]``), where the traffic never leaves the machine.
         service_placement: Where the parameter service runs: ``"driver"`` (in this
@@ -423,12 +423,12 @@ class TrainConfig:
             in ``model.fit``) held out to report ``val_*`` logs every epoch.
         checkpoint_dir: A local directory on the driver; after every epoch the center
             weights, the epoch, the history and these settings are written there
-            atomically (see :mod:`sparkdl.checkpoints`).
+            atomically (see :mod:`sparkdl.server.state.checkpoints`).
         checkpoint_keep: How many of the newest checkpoints to keep.
         resume: Continue from the newest checkpoint in ``checkpoint_dir`` (its weights
             and epoch count; the history continues) instead of from the model's weights.
         mlflow_run: ``True`` or a run name: log params, per-epoch metrics and the model
-            to MLflow (see :mod:`sparkdl.tracking`); ``None``: only when MLflow's Keras
+            to MLflow (see :mod:`sparkdl.driver.tracking`); ``None``: only when MLflow's Keras
             autologging is on; ``False``: never.
         mixed_precision: Workers compute in float16 with float32 variables (Keras's
             ``mixed_float16``; the loss is scaled). A Sequential or functional model

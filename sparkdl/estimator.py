@@ -18,14 +18,17 @@ from pyspark.ml import Estimator
 from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame
 
-from sparkdl import checkpoints, custom_objects, data, keras_io, persistence, tracking
-from sparkdl.background import SETTLE_SECONDS
 from sparkdl.config import TrainConfig
+from sparkdl.contract import custom_objects, keras_io
+from sparkdl.driver import data, tracking
+from sparkdl.driver.background import SETTLE_SECONDS
+from sparkdl.driver.fit import Fit
+from sparkdl.driver.warmup import warm_up
 from sparkdl.errors import ConfigError
-from sparkdl.fit import Fit
+from sparkdl.ml import persistence
+from sparkdl.ml.params import TrainingParams, split_settings
 from sparkdl.model import KerasModel
-from sparkdl.params import TrainingParams, split_settings
-from sparkdl.warmup import warm_up
+from sparkdl.server.state import checkpoints
 
 if TYPE_CHECKING:
     import keras
@@ -73,7 +76,7 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
         callbacks: Keras callbacks, run on the driver against a master model that holds
             the service's weights after each epoch (EarlyStopping, ModelCheckpoint,
             TensorBoard, CSVLogger, ReduceLROnPlateau, LambdaCallback...; see
-            :mod:`sparkdl.callbacks`). Not saved with the estimator.
+            :mod:`sparkdl.driver.callbacks`). Not saved with the estimator.
         custom_objects: Custom layers, losses and metrics by name (cloudpickled to the
             executors).
         **settings: The training settings, snake_case or as their camelCase Param
@@ -164,7 +167,7 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
             return self._fit_with(dataset, config)
         finally:
             # Its job's thread ends before this call does (a fit that fails at once
-            # would leave it in a Spark call as a script exits: sparkdl.background).
+            # would leave it in a Spark call as a script exits: sparkdl.driver.background).
             warming.wait(SETTLE_SECONDS)
 
     def _fit_with(self, dataset: DataFrame, config: TrainConfig) -> KerasModel:

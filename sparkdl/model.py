@@ -2,7 +2,7 @@
 
 Example:
     >>> import keras
-    >>> from sparkdl.keras_io import model_to_bytes
+    >>> from sparkdl.contract.keras_io import model_to_bytes
     >>> net = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     >>> fitted = KerasModel(model_bytes=model_to_bytes(net), features_col="x",
     ...                     input_shapes=[(2,)])
@@ -23,14 +23,16 @@ from pyspark.ml.param import Param, TypeConverters
 from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame
 
-from sparkdl import custom_objects as custom_objects_module
-from sparkdl import data, data_scan, payload, persistence, predict
 from sparkdl.compat.sessions import Inline, SessionTools, session_tools
 from sparkdl.compat.spark import param_parent
+from sparkdl.contract import custom_objects as custom_objects_module
+from sparkdl.contract import payload
+from sparkdl.contract.keras_io import model_from_bytes
+from sparkdl.driver import data, data_scan
+from sparkdl.driver.warmup import tensorflow_logs
 from sparkdl.errors import ModelError
-from sparkdl.keras_io import model_from_bytes
-from sparkdl.params import ColumnParams, split_settings
-from sparkdl.warmup import tensorflow_logs
+from sparkdl.ml import persistence, predict
+from sparkdl.ml.params import ColumnParams, split_settings
 
 if TYPE_CHECKING:
     import keras
@@ -64,7 +66,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
 
     Example:
         >>> import keras
-        >>> from sparkdl.keras_io import model_to_bytes
+        >>> from sparkdl.contract.keras_io import model_to_bytes
         >>> net = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
         >>> KerasModel(model_bytes=model_to_bytes(net), input_shapes=[(3,)]).history
         {}
@@ -152,7 +154,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
             >>> KerasModel.from_keras(net, features_col="x").input_shapes
             [(3,)]
         """
-        from sparkdl import keras_io
+        from sparkdl.contract import keras_io
 
         if isinstance(model, (str, os.PathLike)):
             with open(model, "rb") as file:
@@ -213,7 +215,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
 
         Example:
             >>> import keras
-            >>> from sparkdl.keras_io import model_to_bytes
+            >>> from sparkdl.contract.keras_io import model_to_bytes
             >>> net = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
             >>> KerasModel(model_bytes=model_to_bytes(net)).get_model().output_shape
             (None, 2)
@@ -247,13 +249,14 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
             AUC's confusion counts) summed over the partitions, so each equals one
             ``model.evaluate`` over all rows; a model whose metrics cannot be built on
             the driver falls back to each partition's values weighted by its rows
-            (:mod:`sparkdl.evaluation`).
+            (:mod:`sparkdl.ml.evaluation`).
 
         Raises:
             SchemaError: A column is missing or has a wrong type.
             ModelError: The model was saved without a compiled loss.
         """
-        from sparkdl import evaluation, keras_io
+        from sparkdl.contract import keras_io
+        from sparkdl.ml import evaluation
 
         model = self.get_model()
         keras_io.check_compiled(model)
@@ -285,7 +288,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         return that
 
     def _transform(self, dataset: DataFrame) -> DataFrame:
-        from sparkdl import keras_io
+        from sparkdl.contract import keras_io
 
         model = self.get_model()
         features, sparse = self._features(dataset, model)
@@ -313,7 +316,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
 
     def _features(self, dataset: DataFrame, model: Any) -> tuple[list[Any], list[bool]]:
         """The feature expressions for ``model`` and which of them stay sparse (as in
-        :func:`sparkdl.data.prepare`, without its look at the rows: scoring densifies one
+        :func:`sparkdl.driver.data.prepare`, without its look at the rows: scoring densifies one
         batch at a time, so it needs no Spark job to choose)."""
         return data.model_features(dataset, model, self.features_col, sample=False)
 
@@ -322,7 +325,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
     ) -> payload.ScoringPayload:
         """What the scoring tasks get: the model as a broadcast, how to read the rows
         and how Keras loads on the executors; ``fields``: the call's own."""
-        from sparkdl import keras_io
+        from sparkdl.contract import keras_io
 
         tools = session_tools(dataset.sparkSession)
         return payload.ScoringPayload(

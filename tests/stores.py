@@ -1,8 +1,8 @@
-"""Helpers for tests that talk to a :class:`~sparkdl.server.store.WeightStore` directly."""
+"""Helpers for tests that talk to a :class:`~sparkdl.server.state.store.WeightStore` directly."""
 
 from __future__ import annotations
 
-from sparkdl.server.store import WeightStore
+from sparkdl.server.state.store import WeightStore
 
 #: Rows each worker joins with: more than any test pushes as samples.
 ROWS = 10_000

@@ -15,7 +15,7 @@ import os
 from typing import Any
 
 from sparkdl import config
-from sparkdl.params import param_name
+from sparkdl.ml.params import param_name
 
 PAGE = os.path.join("reference", "settings.rst")
 

@@ -25,7 +25,7 @@ breaks one known module rather than code spread over the package:
 * :mod:`sparkdl.compat.libc`: glibc's ``malloc_trim`` through ``ctypes`` (a no-op on
   other C libraries).
 
-:mod:`sparkdl.server.transport` subclasses cheroot's public connection, stream and
+:mod:`sparkdl.server.web.transport` subclasses cheroot's public connection, stream and
 gateway classes and reaches their buffers only through :mod:`sparkdl.compat.cheroot`.
 
 Each has a shape test under ``tests/`` (``tests/unit/test_compat_shapes.py`` and, for

@@ -9,11 +9,11 @@ its ``ConnectionManager``'s selector (``server._connections._selector``), which 
 offers through ``put_conn``, a method that also stamps and may dispatch the connection.
 sparkdl needs both:
 
-* :mod:`sparkdl.server.transport` moves large bodies without copying them in Python
+* :mod:`sparkdl.server.web.transport` moves large bodies without copying them in Python
   (:func:`reader_lock`, :func:`take_unread`, :func:`writer_lock`,
   :func:`write_buffer`, :func:`flush_unlocked`), and frees a closed connection at once
   (:func:`uncache_peer_creds`, :func:`discard_unread`);
-* :mod:`sparkdl.server.gate` reads a waiting connection's bytes into its buffer without
+* :mod:`sparkdl.server.web.gate` reads a waiting connection's bytes into its buffer without
   blocking and parks it in cheroot's selector until its request head is whole
   (:func:`unread_bytes`, :func:`unread_size`, :func:`unread_find`, :func:`unread_head`,
   :func:`move_unread`, :func:`append_unread`,

@@ -1,6 +1,6 @@
 """The executor side of a fit: code that runs only inside a Spark task, with Keras.
 
-The driver never imports this package: it ships a :class:`~sparkdl.payload.WorkerPayload`
+The driver never imports this package: it ships a :class:`~sparkdl.contract.payload.WorkerPayload`
 and a function that imports :mod:`sparkdl.executor.task` (the task entry) on the
 executor. The task entry imports no Keras; it starts importing the training loop and
 callback (Keras and TensorFlow at their top) in a thread while it reads the partition.

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from sparkdl.contract.payload import Column, check_row_widths
 from sparkdl.errors import SchemaError
-from sparkdl.payload import Column, check_row_widths
 
 __all__ = ["Block", "Csr", "concat_blocks", "convert", "rows_of", "slice_block", "take_block"]
 
@@ -236,7 +236,7 @@ def _vector_rows(vectors: pa.Array, width: int) -> tuple[np.ndarray, np.ndarray,
 
 
 def _check(widths: np.ndarray, width: int) -> None:
-    """The one row-width rule (:func:`~sparkdl.payload.check_row_widths`) on rows of
+    """The one row-width rule (:func:`~sparkdl.contract.payload.check_row_widths`) on rows of
     ``widths`` values for a column of ``width``."""
     if len(widths):
         check_row_widths(int(widths.min()), int(widths.max()), (width,))

@@ -15,7 +15,7 @@ dropped: Python never holds more than one record batch. A spool is append-only b
   (:func:`epoch_batches`), so the memory a worker needs does not grow with its data.
 
 ``data_cache="auto"`` starts in memory and moves to disk the moment the partition
-outgrows its budget (resolved on the driver: :func:`sparkdl.cluster.cache_budget`); a
+outgrows its budget (resolved on the driver: :func:`sparkdl.driver.cluster.cache_budget`); a
 task's training and validation caches share one :class:`Budget`.
 
 Columns are stored as the model takes them: dense features as float32 rows, scalar
@@ -49,6 +49,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from sparkdl.contract.payload import Column
+from sparkdl.contract.plan import DEFAULT_CACHE_BUDGET
 from sparkdl.errors import ConfigError
 from sparkdl.executor.blocks import (
     Block,
@@ -60,8 +62,6 @@ from sparkdl.executor.blocks import (
     take_block,
 )
 from sparkdl.executor.spool import Budget, FileSpool, MemorySpool, local_dir
-from sparkdl.payload import Column
-from sparkdl.plan import DEFAULT_CACHE_BUDGET
 
 __all__ = ["BLOCK_BYTES", "WINDOW_BYTES", "PartitionCache", "epoch_batches"]
 

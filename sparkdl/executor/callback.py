@@ -4,7 +4,7 @@ It pushes at the schedule's points (every ``frequency`` batches, the epoch's clo
 sync with its logs, padding rounds of a short partition), stops training on a diverged
 loss, and applies what the driver decided (``stop_training``, a new learning rate) as
 the answers bring it. The epoch's closing push also carries the states of the model's
-metrics, training and validation apart (:mod:`sparkdl.metric_states`), which the
+metrics, training and validation apart (:mod:`sparkdl.contract.metric_states`), which the
 service sums into exact per-epoch metrics. Keras's fit resets the metrics before it
 validates, so the training states are read as validation begins (``on_test_begin``).
 
@@ -20,11 +20,11 @@ from typing import Any
 
 import keras
 
+from sparkdl.contract.metric_states import MetricStates
 from sparkdl.errors import TrainingError
 from sparkdl.executor.pusher import Pusher
 from sparkdl.executor.rate import ScaledRate
 from sparkdl.executor.sharded import ShardedPusher
-from sparkdl.metric_states import MetricStates
 from sparkdl.sync.schedule import Schedule
 
 __all__ = ["SyncCallback"]

@@ -25,7 +25,7 @@ a small partition's steps).
 
 Example:
     >>> import numpy as np
-    >>> from sparkdl.payload import Column
+    >>> from sparkdl.contract.payload import Column
     >>> x, y = Column("x", "dense", 2), Column("y", "int", 1)
     >>> feed = Feed(None, [x], [(2,)], [False], [y], batch_size=4, backend="jax")
     >>> batch = (np.ones((3, 2), np.float32), np.zeros(3, np.int32))
@@ -41,9 +41,9 @@ from typing import Any
 
 import numpy as np
 
+from sparkdl.contract.payload import Column
 from sparkdl.executor.blocks import Block, Csr
 from sparkdl.executor.cache import PartitionCache, epoch_batches
-from sparkdl.payload import Column
 
 __all__ = ["Feed", "model_input", "sparse_batch"]
 
@@ -123,7 +123,7 @@ class Feed:
         as they come (a stream of unknown length: scoring a DataFrame).
 
         Example:
-            >>> from sparkdl.payload import Column
+            >>> from sparkdl.contract.payload import Column
             >>> x, y = Column("x", "dense", 2), Column("y", "int", 1)
             >>> feed = Feed(None, [x], [(2,)], [False], [y], batch_size=4)
             >>> batch = (np.ones((3, 2), np.float32), np.zeros(3, np.int32))

@@ -10,7 +10,7 @@ Every worker, once its partition is cached, enters :class:`Hosted`:
    every closed epoch, in the checkpoint format, to the executor's local disk), else
    from the model, and starts the shard's service on its executor's address (TLS as
    the plan says with a certificate of its own, the fit's token, and the relay's
-   routes for the driver: :mod:`sparkdl.server.relay`).
+   routes for the driver: :mod:`sparkdl.server.web.relay`).
 2. One ``allGather`` gives every worker every shard's URL, certificate and starting
    epoch, and the epochs each worker's machine has a snapshot of, per shard. Every
    shard must resume from one epoch: the newest of which some machine holds a
@@ -23,14 +23,14 @@ Every worker, once its partition is cached, enters :class:`Hosted`:
    polls a barrier once a second), so a first attempt makes only one.
 3. Each worker writes every shard's address (never the token) to a *rendezvous file*
    of its own on its machine, where the driver's relay jobs find it
-   (:mod:`sparkdl.relay`).
+   (:mod:`sparkdl.driver.relay`).
 4. After training, each worker tells every shard it left (``POST /leave``); each host
    waits until every worker left its shards, then returns their results (weights,
    history, status, the outer optimizer's state) as extra result rows
-   (:func:`sparkdl.payload.result_rows`) and stops them.
+   (:func:`sparkdl.contract.payload.result_rows`) and stops them.
 
 If a host's Python process dies, Spark retries the whole barrier stage (its output
-feeds a shuffle: :func:`sparkdl.fit._run_barrier_job`); the new attempt rejoins at step
+feeds a shuffle: :func:`sparkdl.driver.fit._run_barrier_job`); the new attempt rejoins at step
 1 and resumes from the last epoch every shard closed and wrote.
 
 Example:
@@ -57,7 +57,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sparkdl.payload import Hosting, WorkerPayload, result_rows
+from sparkdl.contract.payload import Hosting, WorkerPayload, result_rows
 
 __all__ = ["PRUNE_SECONDS", "Hosted", "prune", "read_rendezvous", "rendezvous_dir"]
 
@@ -182,14 +182,14 @@ class Hosted:
 
     def _held(self, shard: int) -> list[int]:
         """The epochs this machine holds a snapshot of ``shard`` of, oldest first."""
-        from sparkdl import checkpoints
+        from sparkdl.server.state import checkpoints
 
         return checkpoints.epochs(_snapshot_dir(self.hosting.fit_id, shard))
 
     def _discard_after(self, epoch: int | None) -> None:
         """Removes this machine's snapshots of this fit newer than ``epoch`` (all of
         them for ``None``), of every shard."""
-        from sparkdl import checkpoints
+        from sparkdl.server.state import checkpoints
 
         for shard in range(self.shards):
             checkpoints.discard_after(_snapshot_dir(self.hosting.fit_id, shard), epoch)
@@ -281,11 +281,11 @@ class Hosted:
     def _serve(self, shard: int, epoch: int | None) -> dict[str, Any]:
         """Builds ``shard``'s store (from its snapshot of ``epoch``, else the model)
         and starts its service; returns what the other workers need."""
-        from sparkdl import checkpoints
-        from sparkdl.metric_states import MetricStates
-        from sparkdl.server.service import ParameterService
-        from sparkdl.server.store import WeightStore
-        from sparkdl.server.tls import Certificate
+        from sparkdl.contract.metric_states import MetricStates
+        from sparkdl.server.state import checkpoints
+        from sparkdl.server.state.store import WeightStore
+        from sparkdl.server.web.service import ParameterService
+        from sparkdl.server.web.tls import Certificate
         from sparkdl.sync.shards import ShardLayout
 
         self._keras_ready()
@@ -448,7 +448,7 @@ class _Keeper:
         self._thread.join()  # a snapshot being written ends before anything removes it
 
     def _loop(self) -> None:
-        from sparkdl import checkpoints
+        from sparkdl.server.state import checkpoints
 
         store = self._store
         while not self._stop.is_set() and not store.aborted_event.is_set():
@@ -553,7 +553,7 @@ def _executor_host(context: Any, worker: int) -> str:
 def _model(payload: WorkerPayload) -> Any:
     import cloudpickle
 
-    from sparkdl.keras_io import model_from_bytes
+    from sparkdl.contract.keras_io import model_from_bytes
 
     custom = cloudpickle.loads(payload.custom_objects) if payload.custom_objects else None
     return model_from_bytes(payload.model_bytes.value, custom)

@@ -2,7 +2,7 @@
 
 The training task starts :func:`import_executor` in a thread while it reads its
 partition (:mod:`sparkdl.executor.task`), and the warm-up job runs it in idle Python
-workers ahead of a fit (:mod:`sparkdl.warmup`). It lives on the executor side so that
+workers ahead of a fit (:mod:`sparkdl.driver.warmup`). It lives on the executor side so that
 the task entry imports nothing of the driver's.
 
 Example:

@@ -18,7 +18,7 @@ Sequential and functional models with no loss scaling and nested models in float
 
 Example:
     >>> import keras
-    >>> from sparkdl.keras_io import model_to_bytes
+    >>> from sparkdl.contract.keras_io import model_to_bytes
     >>> net = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4),
     ...                         keras.layers.Dense(1)])
     >>> net.compile(optimizer="sgd", loss="mse")
@@ -38,7 +38,7 @@ from typing import Any
 import keras
 
 from sparkdl.compat.keras import graph_model
-from sparkdl.keras_io import model_from_bytes
+from sparkdl.contract.keras_io import model_from_bytes
 
 __all__ = ["MIXED", "loss_scaled", "mixed_precision_model"]
 
@@ -52,7 +52,7 @@ def mixed_precision_model(data: bytes, custom_objects: dict[str, Any] | None = N
     Args:
         data: The bytes of a compiled model's ``.keras`` archive.
         custom_objects: What loading it needs, as for
-            :func:`sparkdl.keras_io.model_from_bytes`.
+            :func:`sparkdl.contract.keras_io.model_from_bytes`.
 
     Returns:
         The model, compiled with its optimizer in a ``LossScaleOptimizer``: every layer

@@ -13,7 +13,7 @@ each update (for a merge that pushes weights, their difference to the copy of th
 center it holds) and names its copy of the center with each push; an answer's arrays
 are then the center's change since that copy (or the full weights), which it adds to
 the copy (:func:`~sparkdl.sync.codecs.follow`) exactly as the service does
-(:mod:`sparkdl.server.replicas`). Error feedback: what an encoding left out goes back
+(:mod:`sparkdl.server.state.replicas`). Error feedback: what an encoding left out goes back
 into the local weights with the answer (the center's copy plus the unsent part), so
 the worker trains on with everything it learned and its next update carries the rest.
 Keeping it apart as a residual while the worker restarts from the center did worse on
@@ -34,10 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from sparkdl.server.client import ServiceClient
+from sparkdl.executor.weight_access import WeightAccess
+from sparkdl.protocol.client import ServiceClient
 from sparkdl.sync.codecs import WHOLE, Codec, Compression, follow
 from sparkdl.sync.merges import Merge, is_float
-from sparkdl.weight_access import WeightAccess
 
 __all__ = ["Pusher"]
 

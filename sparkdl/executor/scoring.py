@@ -10,7 +10,7 @@ null feature), never row by row.
 
 Each Python worker loads a model once and keeps it for later batches and tasks (a
 small LRU keyed by the model's digest); its first load imports Keras as the driver
-said (:mod:`sparkdl.tf_logs`).
+said (:mod:`sparkdl.contract.tf_logs`).
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from sparkdl.contract.payload import Column, ScoringPayload, check_row_widths
+from sparkdl.contract.tf_logs import TensorFlowLogs
 from sparkdl.executor.blocks import Block, convert, row_widths, slice_block
-from sparkdl.payload import Column, ScoringPayload, check_row_widths
-from sparkdl.tf_logs import TensorFlowLogs
 
 __all__ = ["check_widths", "evaluate", "load_model", "predict"]
 
@@ -54,7 +54,7 @@ def predict(payload: ScoringPayload, batches: Iterable[pa.RecordBatch]) -> Itera
         predictions: list[np.ndarray] = []
         if kept.num_rows:
             if model is None:  # loaded once a row needs it; its inputs read once
-                from sparkdl.keras_io import sparse_inputs
+                from sparkdl.contract.keras_io import sparse_inputs
 
                 model = load_model(payload)
                 takes_sparse = sparse_inputs(model) or [False] * len(inputs)
@@ -108,7 +108,7 @@ def load_model(payload: ScoringPayload, *, compile: bool = False) -> Any:
     import cloudpickle
 
     (payload.tf_logs or TensorFlowLogs()).load(lambda: importlib.import_module("keras"))
-    from sparkdl.keras_io import model_from_bytes
+    from sparkdl.contract.keras_io import model_from_bytes
 
     custom = cloudpickle.loads(payload.custom_objects) if payload.custom_objects else None
     model = model_from_bytes(payload.model_bytes.value, custom, compile=compile, safe_mode=safe)
@@ -191,9 +191,9 @@ def _evaluate(
     inputs, outputs, weight = payload.columns()
     check_widths(first, inputs, payload)  # before the model loads: a wrong frame fails fast
     model = load_model(payload, compile=True)  # a worker's first load imports Keras
-    from sparkdl import keras_io
+    from sparkdl.contract import keras_io
+    from sparkdl.contract.metric_states import MetricStates
     from sparkdl.executor.feed import Feed
-    from sparkdl.metric_states import MetricStates
 
     takes_sparse = keras_io.sparse_inputs(model) or [False] * len(inputs)  # subclassed: none
     # Each array label takes its output's shape (its width read from the first batch).

@@ -12,7 +12,7 @@ worker only when every shard closed it, so it never trains on weights mixed from
 rounds. Asynchronous shards answer independently (each merged the push as it came).
 
 What the answers carry for the fit (the stop flag, a learning rate) is the same on
-every shard (:class:`~sparkdl.server.sharded.ShardedStore` tells every shard); a stop
+every shard (:class:`~sparkdl.server.state.sharded.ShardedStore` tells every shard); a stop
 from any shard stops the worker. The metric states that make an epoch's exact logs go
 to shard 0 only.
 
@@ -30,11 +30,11 @@ from typing import Any, TypeVar
 import numpy as np
 
 from sparkdl.executor.pusher import Pusher
-from sparkdl.server.client import ServiceClient
+from sparkdl.executor.weight_access import WeightAccess
+from sparkdl.protocol.client import ServiceClient
 from sparkdl.sync.codecs import Compression
 from sparkdl.sync.merges import Merge
 from sparkdl.sync.shards import ShardLayout
-from sparkdl.weight_access import WeightAccess
 
 __all__ = ["ShardedClient", "ShardedPusher"]
 

@@ -1,6 +1,6 @@
 """The task entry: what a Spark task of a fit runs on its partition.
 
-:func:`sparkdl.payload.train_function` names :func:`run` by module, so the driver never
+:func:`sparkdl.contract.payload.train_function` names :func:`run` by module, so the driver never
 imports this side. The task streams its partition into the worker's cache
 (:mod:`sparkdl.executor.cache`), one record batch at a time, while a thread imports
 TensorFlow and Keras (seconds, on a cold worker: :func:`sparkdl.executor.imports.import_executor`);
@@ -24,17 +24,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import BarrierTaskContext, TaskContext
 
-from sparkdl import gpu
-from sparkdl.backends import prepare
+from sparkdl.contract.backends import prepare
+from sparkdl.contract.payload import RESULT_SCHEMA, VALIDATION, Column, WorkerPayload
+from sparkdl.contract.reports import WorkerReport
 from sparkdl.errors import ServiceError
+from sparkdl.executor import gpu
 from sparkdl.executor.cache import PartitionCache
 from sparkdl.executor.hosting import Hosted
 from sparkdl.executor.imports import import_executor
 from sparkdl.executor.sharded import ShardedClient
 from sparkdl.executor.spool import Budget
-from sparkdl.payload import RESULT_SCHEMA, VALIDATION, Column, WorkerPayload
-from sparkdl.reports import WorkerReport
-from sparkdl.server.client import ServiceClient
+from sparkdl.protocol.client import ServiceClient
 from sparkdl.sync.shards import ShardLayout
 
 __all__ = ["RESULT_SCHEMA", "run"]
@@ -48,7 +48,7 @@ def run(payload: WorkerPayload, batches: Iterable[pa.RecordBatch]) -> list[pa.Re
         batches: The partition's record batches (the prepared columns).
 
     Returns:
-        The worker's id and its :class:`~sparkdl.reports.WorkerReport` as JSON; when
+        The worker's id and its :class:`~sparkdl.contract.reports.WorkerReport` as JSON; when
         this worker hosted the service, the service's result rows after it
         (:mod:`sparkdl.executor.hosting`).
     """

@@ -7,7 +7,7 @@ runs with ``tf.data``'s autotuner off (:func:`untuned`). Only a TensorFlow worke
 imports this module.
 
 Example:
-    >>> from sparkdl.payload import Column
+    >>> from sparkdl.contract.payload import Column
     >>> spec(Column("y", "int", 1), (), sparse=False)
     TensorSpec(shape=(None,), dtype=tf.int32, name=None)
 """
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import tensorflow as tf
 
-from sparkdl.payload import Column
+from sparkdl.contract.payload import Column
 
 if TYPE_CHECKING:
     from sparkdl.executor.feed import Feed

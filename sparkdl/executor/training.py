@@ -26,8 +26,17 @@ import cloudpickle
 import keras
 import numpy as np
 
-from sparkdl import gpu
 from sparkdl.compat.keras import flatten_layers
+from sparkdl.contract.keras_io import (
+    learning_rate,
+    model_from_bytes,
+    optimizer_steps,
+    set_optimizer_steps,
+)
+from sparkdl.contract.payload import WorkerPayload
+from sparkdl.contract.plan import FitPlan
+from sparkdl.contract.reports import WorkerReport
+from sparkdl.executor import gpu
 from sparkdl.executor.cache import PartitionCache
 from sparkdl.executor.callback import SyncCallback
 from sparkdl.executor.feed import Feed
@@ -35,20 +44,11 @@ from sparkdl.executor.precision import loss_scaled, mixed_precision_model
 from sparkdl.executor.pusher import Pusher
 from sparkdl.executor.rate import ScaledRate
 from sparkdl.executor.sharded import ShardedClient, ShardedPusher
-from sparkdl.keras_io import (
-    learning_rate,
-    model_from_bytes,
-    optimizer_steps,
-    set_optimizer_steps,
-)
-from sparkdl.payload import WorkerPayload
-from sparkdl.plan import FitPlan
-from sparkdl.reports import WorkerReport
-from sparkdl.server.client import ServiceClient
-from sparkdl.server.replicas import FULL
+from sparkdl.executor.weight_access import WeightAccess
+from sparkdl.protocol.client import ServiceClient
+from sparkdl.server.state.replicas import FULL
 from sparkdl.sync.modes import Standing
 from sparkdl.sync.schedule import Schedule, steps_for
-from sparkdl.weight_access import WeightAccess
 
 __all__ = ["compute_dtypes", "payload_feed", "split", "train"]
 

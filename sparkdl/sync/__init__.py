@@ -7,7 +7,7 @@ Three concepts, each a small class named once:
 * :mod:`sparkdl.sync.modes`: a *mode* schedules pushes. Its worker half says how many
   syncs an epoch has and where a retried task resumes; its service half (a synchronous
   round, or one asynchronous update under a lock or none) is the parameter service's
-  policy for it (:mod:`sparkdl.server.policies`).
+  policy for it (:mod:`sparkdl.server.state.policies`).
 * :mod:`sparkdl.sync.schedule`: the worker's sync points within its epochs (pure
   arithmetic, the same on every worker of a synchronous round).
 

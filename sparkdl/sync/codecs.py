@@ -4,7 +4,7 @@ Every update of every worker crosses the driver's network link. With
 ``compression=...`` a worker sends, instead of its full update, an encoding of it as a
 few plain arrays (the existing wire format: no pickle), and the service answers with an
 encoding of the center's change since what that worker holds
-(:mod:`sparkdl.server.replicas`). A codec has both halves, and both use the same code:
+(:mod:`sparkdl.server.state.replicas`). A codec has both halves, and both use the same code:
 
 * :meth:`Codec.encode` (worker, and the service for answers): float arrays become a
   few small arrays; integer arrays and arrays of at most :data:`DENSE_BELOW` values

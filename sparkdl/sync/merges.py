@@ -95,7 +95,7 @@ class Update:
         base_version: Center version the worker computed the push against.
         meta: The rest of the message's metadata.
         magnitudes: Each array's largest absolute value (the service's overflow
-            check, :meth:`sparkdl.server.center.Center.reserve`).
+            check, :meth:`sparkdl.server.state.center.Center.reserve`).
     """
 
     worker: int
@@ -146,7 +146,7 @@ class Merge(abc.ABC):
     @property
     def pushes_weights(self) -> bool:
         """Whether a worker pushes its weights, not a difference to the center it holds.
-        Compression takes differences only (:mod:`sparkdl.server.replicas`): a merge
+        Compression takes differences only (:mod:`sparkdl.server.state.replicas`): a merge
         pushing weights has a relative form for it (:attr:`Average.relative`)."""
         return False
 

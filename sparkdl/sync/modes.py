@@ -15,7 +15,7 @@ hogwild         bookkeeping under the lock, the merge    as asynchronous
 
 The worker half is arithmetic over :class:`~sparkdl.sync.schedule.Schedule`. The
 service half is the parameter service's own: the store's per-mode policy
-(:mod:`sparkdl.server.policies`), found by the mode's name. A new mode is one subclass
+(:mod:`sparkdl.server.state.policies`), found by the mode's name. A new mode is one subclass
 decorated with :func:`register` (and, for a schedule of pushes none of these has, a
 policy registered under its name).
 
@@ -186,7 +186,7 @@ class Asynchronous(Mode):
 class Hogwild(Asynchronous):
     """Asynchronous without a lock on the weights (Recht et al. 2011): the service adds
     each push into the live center with no lock held; what may race, and why that is
-    safe, is :class:`~sparkdl.server.policies.HogwildPolicy`'s to say. Workers schedule
+    safe, is :class:`~sparkdl.server.state.policies.HogwildPolicy`'s to say. Workers schedule
     their pushes as in asynchronous mode.
     """
 

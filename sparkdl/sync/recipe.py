@@ -59,7 +59,7 @@ __all__ = [
 
 #: The values of ``lr_scaling`` besides ``None``.
 LR_SCALINGS: tuple[str, ...] = ("auto", "linear", "sqrt")
-#: What :func:`sparkdl.keras_io.optimizer_kind` tells apart: plain gradient steps
+#: What :func:`sparkdl.contract.keras_io.optimizer_kind` tells apart: plain gradient steps
 #: (``SGD``, with or without momentum), steps normalised by the gradients' size (Adam,
 #: RMSprop, LARS...), and rates read from a ``LearningRateSchedule``.
 OPTIMIZER_KINDS: tuple[str, ...] = ("sgd", "adaptive", "scheduled")
@@ -132,7 +132,7 @@ class LearningRateRecipe:
     ) -> LearningRateRecipe:
         """The recipe of a checked ``lr_scaling`` whose ``"auto"`` is already resolved.
 
-        :class:`~sparkdl.plan.FitPlan` resolves ``"auto"`` once
+        :class:`~sparkdl.contract.plan.FitPlan` resolves ``"auto"`` once
         (:func:`resolve_scaling`), since the merge needs the answer too, and passes both.
 
         Args:

@@ -199,7 +199,7 @@ def test_a_sharded_service_in_the_cluster_with_tls_callbacks_and_the_bar(
 ) -> None:
     """Two shards beside workers 0 and 1, each with its own certificate; the relay's
     polls reach both (the bar, the callbacks' weights joined from the shards)."""
-    from sparkdl import checkpoints
+    from sparkdl.server.state import checkpoints
 
     train_df, _, (_, x_test, _, y_test) = digits
     seen: list[int] = []

@@ -12,9 +12,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from sparkdl.server.app import create_app
-from sparkdl.server.attempts import SparkAttempts
-from sparkdl.server.store import WeightStore
+from sparkdl.server.state.store import WeightStore
+from sparkdl.server.web.app import create_app
+from sparkdl.server.web.attempts import SparkAttempts
 from sparkdl.sync.merges import Delta
 from tests.stores import joined
 

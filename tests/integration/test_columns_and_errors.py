@@ -11,7 +11,7 @@ import pytest
 from pyspark.ml.linalg import Vectors
 
 from sparkdl import ClusterError, ConfigError, KerasEstimator, ModelError, SchemaError, WorkerError
-from sparkdl.data import ColumnTypeError
+from sparkdl.driver.data import ColumnTypeError
 
 pytestmark = [pytest.mark.spark]
 
@@ -252,7 +252,7 @@ def test_a_taken_port_fails_the_fit_and_leaves_no_thread_building(good, monkeypa
     TensorFlow or a Spark call."""
     import threading
 
-    from sparkdl import keras_io
+    from sparkdl.contract import keras_io
     from sparkdl.errors import ServiceError
 
     load = keras_io.model_from_bytes
@@ -287,7 +287,7 @@ def test_nan_loss_is_a_clear_error(spark) -> None:
 def test_scoring_checks_row_widths_with_the_fits_messages(spark) -> None:
     """26 values per row into a 13-feature model: once two rows' predictions each."""
     from sparkdl import KerasModel
-    from sparkdl.keras_io import model_to_bytes
+    from sparkdl.contract.keras_io import model_to_bytes
 
     model = classifier(width=13)
     scorer = KerasModel(model_bytes=model_to_bytes(model))

@@ -209,7 +209,7 @@ def test_unsupported_barrier_chain_is_recognised(spark) -> None:
 
 
 def test_status_store_lists_the_tasks_of_a_job_group(spark) -> None:
-    """What :class:`sparkdl.server.attempts.SparkAttempts` reads: each task's id,
+    """What :class:`sparkdl.server.web.attempts.SparkAttempts` reads: each task's id,
     partition and status, per stage attempt of the job group's stages."""
     sc = spark.sparkContext
     store = status_store(sc)

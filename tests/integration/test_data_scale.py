@@ -20,7 +20,7 @@ def test_parquet_with_validation_spills_to_disk_past_the_budget(
     """A user's table: Parquet in many files; validation rows travel with the partitions
     (shuffled with them, so each worker gets a share); an "auto" cache over its budget
     moves to disk while the partition streams in."""
-    from sparkdl import cluster
+    from sparkdl.driver import cluster
 
     # The budget of a Python worker capped at a few hundred kB (it comes from
     # spark.executor.pyspark.memory, which a running session cannot change).
@@ -222,7 +222,7 @@ def test_hashed_text_stays_sparse_and_matches_plain_keras(spark) -> None:
 def test_other_partition_counts_are_dealt_round_robin(spark) -> None:
     """Any partition count but ``num_workers`` is repartitioned round robin, ordinary
     tasks too (no ``coalesce``: the driver plans each worker's rows from the scan)."""
-    from sparkdl.fit import _partitioned
+    from sparkdl.driver.fit import _partitioned
 
     frame = spark.range(100, numPartitions=8)
 

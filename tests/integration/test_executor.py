@@ -2,7 +2,7 @@
 
 The executor's training loop is Keras's ``model.fit`` with
 :class:`~sparkdl.executor.callback.SyncCallback`; these tests run it in this process
-against a :class:`~sparkdl.server.service.ParameterService` on 127.0.0.1.
+against a :class:`~sparkdl.server.web.service.ParameterService` on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -12,18 +12,18 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from sparkdl.contract.payload import Column
 from sparkdl.executor.cache import PartitionCache
 from sparkdl.executor.callback import SyncCallback
 from sparkdl.executor.feed import Feed
 from sparkdl.executor.pusher import Pusher
-from sparkdl.payload import Column
-from sparkdl.server.client import ServiceClient
-from sparkdl.server.service import ParameterService
-from sparkdl.server.store import WeightStore
+from sparkdl.executor.weight_access import WeightAccess
+from sparkdl.protocol.client import ServiceClient
+from sparkdl.server.state.store import WeightStore
+from sparkdl.server.web.service import ParameterService
 from sparkdl.sync.merges import Average, Delta, Elastic, Merge
 from sparkdl.sync.modes import MODES
 from sparkdl.sync.schedule import Schedule, steps_for
-from sparkdl.weight_access import WeightAccess
 
 ROWS, BATCH, EPOCHS, FREQUENCY = 40, 8, 3, 2
 
@@ -111,9 +111,9 @@ def test_the_driver_stops_the_workers_and_sets_their_learning_rate() -> None:
 @pytest.mark.parametrize("inputs", [1, 2])
 def test_validation_rows_are_counted_in_rows_not_features(inputs: int) -> None:
     from sparkdl.config import TrainConfig
+    from sparkdl.contract.payload import WorkerPayload
+    from sparkdl.contract.plan import FitPlan
     from sparkdl.executor.training import split
-    from sparkdl.payload import WorkerPayload
-    from sparkdl.plan import FitPlan
 
     plan = FitPlan.resolve(
         TrainConfig(validation_split=0.25), num_workers=1, rows=8, threads=1, service_host="h"

@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sparkdl import checkpoints
 from sparkdl.config import TrainConfig
+from sparkdl.contract.payload import Hosting, WorkerPayload, result_rows, service_result
+from sparkdl.contract.plan import FitPlan
 from sparkdl.executor import hosting
 from sparkdl.executor.hosting import Hosted
-from sparkdl.payload import Hosting, WorkerPayload, result_rows, service_result
-from sparkdl.plan import FitPlan
+from sparkdl.server.state import checkpoints
 from sparkdl.sync.shards import ShardLayout
 from tests.unit.test_hosting import FakeBarrier
 
@@ -46,7 +46,7 @@ def _own_rendezvous_dir(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyp
 def test_one_worker_takes_over_two_shards_from_their_snapshots() -> None:
     import keras
 
-    from sparkdl.keras_io import model_to_bytes
+    from sparkdl.contract.keras_io import model_to_bytes
 
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(40), keras.layers.Dense(3)])

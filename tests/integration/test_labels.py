@@ -16,7 +16,7 @@ import pytest
 
 from examples.digits import digits_arrays
 from sparkdl import KerasEstimator, SchemaError
-from sparkdl.data import ColumnTypeError
+from sparkdl.driver.data import ColumnTypeError
 
 pytestmark = [pytest.mark.spark]
 

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from examples.digits import accuracy, digits_model
-from sparkdl import KerasEstimator, checkpoints
+from sparkdl import KerasEstimator
+from sparkdl.server.state import checkpoints
 
 pytestmark = [pytest.mark.spark]
 

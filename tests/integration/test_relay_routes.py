@@ -1,6 +1,6 @@
 """The relay's routes of a service in the cluster, over real sockets on 127.0.0.1.
 
-The relay (:mod:`sparkdl.relay`) is how a driver that cannot reach the service follows
+The relay (:mod:`sparkdl.driver.relay`) is how a driver that cannot reach the service follows
 and steers a fit; its routes answer only the relay's token (the service keeps its
 SHA-256), the workers' token opens none of them, and every number is checked.
 """
@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import urllib3
 
-from sparkdl.payload import result_rows, service_result
-from sparkdl.server import wire
-from sparkdl.server.client import ServiceClient
-from sparkdl.server.relay import relay_digest
-from sparkdl.server.service import ParameterService
-from sparkdl.server.store import WeightStore
+from sparkdl.contract.payload import result_rows, service_result
+from sparkdl.protocol import wire
+from sparkdl.protocol.client import ServiceClient
+from sparkdl.server.state.store import WeightStore
+from sparkdl.server.web.relay import relay_digest
+from sparkdl.server.web.service import ParameterService
 from sparkdl.sync.merges import Average
 
 RELAY = "relay-secret"
@@ -155,7 +155,7 @@ def test_the_relay_polls_every_shard_and_joins_their_weights(tmp_path, monkeypat
     decided, and returns the status and an epoch's weights joined from the shards."""
     import tempfile
 
-    from sparkdl import relay
+    from sparkdl.driver import relay
     from sparkdl.executor import hosting
     from sparkdl.sync.shards import ShardLayout
 

@@ -16,10 +16,10 @@ import pytest
 from pyspark.ml import PipelineModel
 
 from sparkdl import KerasModel, loading_options
+from sparkdl.contract.keras_io import model_to_bytes
+from sparkdl.contract.payload import ScoringPayload
 from sparkdl.errors import ModelError
 from sparkdl.executor.scoring import load_model
-from sparkdl.keras_io import model_to_bytes
-from sparkdl.payload import ScoringPayload
 
 pytestmark = [pytest.mark.spark]
 

@@ -18,9 +18,9 @@ import pytest
 
 from benchmarks.idle_connections import SHAPES, round_trips
 from benchmarks.stalled_body import Stalled
-from sparkdl.server import bodies
-from sparkdl.server.service import ParameterService
-from sparkdl.server.store import WeightStore
+from sparkdl.server.state.store import WeightStore
+from sparkdl.server.web import bodies
+from sparkdl.server.web.service import ParameterService
 from sparkdl.sync.merges import Delta
 from tests.stores import joined
 
@@ -155,8 +155,8 @@ def test_the_gate_holds_token_holders_bodies_within_a_budget() -> None:
     """A token holder's pending bodies are reserved against a budget; past it, a body is
     left to the thread that serves it; ``Expect: 100-continue`` bodies are never held
     (the client waits for cheroot's 100 first)."""
-    from sparkdl.server.bodies import BodyPolicy
-    from sparkdl.server.framing import Head
+    from sparkdl.server.web.bodies import BodyPolicy
+    from sparkdl.server.web.framing import Head
 
     policy = BodyPolicy("secret", max_body=100, budget=150)
     head = Head(size=40, length=100, authorization=b"Bearer secret")

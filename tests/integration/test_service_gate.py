@@ -20,11 +20,11 @@ import pytest
 import urllib3
 
 from benchmarks.idle_connections import SHAPES, Siege, round_trips
-from sparkdl.server import gate as gate_module
-from sparkdl.server.client import ServiceClient
-from sparkdl.server.service import ParameterService
-from sparkdl.server.store import WeightStore
-from sparkdl.server.tls import Certificate
+from sparkdl.protocol.client import ServiceClient
+from sparkdl.server.state.store import WeightStore
+from sparkdl.server.web import gate as gate_module
+from sparkdl.server.web.service import ParameterService
+from sparkdl.server.web.tls import Certificate
 from sparkdl.sync.merges import Average, Delta
 from tests.stores import joined
 

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 from benchmarks.fuzz_service import training_state
 from sparkdl.errors import ServiceError, TrainingError
-from sparkdl.server import wire
-from sparkdl.server.client import ServiceClient
-from sparkdl.server.service import ParameterService
-from sparkdl.server.store import WeightStore
+from sparkdl.protocol import wire
+from sparkdl.protocol.client import ServiceClient
+from sparkdl.server.state.store import WeightStore
+from sparkdl.server.web.service import ParameterService
 from sparkdl.sync.merges import Average, Delta
 from tests.stores import joined
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from sparkdl.errors import TrainingError
-from sparkdl.server.client import ServiceClient
-from sparkdl.server.service import ParameterService
-from sparkdl.server.store import WeightStore
+from sparkdl.protocol.client import ServiceClient
+from sparkdl.server.state.store import WeightStore
+from sparkdl.server.web.service import ParameterService
 from sparkdl.sync.merges import Average, Delta
 from tests.integration.dropping_proxy import DroppingProxy
 from tests.stores import joined

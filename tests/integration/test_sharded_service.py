@@ -21,12 +21,12 @@ import urllib3
 from sparkdl.errors import TrainingError
 from sparkdl.executor.pusher import Pusher
 from sparkdl.executor.sharded import ShardedClient
-from sparkdl.server import wire
-from sparkdl.server.client import ServiceClient
-from sparkdl.server.replicas import FULL
-from sparkdl.server.service import ParameterService
-from sparkdl.server.sharded import ShardedStore
-from sparkdl.server.store import WeightStore
+from sparkdl.protocol import wire
+from sparkdl.protocol.client import ServiceClient
+from sparkdl.server.state.replicas import FULL
+from sparkdl.server.state.sharded import ShardedStore
+from sparkdl.server.state.store import WeightStore
+from sparkdl.server.web.service import ParameterService
 from sparkdl.sync.codecs import Compression, Float16, Sign, TopK
 from sparkdl.sync.merges import Average, Delta, Elastic, Merge
 from sparkdl.sync.shards import ShardLayout

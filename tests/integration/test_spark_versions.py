@@ -87,7 +87,7 @@ def test_a_row_with_a_null_feature_gets_a_null_prediction_of_several_outputs(spa
     import keras
 
     from sparkdl import KerasModel
-    from sparkdl.keras_io import model_to_bytes
+    from sparkdl.contract.keras_io import model_to_bytes
 
     inputs = keras.Input((3,))
     model = keras.Model(

@@ -1,4 +1,4 @@
-"""The warm-up of Spark's Python workers (:mod:`sparkdl.warmup`) on the local[2] session.
+"""The warm-up of Spark's Python workers (:mod:`sparkdl.driver.warmup`) on the local[2] session.
 
 The warm-up job runs ``mapInArrow`` tasks, so the workers it warms are those the fit's
 own ``mapInArrow`` tasks run in: a later ``mapInArrow`` task finds the executor modules
@@ -14,10 +14,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from sparkdl import warmup
+from sparkdl.contract.tf_logs import TensorFlowLogs
+from sparkdl.driver import warmup
+from sparkdl.driver.warmup import WarmUp, warm_up
 from sparkdl.executor import imports
-from sparkdl.tf_logs import TensorFlowLogs
-from sparkdl.warmup import WarmUp, warm_up
 
 #: A standard-library module with no side effects that no other code imports.
 SENTINEL = "pydoc_data.topics"

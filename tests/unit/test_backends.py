@@ -1,4 +1,5 @@
-"""sparkdl.backends: the driver's backend, and a worker's checks before it imports Keras."""
+"""sparkdl.contract.backends: the driver's backend, and a worker's checks before it imports
+Keras."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import sys
 import keras
 import pytest
 
-from sparkdl.backends import BackendError, check_supported, driver_backend, prepare
+from sparkdl.contract.backends import BackendError, check_supported, driver_backend, prepare
+from sparkdl.contract.tf_logs import TensorFlowLogs
 from sparkdl.errors import ConfigError
-from sparkdl.tf_logs import TensorFlowLogs
 
 pytestmark = [pytest.mark.compat]  # both backends: run in every stack of the matrix
 
@@ -71,8 +72,8 @@ def test_a_model_from_a_newer_keras_names_both_versions_and_the_upgrade() -> Non
     import json
     import zipfile
 
+    from sparkdl.contract.keras_io import model_from_bytes, model_to_bytes
     from sparkdl.errors import ModelError
-    from sparkdl.keras_io import model_from_bytes, model_to_bytes
 
     net = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     source = zipfile.ZipFile(io.BytesIO(model_to_bytes(net)))

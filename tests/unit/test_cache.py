@@ -8,11 +8,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from sparkdl.contract.payload import Column
 from sparkdl.errors import ConfigError, SchemaError
 from sparkdl.executor.blocks import Csr, convert
 from sparkdl.executor.cache import PartitionCache, epoch_batches
 from sparkdl.executor.spool import Budget, MemorySpool
-from sparkdl.payload import Column
 
 X, Y, V = Column("x", "dense", 3), Column("y", "int", 1), Column("v", "sparse", 50)
 
@@ -230,7 +230,7 @@ def test_dense_vectors_kept_sparse_are_scored_as_csr() -> None:
 
 
 class _Context:
-    """What :func:`sparkdl.cluster.cache_budget` reads of a session: its settings."""
+    """What :func:`sparkdl.driver.cluster.cache_budget` reads of a session: its settings."""
 
     def __init__(self, conf: dict[str, str]) -> None:
         self.settings = conf
@@ -240,7 +240,7 @@ class _Context:
 
 
 def test_cache_budget_is_half_of_each_python_workers_share() -> None:
-    from sparkdl.cluster import DEFAULT_CACHE_BUDGET, cache_budget
+    from sparkdl.driver.cluster import DEFAULT_CACHE_BUDGET, cache_budget
 
     assert cache_budget(_Context({})) == DEFAULT_CACHE_BUDGET
     # Spark caps each Python worker at pyspark.memory / executor cores.

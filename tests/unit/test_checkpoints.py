@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sparkdl import checkpoints
+from sparkdl.server.state import checkpoints
 
 
 def _write(root: str, epoch: int, value: float, keep: int = 3) -> str:

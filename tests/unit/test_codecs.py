@@ -12,8 +12,8 @@ import pytest
 from sparkdl import ConfigError, TrainConfig
 from sparkdl.config import SyncConfig
 from sparkdl.executor.pusher import Pusher
-from sparkdl.server.errors import StoreError
-from sparkdl.server.replicas import FULL, Replicas
+from sparkdl.server.state.errors import StoreError
+from sparkdl.server.state.replicas import FULL, Replicas
 from sparkdl.sync.codecs import (
     WHOLE,
     BFloat16,

@@ -3,7 +3,7 @@
 * ``http.client.HTTPConnection._send_output`` and ``_buffer``, overridden and read by
   :class:`sparkdl.compat.http_client.CoalescingConnection`;
 * cheroot's socket reader / writer, connection, request and WSGI gateway, subclassed by
-  :mod:`sparkdl.server.transport`, and their private ``_pyio`` buffers and selector,
+  :mod:`sparkdl.server.web.transport`, and their private ``_pyio`` buffers and selector,
   reached only through :mod:`sparkdl.compat.cheroot`;
 * Keras's ``_flatten_layers``, ``_compile_config``, ``_learning_rate`` and its
   ``Functional`` class
@@ -49,7 +49,7 @@ from sparkdl.compat.http_client import COALESCE_BYTES, CoalescingConnection
 PYTHON = f"Python {sys.version.split()[0]}"
 CHEROOT = f"cheroot {cheroot_version}"
 HTTP_CLIENT_MODULE = "sparkdl/compat/http_client.py"
-TRANSPORT_MODULE = "sparkdl/server/transport.py"
+TRANSPORT_MODULE = "sparkdl/server/web/transport.py"
 CHEROOT_MODULE = "sparkdl/compat/cheroot.py"
 
 
@@ -366,7 +366,7 @@ def test_cheroot_request_and_gateway(socket_pair) -> None:
 
 def test_transport_classes_still_build_on_cheroot() -> None:
     """transport.py's subclasses import and wire up (a changed base class fails here)."""
-    from sparkdl.server import transport
+    from sparkdl.server.web import transport
 
     http_server = wsgi.Server(("127.0.0.1", 0), lambda environ, start: [])
     transport.use_bulk_io(http_server)

@@ -1,5 +1,5 @@
 """Custom objects a model names are found on the driver and travel to where they are not
-defined (``sparkdl.custom_objects``). The Spark round trip is in test_local_cluster."""
+defined (``sparkdl.contract.custom_objects``). The Spark round trip is in test_local_cluster."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import keras
 import numpy as np
 import pytest
 
-from sparkdl import custom_objects, keras_io
+from sparkdl.contract import custom_objects, keras_io
 
 PARTS = textwrap.dedent(
     """

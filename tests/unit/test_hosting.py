@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from sparkdl.config import TrainConfig
+from sparkdl.contract.payload import Hosting, WorkerPayload
+from sparkdl.contract.plan import FitPlan
 from sparkdl.executor.hosting import Hosted
-from sparkdl.payload import Hosting, WorkerPayload
-from sparkdl.plan import FitPlan
 
 
 class FakeBarrier:

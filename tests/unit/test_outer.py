@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sparkdl import checkpoints
 from sparkdl.config import TrainConfig
 from sparkdl.errors import ConfigError
-from sparkdl.server.store import WeightStore
+from sparkdl.server.state import checkpoints
+from sparkdl.server.state.store import WeightStore
 from sparkdl.sync.merges import Average, Delta, Update
 from sparkdl.sync.outer import OuterOptimizer
 from tests.stores import joined
@@ -168,7 +168,7 @@ def test_bad_outer_settings_name_the_fix(settings, message) -> None:
 
 
 def test_the_plan_resolves_diloco_defaults_and_says_so() -> None:
-    from sparkdl.plan import FitPlan
+    from sparkdl.contract.plan import FitPlan
 
     plan = FitPlan.resolve(
         TrainConfig(outer_optimizer="nesterov", frequency=16),
@@ -191,7 +191,7 @@ def test_the_plan_resolves_diloco_defaults_and_says_so() -> None:
 
 
 def test_an_outer_step_past_the_dtypes_range_is_refused_and_nothing_changes() -> None:
-    from sparkdl.server.errors import StoreError
+    from sparkdl.server.state.errors import StoreError
 
     outer = OuterOptimizer("sgd", learning_rate=1e4, momentum=0.0)
     store = joined(
@@ -263,7 +263,7 @@ def test_synchronous_fragments_close_every_workers_epoch_on_the_same_round() -> 
 
 
 def test_a_refused_step_leaves_the_outer_state_as_it_was() -> None:
-    from sparkdl.server.errors import StoreError
+    from sparkdl.server.state.errors import StoreError
 
     outer = OuterOptimizer("nesterov", learning_rate=1e4, momentum=0.9)
     store = joined(
@@ -301,14 +301,14 @@ def test_16_bit_weights_step_in_float32_where_the_result_fits() -> None:
 
 
 def test_the_plan_warns_of_amplified_full_size_deltas_and_useless_fragments(caplog) -> None:
-    from sparkdl.plan import FitPlan
+    from sparkdl.contract.plan import FitPlan
 
     def plan(**settings):  # type: ignore[no-untyped-def]
         return FitPlan.resolve(
             TrainConfig(**settings), num_workers=4, rows=1000, threads=1, service_host="x"
         )
 
-    with caplog.at_level("WARNING", logger="sparkdl.fit"):
+    with caplog.at_level("WARNING", logger="sparkdl.driver.fit"):
         plan(mode="asynchronous", outer_optimizer="nesterov", lr_scaling=None, frequency=4)
         plan(
             mode="asynchronous",

@@ -1,7 +1,7 @@
 """``import sparkdl`` stays light: its public names load at first use; the executor side
 imports no driver module.
 
-A Spark worker that unpickles a function of :mod:`sparkdl.warmup` imports the package;
+A Spark worker that unpickles a function of :mod:`sparkdl.driver.warmup` imports the package;
 it must not load the estimator and ``pyspark.ml`` before it starts importing TensorFlow.
 A training task unpickles the payload and imports the task entry: imports run driver ->
 payload <- executor, never executor -> driver.
@@ -43,32 +43,32 @@ def test_import_sparkdl_loads_only_its_errors_until_a_name_is_used() -> None:
 
 #: Modules of the driver side: none may load in a training task before it trains.
 DRIVER = [
-    "sparkdl.callbacks",
-    "sparkdl.checkpoints",
-    "sparkdl.cli",
-    "sparkdl.cluster",
+    "sparkdl.driver.callbacks",
+    "sparkdl.server.state.checkpoints",
+    "sparkdl.tools.cli",
+    "sparkdl.driver.cluster",
     "sparkdl.config",
-    "sparkdl.data",
-    "sparkdl.data_scan",
+    "sparkdl.driver.data",
+    "sparkdl.driver.data_scan",
     "sparkdl.estimator",
-    "sparkdl.evaluation",
-    "sparkdl.fit",
-    "sparkdl.interrupt",
-    "sparkdl.keras_io",
+    "sparkdl.ml.evaluation",
+    "sparkdl.driver.fit",
+    "sparkdl.driver.interrupt",
+    "sparkdl.contract.keras_io",
     "sparkdl.model",
-    "sparkdl.params",
-    "sparkdl.persistence",
-    "sparkdl.predict",
-    "sparkdl.progress",
-    "sparkdl.server.app",
-    "sparkdl.server.parse",
-    "sparkdl.server.policies",
-    "sparkdl.server.service",
-    "sparkdl.server.state",
-    "sparkdl.server.store",
-    "sparkdl.spark_ui",
-    "sparkdl.tracking",
-    "sparkdl.warmup",
+    "sparkdl.ml.params",
+    "sparkdl.ml.persistence",
+    "sparkdl.ml.predict",
+    "sparkdl.driver.progress",
+    "sparkdl.server.web.app",
+    "sparkdl.server.web.parse",
+    "sparkdl.server.state.policies",
+    "sparkdl.server.web.service",
+    "sparkdl.server.state.training",
+    "sparkdl.server.state.store",
+    "sparkdl.driver.spark_ui",
+    "sparkdl.driver.tracking",
+    "sparkdl.driver.warmup",
 ]
 
 #: Run in a fresh interpreter: unpickle a task's function, import its executor module,
@@ -86,8 +86,8 @@ assert not [m for m in loaded if m in driver or m.startswith(("pyspark.ml", "ker
 
 def test_the_task_entry_and_its_payload_import_no_driver_module() -> None:
     from sparkdl.config import TrainConfig
-    from sparkdl.payload import WorkerPayload, train_function
-    from sparkdl.plan import FitPlan
+    from sparkdl.contract.payload import WorkerPayload, train_function
+    from sparkdl.contract.plan import FitPlan
 
     plan = FitPlan.resolve(
         TrainConfig(), num_workers=2, rows=100, threads=1, service_host="127.0.0.1"
@@ -106,7 +106,7 @@ def test_the_task_entry_and_its_payload_import_no_driver_module() -> None:
 
 def test_the_scoring_tasks_import_no_driver_module() -> None:
     """transform's and evaluate's tasks: their functions and the scoring module."""
-    from sparkdl.payload import ScoringPayload, evaluate_function, predict_function
+    from sparkdl.contract.payload import ScoringPayload, evaluate_function, predict_function
 
     scoring = ScoringPayload(b"", "digest", None, [(3,)], [False], [""], 8, outputs=[("y", True)])
     _check_fresh_task(predict_function(scoring), "sparkdl.executor.scoring")

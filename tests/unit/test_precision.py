@@ -19,15 +19,15 @@ import pytest
 keras = pytest.importorskip("keras")
 
 from sparkdl.compat.keras import flatten_layers  # noqa: E402
-from sparkdl.executor.precision import _output_layers, loss_scaled, mixed_precision_model  # noqa: E402
-from sparkdl.executor.training import compute_dtypes  # noqa: E402
-from sparkdl.keras_io import (  # noqa: E402
+from sparkdl.contract.keras_io import (  # noqa: E402
     learning_rate,
     model_to_bytes,
     optimizer_kind,
     optimizer_steps,
     set_optimizer_steps,
 )
+from sparkdl.executor.precision import _output_layers, loss_scaled, mixed_precision_model  # noqa: E402
+from sparkdl.executor.training import compute_dtypes  # noqa: E402
 
 WIDTH, CLASSES = 8, 3
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from sparkdl.config import TrainConfig
+from sparkdl.contract.plan import FitPlan
 from sparkdl.errors import ConfigError
-from sparkdl.plan import FitPlan
-from sparkdl.server.store import WeightStore
+from sparkdl.server.state.store import WeightStore
 from sparkdl.sync import merges
 from sparkdl.sync.merges import Merge, Update
 from sparkdl.sync.modes import Asynchronous, Hogwild, Standing, Synchronous

@@ -10,9 +10,10 @@ import keras
 import numpy as np
 import pytest
 
-from sparkdl import ConfigError, TrainConfig, keras_io
+from sparkdl import ConfigError, TrainConfig
+from sparkdl.contract import keras_io
+from sparkdl.contract.plan import FitPlan
 from sparkdl.executor.rate import ScaledRate
-from sparkdl.plan import FitPlan
 from sparkdl.sync.recipe import LearningRateRecipe
 
 

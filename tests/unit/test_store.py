@@ -6,8 +6,8 @@ import time
 import numpy as np
 import pytest
 
-from sparkdl.server import wire
-from sparkdl.server.store import StoreError, WeightStore
+from sparkdl.protocol import wire
+from sparkdl.server.state.store import StoreError, WeightStore
 from sparkdl.sync.merges import Average, Delta, Elastic
 from tests.stores import joined
 
@@ -152,7 +152,7 @@ def test_round_timeout_closes_the_round_with_the_workers_present(caplog) -> None
     sync_call(
         store, 0, seq=1, round_no=0, arrays=[np.ones(1, np.float32)], samples=1, meta={}, wait=0
     )
-    with caplog.at_level("WARNING", logger="sparkdl.server.store"):
+    with caplog.at_level("WARNING", logger="sparkdl.server.state.store"):
         weights, version = store.pull(1, wait=3.0)
     assert version == 1 and weights[0].tolist() == [1.0]
     assert "round_timeout" in caplog.text and "[1]" in caplog.text
@@ -447,7 +447,7 @@ def test_async_without_callbacks_and_resumed_fits_do_not_wait() -> None:
 def test_async_epoch_ends_do_not_wait_for_a_silent_worker() -> None:
     """A lost executor's task that Spark can reschedule only once the survivor ends:
     after SILENT_SECONDS without a word from it, the survivor's epoch ends go on."""
-    from sparkdl.server.state import SILENT_SECONDS
+    from sparkdl.server.state.training import SILENT_SECONDS
 
     store = joined(async_gated())
     end_epoch(store, 1, 0, seq=1)  # worker 1 ended epoch 0, then went quiet

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from benchmarks.fuzz_service import training_state
-from sparkdl.server import wire
-from sparkdl.server.store import SEQ_WINDOW, StoreError, WeightStore
+from sparkdl.protocol import wire
+from sparkdl.server.state.store import SEQ_WINDOW, StoreError, WeightStore
 from sparkdl.sync.merges import Average, Delta, Elastic, is_float
 
 ROWS = 100
@@ -257,7 +257,7 @@ def test_an_unhashable_dtype_in_the_header_is_a_wire_error(
 
 
 def test_a_metric_missing_from_an_epoch_keeps_the_history_aligned_and_status_json() -> None:
-    from sparkdl.server.app import create_app
+    from sparkdl.server.web.app import create_app
 
     store = make("asynchronous", Delta(), workers=1)
     logs = [{"loss": 1.0, "auc": 0.5}, {"loss": 0.5, "auc": None}, {"loss": 0.25}]

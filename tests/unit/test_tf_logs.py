@@ -1,4 +1,4 @@
-"""TensorFlow's C++ log lines (:mod:`sparkdl.tf_logs`): decided on the driver, filtered
+"""TensorFlow's C++ log lines (:mod:`sparkdl.contract.tf_logs`): decided on the driver, filtered
 while TensorFlow loads, everything else written back."""
 
 from __future__ import annotations
@@ -9,8 +9,13 @@ import sys
 
 import pytest
 
-from sparkdl import tf_logs
-from sparkdl.tf_logs import LEVEL_VARIABLE, TensorFlowLogs, filtered_stderr, is_tensorflow_line
+from sparkdl.contract import tf_logs
+from sparkdl.contract.tf_logs import (
+    LEVEL_VARIABLE,
+    TensorFlowLogs,
+    filtered_stderr,
+    is_tensorflow_line,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 #: Lines TensorFlow 2.21's import and first operation print on a machine without a GPU.
@@ -81,7 +86,7 @@ def test_the_level_quiet_tensorflow_sets_is_not_taken_for_the_users(
 def test_a_process_that_dies_in_the_block_still_shows_what_it_printed() -> None:
     code = (
         "import os, time\n"
-        "from sparkdl.tf_logs import filtered_stderr\n"
+        "from sparkdl.contract.tf_logs import filtered_stderr\n"
         "with filtered_stderr(3):\n"
         "    os.write(2, b'I0000 00:00:17.5    21 port.cc:153] oneDNN custom operations\\n')\n"
         "    os.write(2, b'F0000 00:00:17.5    21 status.cc:1] Check failed: the reason\\n')\n"
@@ -98,7 +103,7 @@ def test_no_stderr_means_no_filter_and_no_error() -> None:
         "import os, sys\n"
         "sys.stderr = None\n"
         "os.close(2)\n"
-        "from sparkdl.tf_logs import filtered_stderr\n"
+        "from sparkdl.contract.tf_logs import filtered_stderr\n"
         "with filtered_stderr(3):\n"
         "    pass\n"
         "print('ran')\n"
@@ -113,7 +118,7 @@ def test_tensorflow_loads_quietly_in_a_fresh_process(filtered: bool) -> None:
     """The real thing: TensorFlow's import and first operation, with and without the
     filter (without it the lines appear, so this test can fail)."""
     code = (
-        "from sparkdl.tf_logs import TensorFlowLogs\n"
+        "from sparkdl.contract.tf_logs import TensorFlowLogs\n"
         f"keras = TensorFlowLogs('3', filtered={filtered}).load(lambda: __import__('keras'))\n"
         "import sys; print('user stderr line', file=sys.stderr)\n"
         "print(float(keras.ops.sum(keras.ops.ones(3))))\n"
@@ -135,7 +140,7 @@ def test_a_fresh_worker_loads_a_model_to_score_quietly(tmp_path) -> None:
     master (:func:`sparkdl.executor.scoring.load_model`) imports Keras with the filter on."""
     import keras
 
-    from sparkdl.keras_io import model_to_bytes
+    from sparkdl.contract.keras_io import model_to_bytes
 
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     path = tmp_path / "model.keras"
@@ -143,8 +148,8 @@ def test_a_fresh_worker_loads_a_model_to_score_quietly(tmp_path) -> None:
     code = (
         "import numpy as np\n"
         "from sparkdl.executor.scoring import load_model\n"
-        "from sparkdl.payload import ScoringPayload\n"
-        "from sparkdl.tf_logs import TensorFlowLogs\n"
+        "from sparkdl.contract.payload import ScoringPayload\n"
+        "from sparkdl.contract.tf_logs import TensorFlowLogs\n"
         "class Broadcast:\n"
         f"    value = open({str(path)!r}, 'rb').read()\n"
         "logs = TensorFlowLogs('3', filtered=True)\n"

@@ -1,4 +1,4 @@
-"""When a fit asks MLflow about autologging (sparkdl.tracking.wanted)."""
+"""When a fit asks MLflow about autologging (sparkdl.driver.tracking.wanted)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from sparkdl.tracking import wanted
+from sparkdl.driver.tracking import wanted
 
 
 def test_autologging_is_not_asked_of_an_mlflow_nobody_imported(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import time
 
-from sparkdl.server.trim import Trimmer
+from sparkdl.server.web.trim import Trimmer
 
 
 def test_releases_trim_at_most_once_per_interval_and_once_after_the_last() -> None:

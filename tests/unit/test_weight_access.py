@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import pytest
 
-from sparkdl.weight_access import WeightAccess
+from sparkdl.executor.weight_access import WeightAccess
 
 
 def _model() -> keras.Model:

@@ -1,0 +1,405 @@
+"""A fit's plan: the user's settings and the cluster's facts, resolved once on the driver.
+
+Every default that depends on the fit (the number of workers, whether a push spans a
+whole epoch, the delta scale, the elastic moving rate, overlap, TensorFlow threads, the
+service's address) is decided here, once, and the frozen plan travels to every worker
+unchanged; no worker or service code resolves a setting again.
+
+Example:
+    >>> from sparkdl.config import TrainConfig
+    >>> plan = FitPlan.resolve(TrainConfig(mode="asynchronous", merge="delta"),
+    ...                        num_workers=2, rows=1000, threads=1, service_host="127.0.0.1")
+    >>> plan.mode.name, plan.merge, plan.whole_epoch
+    ('asynchronous', Delta(staleness='none', scale=0.5), True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sparkdl.contract.tf_logs import TensorFlowLogs
+from sparkdl.errors import ConfigError
+from sparkdl.sync.codecs import Compression, resolve_compression
+from sparkdl.sync.merges import Merge, merge_class
+from sparkdl.sync.modes import Mode, mode_class
+from sparkdl.sync.outer import DEFAULT_LEARNING_RATE as DEFAULT_OUTER_RATE
+from sparkdl.sync.outer import DEFAULT_MOMENTUM as DEFAULT_OUTER_MOMENTUM
+from sparkdl.sync.outer import OuterOptimizer
+from sparkdl.sync.recipe import LearningRateRecipe, resolve_scaling
+from sparkdl.sync.schedule import steps_for, train_rows
+
+_log = logging.getLogger("sparkdl.driver.fit")
+
+if TYPE_CHECKING:
+    from sparkdl.config import SyncConfig, TrainConfig
+
+__all__ = ["DEFAULT_CACHE_BUDGET", "FitPlan", "format_resolved"]
+
+#: Bytes of its partition a worker keeps in memory under ``data_cache="auto"`` when
+#: nothing caps Python's memory (:func:`sparkdl.driver.cluster.cache_budget` resolves it).
+DEFAULT_CACHE_BUDGET = 1 << 30
+
+
+@dataclass(frozen=True, kw_only=True)
+class FitPlan:
+    """Everything a fit runs with besides the model and the data, resolved.
+
+    Attributes:
+        mode: The mode object (its service and worker halves).
+        merge: The merge object, its settings resolved (scale, alpha, share).
+        compression: The codecs updates travel in, each way, or ``None``
+            (:mod:`sparkdl.sync.codecs`).
+        lr_recipe: The workers' learning rate against the model's (``lr_scaling``,
+            ``warmup_epochs``; :mod:`sparkdl.sync.recipe`).
+        num_workers: Spark tasks that train.
+        epochs: The epoch the fit ends at.
+        initial_epoch: Epochs done before this fit (a resumed fit starts after them).
+        batch_size: Rows per step on each worker.
+        frequency: Batches between syncs, or ``None`` for epoch ends only.
+        whole_epoch: Whether a push spans a whole epoch of a worker (at an even split).
+        overlap: Workers push in the background and fold the answer in later.
+        shuffle: Shuffle each worker's rows every epoch.
+        seed: Base seed, or ``None``.
+        validation_split: Fraction of each worker's rows held out (0 when validation
+            data is given).
+        threads: TensorFlow intra-op threads per worker.
+        mixed_precision: Workers compute in float16 with float32 variables.
+        request_timeout: Seconds per service call.
+        request_retries: Retries per service call.
+        round_timeout: Seconds a synchronous round waits for missing workers.
+        backup_workers: Workers a synchronous round may close without.
+        service_host: Address the service binds to and workers call.
+        port: The service's port; 0 picks a free one.
+        service_tls: The service speaks HTTPS (``TrainConfig.service_tls`` resolved).
+        service_placement: ``"driver"`` or ``"cluster"`` (``TrainConfig.
+            service_placement`` resolved: :mod:`sparkdl.executor.hosting`).
+        service_shards: Parameter services the weights split over
+            (:mod:`sparkdl.sync.shards`).
+        outer: The service's outer optimizer (:mod:`sparkdl.sync.outer`), or ``None``.
+        fragments: Fragments synced in turn (``sync_fragments``): each is one of the
+            service's shards.
+        data_cache: ``"auto"``, ``"memory"`` or ``"disk"`` (``TrainConfig.data_cache``).
+        cache_budget: Bytes of its partition an ``"auto"`` worker keeps in memory.
+        tf_logs: How workers load TensorFlow: its C++ log level, and whether its
+            load-time lines are filtered (:mod:`sparkdl.contract.tf_logs`).
+    """
+
+    mode: Mode
+    merge: Merge
+    compression: Compression | None = None
+    lr_recipe: LearningRateRecipe = field(default_factory=LearningRateRecipe)
+    num_workers: int
+    epochs: int
+    initial_epoch: int = 0
+    batch_size: int
+    frequency: int | None
+    whole_epoch: bool
+    overlap: bool
+    shuffle: bool
+    seed: int | None
+    validation_split: float
+    threads: int
+    mixed_precision: bool
+    request_timeout: float
+    request_retries: int
+    round_timeout: float
+    backup_workers: int
+    service_host: str
+    port: int
+    service_tls: bool = False
+    service_placement: str = "driver"
+    service_shards: int = 1
+    outer: OuterOptimizer | None = None
+    fragments: int = 1
+    data_cache: str = "auto"
+    cache_budget: int = DEFAULT_CACHE_BUDGET
+    tf_logs: TensorFlowLogs = field(default_factory=TensorFlowLogs)
+
+    @classmethod
+    def resolve(
+        cls,
+        config: TrainConfig,
+        *,
+        num_workers: int,
+        rows: int,
+        threads: int,
+        service_host: str,
+        initial_epoch: int = 0,
+        validation_data: bool = False,
+        cache_budget: int = DEFAULT_CACHE_BUDGET,
+        tf_logs: TensorFlowLogs | None = None,
+        local_master: bool = True,
+        optimizer: str = "sgd",
+        service_placement: str = "driver",
+    ) -> FitPlan:
+        """Resolves ``config`` for a fit over ``rows`` rows on ``num_workers`` workers.
+
+        Args:
+            config: The user's settings.
+            num_workers: Workers of the fit (checked against the cluster's slots).
+            rows: Rows of the training data.
+            threads: TensorFlow threads per worker (``threads_per_worker`` or the
+                cluster's ``spark.task.cpus``).
+            service_host: The service's address for this cluster.
+            initial_epoch: Epochs done before (a resumed fit).
+            validation_data: Validation rows are given apart from the training rows.
+            cache_budget: Bytes of its partition a worker may keep in memory
+                (:func:`sparkdl.driver.cluster.cache_budget`).
+            tf_logs: How workers load TensorFlow
+                (:class:`~sparkdl.contract.tf_logs.TensorFlowLogs`).
+            local_master: The master is local (``service_tls=None`` then means off).
+            optimizer: The model's optimizer kind, for ``lr_scaling="auto"``
+                (:func:`sparkdl.contract.keras_io.optimizer_kind`).
+            service_placement: ``"driver"`` or ``"cluster"``, resolved from the
+                setting's ``"auto"`` by the session's kind.
+
+        Raises:
+            ConfigError: ``backup_workers`` leaves no worker for a round.
+        """
+        sync, run = config.sync, config.run
+        _check_backups(sync.backup_workers, num_workers)
+        mode = mode_class(sync.mode)()
+        frequency = sync.resolved_frequency
+        split = 0.0 if validation_data else float(run.validation_split)
+        per_worker = train_rows(math.ceil(rows / max(num_workers, 1)), split)
+        whole_epoch = frequency is None or frequency >= steps_for(per_worker, run.batch_size)
+        scaling = resolve_scaling(sync.lr_scaling, optimizer)
+        merge = _merge(sync, scaling, num_workers, mode.barrier, whole_epoch)
+        outer = _outer(sync)
+        amplifies = outer is not None and (outer.momentum > 0 or outer.learning_rate > 1)
+        if amplifies and not mode.barrier and getattr(merge, "scale", None) == 1.0:
+            fix = (
+                "Lower delta_scale"
+                if sync.delta_scale is not None
+                else "Keep lr_scaling='auto' (deltas divided by num_workers) or set delta_scale"
+            )
+            if num_workers > 1:
+                _log.warning(
+                    "outer_optimizer=%r amplifies each asynchronous delta, which is added "
+                    "in full here (delta_scale=1): with %d workers the center may "
+                    "overshoot. %s.",
+                    sync.outer_optimizer,
+                    num_workers,
+                    fix,
+                )
+        if sync.sync_fragments > 1 and whole_epoch:
+            _log.warning(
+                "sync_fragments=%d: with frequency=%s a worker makes no sync within an "
+                "epoch (about %d batches), so every sync carries every fragment and the "
+                "fragments only add requests. Sync more often than once an epoch.",
+                sync.sync_fragments,
+                sync.frequency,
+                steps_for(per_worker, run.batch_size),
+            )
+        tls = config.service.service_tls  # None: on unless the master is local
+        return cls(
+            mode=mode,
+            merge=merge,
+            compression=resolve_compression(sync.compression, sync.compression_ratio, num_workers),
+            lr_recipe=LearningRateRecipe.of_resolved(
+                sync.lr_scaling,
+                scaling,
+                sync.warmup_epochs,
+                lr_factor=merge.lr_factor(num_workers, mode.barrier),
+                optimizer=optimizer,
+            ),
+            num_workers=num_workers,
+            epochs=run.epochs,
+            initial_epoch=initial_epoch,
+            batch_size=run.batch_size,
+            frequency=frequency,
+            whole_epoch=whole_epoch,
+            overlap=sync.resolved_overlap,
+            shuffle=run.shuffle,
+            seed=run.seed,
+            validation_split=split,
+            threads=config.threads_per_worker or threads,
+            mixed_precision=config.mixed_precision,
+            request_timeout=config.request_timeout,
+            request_retries=config.request_retries,
+            round_timeout=config.round_timeout,
+            backup_workers=sync.backup_workers,
+            service_host=config.service_host or service_host,
+            port=config.port,
+            service_tls=not local_master if tls is None else tls,
+            service_placement=service_placement,
+            service_shards=_shards(
+                max(config.service.service_shards, sync.sync_fragments),
+                service_placement,
+                num_workers,
+                "sync_fragments" if sync.sync_fragments > 1 else "service_shards",
+            ),
+            outer=outer,
+            fragments=sync.sync_fragments,
+            data_cache=config.scaling.data_cache,
+            cache_budget=cache_budget,
+            tf_logs=tf_logs or TensorFlowLogs(),
+        )
+
+    @property
+    def hosted(self) -> bool:
+        """The service runs inside the training job (``service_placement="cluster"``)."""
+        return self.service_placement == "cluster"
+
+    def held_in(self, rows: int) -> int:
+        """Of ``rows`` rows of a worker (or of the fit), those ``model.fit`` trains on:
+        all but the last ``validation_split`` of them (:func:`~sparkdl.sync.schedule.
+        train_rows`), the one place the fit's split is applied."""
+        return train_rows(rows, self.validation_split)
+
+    def describe(self, learning_rate: float | None) -> dict[str, str]:
+        """What the fit resolved from the user's settings, in words, one entry a line.
+
+        The fit logs it at INFO (logger ``sparkdl.driver.fit``) at its start, prints it too
+        with ``verbose >= 1``, and keeps it in ``fit_report["resolved"]``: the settings
+        that change what the user compiled (the workers' learning rate, a delta's
+        scale) are never applied silently.
+
+        Args:
+            learning_rate: The compiled (or ``learning_rate``-overridden) rate, or
+                ``None`` when a schedule gives it.
+
+        Example:
+            >>> from sparkdl.config import TrainConfig
+            >>> plan = FitPlan.resolve(TrainConfig(), num_workers=2, rows=100, threads=1,
+            ...                        service_host="127.0.0.1")
+            >>> plan.describe(0.01)["learning rate"].split(" (")[0]
+            'workers train at 0.02 = the compiled 0.01 x 2'
+        """
+        mode, merge = self.mode, self.merge
+        sync = (
+            "every epoch"
+            if self.frequency is None
+            else "every batch"
+            if self.frequency == 1
+            else f"every {self.frequency} batches"
+        )
+        if self.fragments > 1:
+            sync += f", one of {self.fragments} fragments a sync (every one at an epoch's end)"
+        if self.overlap:
+            sync += ", pushes overlap training"
+        if self.backup_workers:
+            sync += f", a round closes without the last {self.backup_workers} worker(s)"
+        lines = {
+            "workers": f"{self.num_workers}, {mode.name} / {merge.name}, sync {sync}",
+            "backend": f"Keras on {self.tf_logs.backend} (the driver's)",
+            "learning rate": self.lr_recipe.explain(learning_rate),
+        }
+        merged = merge.describe(mode.barrier)
+        if merged:
+            lines["merge"] = f"{merge.name}: {merged}"
+        if self.outer is not None:
+            when = (
+                "on each round's change"
+                if mode.barrier
+                else f"on each push, momentum once every {self.num_workers} pushes "
+                "(Delayed Nesterov)"
+            )
+            lines["outer optimizer"] = f"{self.outer.describe()}, {when}"
+        lines["compression"] = _compression(self.compression)
+        lines["data cache"] = (
+            f"auto: each worker's partition in memory up to {_gib(self.cache_budget)}, then on disk"
+            if self.data_cache == "auto"
+            else self.data_cache
+        )
+        scheme = "HTTPS (per-fit certificate)" if self.service_tls else "HTTP"
+        where = (
+            "in the cluster, beside worker 0 (followed through Spark jobs)"
+            if self.hosted
+            else self.service_host
+        )
+        shards = f", {self.service_shards} shards" if self.service_shards > 1 else ""
+        lines["service"] = f"{where}, {scheme}{shards}"
+        return lines
+
+
+def _outer(sync: Any) -> OuterOptimizer | None:
+    """The outer optimizer the settings ask for (DiLoCo's rate and momentum by default)."""
+    if sync.outer_optimizer is None:
+        return None
+    return OuterOptimizer(
+        sync.outer_optimizer,
+        learning_rate=(
+            DEFAULT_OUTER_RATE if sync.outer_learning_rate is None else sync.outer_learning_rate
+        ),
+        momentum=DEFAULT_OUTER_MOMENTUM if sync.outer_momentum is None else sync.outer_momentum,
+    )
+
+
+def _shards(shards: int, placement: str, num_workers: int, setting: str) -> int:
+    """The service's shards (``setting``: ``service_shards`` or ``sync_fragments``,
+    whose fragments are the shards), checked against where the service runs.
+
+    Raises:
+        ConfigError: More shards in the cluster than workers to host them.
+    """
+    if shards > num_workers and placement == "cluster":
+        raise ConfigError(
+            f"{setting}={shards} with service_placement='cluster' needs a worker "
+            f"to host each shard, and the fit has num_workers={num_workers} (set, or "
+            "the cluster's task slots, less one for the relay's polls when callbacks, "
+            f"checkpoints or verbose are on). Use at most {num_workers}, or more workers."
+        )
+    return shards
+
+
+def _check_backups(backup_workers: int, num_workers: int) -> None:
+    """Refuses ``backup_workers`` that leave a round no worker to wait for.
+
+    Raises:
+        ConfigError: ``backup_workers >= num_workers``.
+    """
+    if backup_workers >= num_workers:
+        raise ConfigError(
+            f"backup_workers={backup_workers} must be smaller than the number of "
+            f"workers ({num_workers}): a round needs at least one worker."
+        )
+
+
+def _merge(
+    sync: SyncConfig, scaling: str | None, num_workers: int, synchronous: bool, whole_epoch: bool
+) -> Merge:
+    """The fit's merge. One that divides its pushes when the recipe makes up for it
+    (asynchronous delta) sees ``scaling``, what ``"auto"`` resolved to for this model's
+    optimizer."""
+    return merge_class(str(sync.merge)).resolve(
+        num_workers=num_workers,
+        synchronous=synchronous,
+        whole_epoch=whole_epoch,
+        settings=sync
+        if scaling == sync.lr_scaling
+        else dataclasses.replace(sync, lr_scaling=scaling, warmup_epochs=0.0),
+    )
+
+
+def format_resolved(lines: dict[str, str]) -> str:
+    """:meth:`FitPlan.describe`'s lines as the block a fit prints at its start.
+
+    Example:
+        >>> print(format_resolved({"workers": "2", "compression": "none"}))
+        sparkdl fit, resolved:
+          workers      2
+          compression  none
+    """
+    width = max(len(key) for key in lines) + 2
+    body = "\n".join(f"  {key:<{width}}{text}" for key, text in lines.items())
+    return "sparkdl fit, resolved:\n" + body
+
+
+def _compression(compression: Compression | None) -> str:
+    if compression is None:
+        return "none: updates travel as full floats"
+    push, answer = compression.push, compression.answer
+    kept = ""
+    ratio, answer_ratio = getattr(push, "ratio", None), getattr(answer, "ratio", None)
+    if ratio is not None:
+        kept = f" (pushes keep {ratio:.3g} of each array, answers {answer_ratio:.3g})"
+    return f"{push.name}{kept}, with error feedback"
+
+
+def _gib(size: int) -> str:
+    return f"{size / (1 << 30):.3g} GiB" if size >= 1 << 30 else f"{size / (1 << 20):.0f} MiB"

@@ -1,0 +1,496 @@
+"""DataFrame columns to model inputs: schema checks, one validation scan, Arrow to numpy.
+
+Features become one ``array<float>`` column on the JVM side (ML vectors through
+``vector_to_array``, numeric column lists through ``array``), so executors receive
+plain Arrow lists they can view as a 2-D numpy array without a per-row loop. An ML
+vector column that feeds a model input built with ``keras.Input(..., sparse=True)``,
+or one of :data:`SPARSE_MIN_WIDTH` values or more (hashed or counted text) whose first
+rows store at most half of their values, travels as the vectors themselves (Arrow
+``struct<type, size, indices, values>``) and stays sparse on the executors.
+
+Example:
+    >>> from sparkdl.driver.data import label_kind
+    >>> from pyspark.sql.types import IntegerType
+    >>> label_kind(IntegerType())
+    'int'
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.ml.functions import vector_to_array
+from pyspark.ml.linalg import VectorUDT
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, BooleanType, DataType, FloatType, NumericType
+
+from sparkdl.compat.spark_versions import array_argmax, try_int
+from sparkdl.contract import keras_io
+from sparkdl.contract.payload import WEIGHT, feature_name, label_name
+from sparkdl.driver.data_scan import DataSummary, summarize
+from sparkdl.errors import SchemaError
+
+__all__ = [
+    "SPARSE_MIN_WIDTH",
+    "ColumnTypeError",
+    "Prepared",
+    "feature_column",
+    "feature_columns",
+    "label_column",
+    "label_columns",
+    "label_kind",
+    "model_features",
+    "prepare",
+]
+
+#: An ML vector column feeding a model input this wide (or wider) stays sparse.
+SPARSE_MIN_WIDTH = 4096
+_VECTOR_SIZES = "struct<v:struct<size:int,values:array<double>>>"
+
+
+class ColumnTypeError(SchemaError, TypeError):
+    """A column has a type sparkdl cannot feed to a model (e.g. strings)."""
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The validated input of a fit: one prepared column per model input and output.
+
+    Attributes:
+        frame: The prepared columns (:func:`feature_name`, :func:`label_name`).
+        summary: What the scan found.
+        label_kinds: The kind of each label (:func:`label_kind`).
+        input_shapes: Per-sample shape of each model input.
+        sparse: Whether each feature column is ML vectors kept sparse.
+        seconds: Seconds the checks took (the scan is one Spark job).
+        weighted: Whether ``frame`` has the :data:`WEIGHT` column.
+        label_shapes: Per-sample shape of each output's label (``()``: a scalar).
+    """
+
+    frame: DataFrame
+    summary: DataSummary
+    label_kinds: tuple[str, ...]
+    input_shapes: tuple[tuple[int, ...], ...]
+    sparse: tuple[bool, ...] = ()
+    seconds: float = 0.0
+    weighted: bool = False
+    label_shapes: tuple[tuple[int, ...], ...] = ()
+
+
+def prepare(
+    df: DataFrame,
+    model: Any,
+    features_col: Any,
+    label_col: Any,
+    *,
+    validate: bool = True,
+    sparse: Sequence[bool] | None = None,
+    weight_col: str | None = None,
+    class_weight: dict[Any, float] | None = None,
+    weighted: bool = False,
+) -> Prepared:
+    """Checks the model and the data and selects the prepared columns.
+
+    A model with several inputs takes ``features_col`` as a list (one column per input,
+    in order) or a dict from input name to column; ``label_col`` likewise for several
+    outputs.
+
+    Runs one Spark job (an aggregate) to count rows and find nulls, NaNs and ragged rows;
+    ``validate=False`` skips its look at every value for NaNs. ``sparse`` gives each
+    input's sparse-or-dense choice (validation data takes the training data's);
+    ``None`` makes it (:func:`model_features`).
+
+    ``weight_col`` (a numeric column) and ``class_weight`` (``{class: weight}`` over the
+    single output's label) make the :data:`WEIGHT` column, as ``model.fit``'s
+    ``sample_weight`` and ``class_weight``; ``weighted`` adds it (all 1) without either,
+    so that validation rows travel beside weighted training rows.
+
+    Raises:
+        SchemaError: A column is missing or has a wrong type, or the data is bad.
+        ModelError: The model is not compiled, or its input does not fit the features.
+    """
+    started = time.perf_counter()
+    keras_io.check_compiled(model)
+    if not isinstance(df, DataFrame):
+        raise ColumnTypeError(f"Expected a pyspark.sql.DataFrame. Received: {type(df).__name__}")
+    features, sparse = model_features(df, model, features_col, decided=sparse)
+    labels = label_columns(df, label_col, keras_io.output_names(model))
+    weight = weight_column(df, labels, weight_col, class_weight, weighted)
+    frame = df.select(
+        *[f.alias(feature_name(i)) for i, f in enumerate(features)],
+        *[y.alias(label_name(j)) for j, (y, _) in enumerate(labels)],
+        *([weight.alias(WEIGHT)] if weight is not None else []),
+    )
+    kinds = tuple(kind for _, kind in labels)
+    summary = summarize(
+        frame,
+        kinds,
+        len(features),
+        scan_values=validate,
+        sparse=sparse,
+        weight_source=weight_col if weight is not None else None,
+    )
+    shapes = tuple(
+        keras_io.resolve_input_shape(model, width, i) for i, width in enumerate(summary.widths)
+    )
+    label_shapes = _label_shapes(model, kinds, summary, bool(class_weight))
+    return Prepared(
+        frame,
+        summary,
+        kinds,
+        shapes,
+        tuple(sparse),
+        time.perf_counter() - started,
+        weighted=weight is not None,
+        label_shapes=label_shapes,
+    )
+
+
+def _label_shapes(
+    model: Any, kinds: tuple[str, ...], summary: DataSummary, class_weighted: bool
+) -> tuple[tuple[int, ...], ...]:
+    """Each output's per-sample label shape, its labels checked against the model's
+    loss and output.
+
+    Raises:
+        SchemaError: Labels that do not fit, or ``class_weight`` on labels with a class
+            per position.
+    """
+    for j, kind in enumerate(kinds):
+        keras_io.check_labels(
+            model,
+            kind,
+            summary.label_widths[j],
+            summary.label_mins[j],
+            summary.label_maxs[j],
+            index=j,
+        )
+    shapes = tuple(
+        keras_io.label_shape(model, kind, summary.label_widths[j], j)
+        for j, kind in enumerate(kinds)
+    )
+    if class_weighted and len(shapes[0]) > 1:
+        raise SchemaError(
+            f"class_weight weighs a row by its one class; these labels have the shape "
+            f"{shapes[0]} (a class per position). Use weight_col with per-row weights."
+        )
+    return shapes
+
+
+def weight_column(
+    df: DataFrame,
+    labels: Sequence[tuple[Column, str]],
+    weight_col: str | None,
+    class_weight: dict[Any, float] | None,
+    weighted: bool = False,
+) -> Column | None:
+    """The per-row weight expression (float), or ``None`` for an unweighted fit.
+
+    A class's weight goes to rows whose label is that class, as Keras's ``class_weight``
+    finds it: an int label, a float label rounded, a one-hot label's arg-max; a class
+    left out of ``class_weight`` weighs 1.
+
+    Raises:
+        SchemaError: ``weight_col`` is missing or not numeric, or ``class_weight`` is
+            given for a model with several outputs.
+    """
+    from sparkdl.config import class_weights
+
+    if weight_col:
+        dtype = _column_type(df, weight_col, "weight_col")
+        if not _numeric(dtype):
+            raise ColumnTypeError(
+                f"Expected weight_col {weight_col!r} to be a numeric column. Received "
+                f"{dtype.simpleString()}."
+            )
+        return F.col(_quote(weight_col)).cast("float")
+    if class_weight:
+        if len(labels) != 1:
+            raise SchemaError(
+                f"class_weight is for models with one output; this one has {len(labels)} "
+                "(Keras's fit refuses it too). Use weight_col with per-row weights instead."
+            )
+        label, kind = labels[0]
+        # Keras rounds half to even (np.round); a NaN or huge label finds no class.
+        if kind == "array":
+            # A one-hot (or probability) label: its arg-max; one value: that value.
+            index = F.when(F.size(label) == 1, try_int(F.bround(label[0]))).otherwise(
+                array_argmax(label)
+            )
+        else:
+            index = try_int(F.bround(label))
+        pairs = [
+            item
+            for k, w in sorted(class_weights(class_weight).items())
+            for item in (F.lit(k), F.lit(float(w)))
+        ]
+        return F.coalesce(F.element_at(F.create_map(*pairs), index), F.lit(1.0)).cast("float")
+    return F.lit(1.0).cast("float") if weighted else None
+
+
+def model_features(
+    df: DataFrame,
+    model: Any,
+    features_col: Any,
+    *,
+    decided: Sequence[bool] | None = None,
+    sample: bool = True,
+) -> tuple[list[Column], list[bool]]:
+    """The feature expressions for ``model``'s inputs and which of them stay sparse.
+
+    An ML vector column stays sparse for an input built with ``sparse=True``, and for
+    one :data:`SPARSE_MIN_WIDTH` wide or wider unless its first rows store more than
+    half of their values (DenseVectors: CSR would hold an index beside every value;
+    one small Spark job looks, unless ``sample`` is false: scoring converts one batch
+    at a time either way).
+
+    Args:
+        df: The input DataFrame.
+        model: The Keras model.
+        features_col: As :func:`feature_columns` takes it.
+        decided: Per input, a choice made before (the training data's, for the
+            validation data); ``None`` decides here.
+        sample: Whether to look at the first rows of a wide vector column.
+
+    Raises:
+        SchemaError: The columns do not match the model's inputs.
+    """
+    names = keras_io.input_names(model)
+    if decided is not None:
+        return feature_columns(df, features_col, names, sparse=list(decided))
+    wants = [keras_io.prefers_sparse(model, i, SPARSE_MIN_WIDTH) for i in range(len(names))]
+    takes = keras_io.sparse_inputs(model) or [False] * len(names)
+    features, sparse = feature_columns(df, features_col, names, sparse=wants)
+    for i, keep in enumerate(sparse):
+        if keep and sample and not takes[i] and _mostly_dense(df.select(features[i])):
+            features[i], sparse[i] = vector_to_array(features[i], dtype="float32"), False
+    return features, sparse
+
+
+def feature_columns(
+    df: DataFrame,
+    features: Any,
+    input_names: Sequence[str],
+    *,
+    sparse: Sequence[bool] = (),
+) -> tuple[list[Column], list[bool]]:
+    """One expression per model input, and whether it stays sparse.
+
+    Args:
+        df: The input DataFrame.
+        features: For a one-input model, what :func:`feature_column` takes. For a model
+            with several inputs, a list of columns (one per input, in order) or a dict
+            from input name to column.
+        input_names: The model's input names, in order.
+        sparse: Per input, whether an ML vector column should stay sparse.
+
+    Returns:
+        The expressions (``array<float>``, or the ML vectors themselves) and, per input,
+        whether it is ML vectors kept sparse.
+
+    Raises:
+        SchemaError: The columns do not match the model's inputs.
+    """
+    if len(input_names) <= 1:
+        if isinstance(features, dict):
+            if len(features) != 1:
+                raise SchemaError(
+                    f"The model has one input; features_col names {len(features)} inputs."
+                )
+            features = next(iter(features.values()))
+        columns = [features]
+    else:
+        columns = list(_per_slot(features, input_names, "features_col", "input"))
+    wants = list(sparse) or [False] * len(columns)
+    keep = [w and _is_vector(df, c) for c, w in zip(columns, wants, strict=True)]
+    return [feature_column(df, c, sparse=k) for c, k in zip(columns, keep, strict=True)], keep
+
+
+def label_columns(
+    df: DataFrame, labels: Any, output_names: Sequence[str]
+) -> list[tuple[Column, str]]:
+    """One label expression and kind per model output (see :func:`feature_columns`)."""
+    if len(output_names) <= 1:
+        if isinstance(labels, dict) and len(labels) == 1:
+            labels = next(iter(labels.values()))
+        if isinstance(labels, (list, tuple)) and len(labels) == 1:
+            labels = labels[0]
+        if isinstance(labels, (list, tuple)) and labels and all(isinstance(c, str) for c in labels):
+            return [_label_array(df, list(labels))]  # several targets of one output
+        if not isinstance(labels, str):
+            raise SchemaError(
+                f"The model has one output; expected label_col to be one column name, or a "
+                f"list of numeric columns (one target each). Received: {labels!r}"
+            )
+        return [label_column(df, labels)]
+    return [label_column(df, c) for c in _per_slot(labels, output_names, "label_col", "output")]
+
+
+def _per_slot(given: Any, names: Sequence[str], setting: str, what: str) -> list[str]:
+    if isinstance(given, dict):
+        missing = [n for n in names if n not in given]
+        extra = sorted(set(given) - set(names))
+        if missing or extra:
+            raise SchemaError(
+                f"Expected {setting} to map each model {what} {list(names)} to a column. "
+                f"Missing: {missing}; unknown: {extra}."
+            )
+        columns = [given[n] for n in names]
+    elif isinstance(given, (list, tuple)) and len(given) == len(names):
+        columns = list(given)
+    else:
+        raise SchemaError(
+            f"The model has {len(names)} {what}s {list(names)}: pass {setting} as a list of "
+            f"{len(names)} columns (in that order) or a dict from {what} name to column. "
+            f"Received: {given!r}"
+        )
+    for column in columns:
+        if not isinstance(column, str):
+            raise SchemaError(
+                f"Expected each entry of {setting} to be one column name. Received: {column!r}"
+            )
+    return columns
+
+
+def feature_column(df: DataFrame, features: str | Sequence[str], *, sparse: bool = False) -> Column:
+    """Returns an ``array<float>`` expression for the features.
+
+    Args:
+        df: The input DataFrame.
+        features: One column (``array<numeric>``, ML ``Vector`` or a numeric scalar)
+            or a list of numeric column names.
+        sparse: An ML vector column is returned as it is (it travels sparse).
+
+    Raises:
+        SchemaError: A column is missing (the message lists the available ones).
+        ColumnTypeError: A column is not numeric.
+    """
+    if isinstance(features, str):
+        dtype = _column_type(df, features, "features_col")
+        if isinstance(dtype, VectorUDT):
+            if sparse:
+                return F.col(_quote(features))
+            return vector_to_array(F.col(_quote(features)), dtype="float32")
+        if isinstance(dtype, ArrayType) and _numeric(dtype.elementType):
+            return F.col(_quote(features)).cast(ArrayType(FloatType()))
+        if _numeric(dtype):
+            return F.array(F.col(_quote(features)).cast("float"))
+        raise ColumnTypeError(
+            f"Expected features_col {features!r} to be array<numeric>, an ML Vector, or a "
+            f"numeric column. Received: {dtype.simpleString()}. Convert it (for example with "
+            "VectorAssembler or StringIndexer) or pass a list of numeric column names."
+        )
+    names = list(features)
+    if not names:
+        raise SchemaError("Expected features_col to name at least one column. Received: []")
+    return _numeric_array(df, names, "features_col")
+
+
+def label_column(df: DataFrame, label: str) -> tuple[Column, str]:
+    """Returns the label expression and its kind (``"int"``, ``"float"`` or ``"array"``).
+
+    Raises:
+        SchemaError: The column is missing.
+        ColumnTypeError: The column is not numeric, a numeric array, or a Vector.
+    """
+    dtype = _column_type(df, label, "label_col")
+    kind = label_kind(dtype)
+    col = F.col(_quote(label))
+    if isinstance(dtype, VectorUDT):
+        return vector_to_array(col, dtype="float32"), kind
+    if kind == "array":
+        if isinstance(dtype, ArrayType) and isinstance(dtype.elementType, ArrayType):
+            col = F.flatten(col)
+        return col.cast(ArrayType(FloatType())), kind
+    return col.cast("int" if kind == "int" else "float"), kind
+
+
+def _label_array(df: DataFrame, columns: list[str]) -> tuple[Column, str]:
+    """Numeric columns as one array label (a regression of several targets)."""
+    return _numeric_array(df, columns, "label_col"), "array"
+
+
+def _numeric_array(df: DataFrame, names: list[str], setting: str) -> Column:
+    """Numeric columns as one ``array<float>`` (a list given as ``setting``)."""
+    for name in names:
+        dtype = _column_type(df, name, setting)
+        if not _numeric(dtype):
+            raise ColumnTypeError(
+                f"Expected every column in {setting} to be numeric. Received: {name!r} of "
+                f"type {dtype.simpleString()}."
+            )
+    return F.array(*[F.col(_quote(n)).cast("float") for n in names])
+
+
+def label_kind(dtype: DataType) -> str:
+    """Classifies a label type as ``"int"``, ``"float"`` or ``"array"``.
+
+    Raises:
+        ColumnTypeError: The type cannot be a label.
+
+    Example:
+        >>> from pyspark.sql.types import ArrayType, DoubleType
+        >>> label_kind(ArrayType(DoubleType()))
+        'array'
+    """
+    if isinstance(dtype, VectorUDT):
+        return "array"
+    if isinstance(dtype, ArrayType) and _numeric(dtype.elementType):
+        return "array"
+    if (  # one nested level (a (T, k) label per row): flattened, then shaped per output
+        isinstance(dtype, ArrayType)
+        and isinstance(dtype.elementType, ArrayType)
+        and _numeric(dtype.elementType.elementType)
+    ):
+        return "array"
+    if _numeric(dtype):
+        name = dtype.typeName()
+        return "int" if name in ("byte", "short", "integer", "long", "boolean") else "float"
+    raise ColumnTypeError(
+        f"Expected label_col to be numeric, array<numeric> or an ML Vector. Received: "
+        f"{dtype.simpleString()}. Index string labels first (pyspark.ml.feature.StringIndexer)."
+    )
+
+
+def _mostly_dense(vectors: DataFrame, rows: int = 64) -> bool:
+    """Whether the first ``rows`` vectors of a one-column DataFrame store more than half
+    of their values (one small Spark job; only two numbers a row reach the driver)."""
+    column = F.col(vectors.columns[0])
+    fields = F.from_json(F.to_json(F.struct(column.alias("v"))), _VECTOR_SIZES)["v"]
+    sizes = vectors.limit(rows).select(
+        F.size(fields["values"]).alias("stored"),
+        F.coalesce(fields["size"], F.size(fields["values"])).alias("size"),
+    )
+    found = sizes.agg(F.sum("stored"), F.sum("size")).first()
+    stored, size = (int(v or 0) for v in (found or (0, 0)))
+    return 2 * stored > size
+
+
+def _is_vector(df: DataFrame, column: Any) -> bool:
+    """Whether ``column`` names one ML vector column of ``df``."""
+    if not isinstance(column, str):
+        return False
+    fields = {f.name: f.dataType for f in df.schema.fields}
+    return isinstance(fields.get(column), VectorUDT)
+
+
+def _column_type(df: DataFrame, name: str, setting: str) -> DataType:
+    fields = {f.name: f.dataType for f in df.schema.fields}
+    if name not in fields:
+        raise SchemaError(
+            f"Column {name!r} given as {setting} is not in the DataFrame. "
+            f"Available columns: {sorted(fields)}."
+        )
+    return fields[name]
+
+
+def _numeric(dtype: DataType) -> bool:
+    return isinstance(dtype, (NumericType, BooleanType))
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"

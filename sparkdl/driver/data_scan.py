@@ -1,0 +1,262 @@
+"""The one scan of a fit's prepared data: rows, widths, label ranges, and every check.
+
+:func:`summarize` runs one Spark aggregation over the prepared columns
+(:mod:`sparkdl.contract.payload`'s names), grouped by partition, and refuses, with a message
+naming the column and the fix, what training would trip over later: null or NaN
+features and labels, rows of unequal width, weights that are not finite and >= 0. What
+it finds (:class:`DataSummary`) sizes the fit: rows per worker, the model's input
+widths, the label ranges that the model's output is checked against, and the rows of
+each partition, from which the driver plans the most rows each worker may join with
+(:meth:`DataSummary.planned_rows`).
+
+Example:
+    >>> DataSummary(rows=4, widths=(3,), label_widths=(1,), label_mins=(0.0,),
+    ...             label_maxs=(1.0,)).width
+    3
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from sparkdl.contract.payload import WEIGHT, feature_name, label_name, ragged_rows_message
+from sparkdl.errors import SchemaError
+
+__all__ = ["DataSummary", "check_weights", "summarize"]
+
+#: The scan's group column, and the prefixes of its aggregates combined by min and max.
+_PARTITION = "partition"
+_MINIMA = ("f_min", "y_min")
+_MAXIMA = ("f_max", "y_max")
+_VECTOR_JSON = "struct<v:struct<type:tinyint,size:int,indices:array<int>,values:array<double>>>"
+
+
+@dataclass(frozen=True)
+class DataSummary:
+    """What one scan of the prepared data found.
+
+    Attributes:
+        rows: Number of rows.
+        widths: Number of feature values per row, per model input.
+        label_widths: Values per label (1 for a scalar label), per model output.
+        label_mins: Smallest label value (scalar labels), per output.
+        label_maxs: Largest label value (scalar labels), per output.
+        partition_rows: Rows of each partition of the scanned frame, by partition
+            index (its last empty partitions left out).
+    """
+
+    rows: int
+    widths: tuple[int, ...]
+    label_widths: tuple[int, ...]
+    label_mins: tuple[float | None, ...]
+    label_maxs: tuple[float | None, ...]
+    partition_rows: tuple[int, ...] = ()
+
+    @property
+    def width(self) -> int:
+        """Feature values per row of the first input."""
+        return self.widths[0]
+
+    def planned_rows(self, workers: int, *, shuffled: bool) -> list[int]:
+        """The most training rows each of ``workers`` workers can hold: what it may join
+        with (:meth:`sparkdl.server.state.store.WeightStore.plan_rows`).
+
+        Unshuffled, worker ``j`` trains on partition ``j`` of the scanned frame: its
+        rows exactly. Shuffled by ``repartition(workers)`` (round robin), each
+        partition deals its rows to the workers in turn from some start, so no worker
+        gets more than ``ceil(n / workers)`` of a partition's ``n`` rows.
+
+        Example:
+            >>> summary = DataSummary(rows=10, widths=(1,), label_widths=(1,),
+            ...                       label_mins=(0.0,), label_maxs=(1.0,),
+            ...                       partition_rows=(7, 3))
+            >>> summary.planned_rows(2, shuffled=False), summary.planned_rows(2, shuffled=True)
+            ([7, 3], [6, 6])
+        """
+        counts = self.partition_rows
+        if shuffled:
+            return [sum(-(-n // workers) for n in counts)] * workers
+        return [counts[j] if j < len(counts) else 0 for j in range(workers)]
+
+
+def summarize(
+    prepared: DataFrame,
+    kinds: Sequence[str] | str,
+    inputs: int = 1,
+    *,
+    scan_values: bool = True,
+    sparse: Sequence[bool] = (),
+    weight_source: str | None = None,
+) -> DataSummary:
+    """Scans the prepared data once and checks it: rows, nulls, NaNs, ragged widths.
+
+    The aggregates run per partition (grouped by ``spark_partition_id()``: the same one
+    pass over the data) and are combined here, so the summary also holds each
+    partition's rows.
+
+    Args:
+        prepared: A DataFrame with the prepared feature and label columns
+            (:func:`feature_name`, :func:`label_name`).
+        kinds: The label kind of each output (from :func:`label_column`).
+        inputs: Number of prepared feature columns.
+        scan_values: Look at every feature and label value for nulls and NaNs
+            (``TrainConfig.validate``). ``False`` still counts rows and reads widths
+            and label ranges, which the fit needs, but skips the pass over every value.
+        sparse: Per input, whether its column is ML vectors (kept sparse): their
+            width is the vectors' size and only stored values are looked at.
+        weight_source: The weight column's name when ``prepared`` has :data:`WEIGHT`
+            (every weight is checked: finite and >= 0).
+
+    Raises:
+        SchemaError: The data is empty, or has nulls, NaNs or rows of differing width,
+            or a weight that is null, NaN, infinite or negative.
+    """
+    kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+    aggs = _summary_aggregates(kinds, inputs, scan_values, list(sparse) or [False] * inputs)
+    if WEIGHT in prepared.columns:
+        aggs.append(_bad_weights())
+    groups = prepared.groupBy(F.spark_partition_id().alias(_PARTITION)).agg(*aggs).collect()
+    stats = _combined([g.asDict() for g in groups])
+    rows = int(stats["rows"])
+    if rows == 0:
+        raise SchemaError("The DataFrame is empty: there are no rows to train on.")
+    problems = _problems(stats, inputs, len(kinds))
+    if problems:
+        raise SchemaError(
+            f"Found {', '.join(problems)} among {rows} rows. Drop them "
+            "(df.dropna(), or a filter on isnan) or impute them before fit."
+        )
+    if stats.get("w_bad"):
+        raise SchemaError(_bad_weights_message(int(stats["w_bad"]), rows, weight_source))
+    for i in range(inputs):
+        if stats[f"f_min{i}"] != stats[f"f_max{i}"]:
+            raise SchemaError(ragged_rows_message(int(stats[f"f_min{i}"]), int(stats[f"f_max{i}"])))
+    for j, kind in enumerate(kinds):
+        if kind == "array" and stats[f"y_min_w{j}"] != stats[f"y_max_w{j}"]:
+            raise SchemaError(
+                f"Expected every label array to have the same length. Received lengths "
+                f"between {stats[f'y_min_w{j}']} and {stats[f'y_max_w{j}']}."
+            )
+    return DataSummary(
+        rows=rows,
+        widths=tuple(int(stats[f"f_min{i}"]) for i in range(inputs)),
+        label_widths=tuple(
+            int(stats[f"y_min_w{j}"]) if k == "array" else 1 for j, k in enumerate(kinds)
+        ),
+        label_mins=tuple(
+            None if k == "array" else float(stats[f"y_min{j}"]) for j, k in enumerate(kinds)
+        ),
+        label_maxs=tuple(
+            None if k == "array" else float(stats[f"y_max{j}"]) for j, k in enumerate(kinds)
+        ),
+        partition_rows=_partition_rows(groups),
+    )
+
+
+def _combined(groups: list[dict[str, Any]]) -> dict[str, Any]:
+    """The per-partition aggregates combined into the whole frame's: counts summed,
+    smallest and largest values (nulls skipped, as Spark's ``min`` and ``max`` do)."""
+    if not groups:
+        return {"rows": 0}
+    stats: dict[str, Any] = {}
+    for key in groups[0].keys() - {_PARTITION}:
+        values = [g[key] for g in groups if g[key] is not None]
+        if key.startswith(_MINIMA):
+            stats[key] = min(values, default=None)
+        elif key.startswith(_MAXIMA):
+            stats[key] = max(values, default=None)
+        else:
+            stats[key] = sum(values)
+    return stats
+
+
+def _partition_rows(groups: list[Any]) -> tuple[int, ...]:
+    """Rows per partition index, from the scan's groups (one per non-empty partition)."""
+    counts = {int(g[_PARTITION]): int(g["rows"]) for g in groups}
+    return tuple(counts.get(p, 0) for p in range(max(counts, default=-1) + 1))
+
+
+def _problems(stats: dict[str, Any], inputs: int, outputs: int) -> list[str]:
+    """The scan's nulls and NaNs, per input and output, in words."""
+    problems = []
+    for i in range(inputs):
+        where = f" (input {i})" if inputs > 1 else ""
+        if stats[f"f_null{i}"]:
+            problems.append(f"{stats[f'f_null{i}']} row(s) with null features{where}")
+        if stats.get(f"f_nan{i}"):
+            problems.append(f"{stats[f'f_nan{i}']} row(s) with NaN or null feature values{where}")
+    for j in range(outputs):
+        where = f" (output {j})" if outputs > 1 else ""
+        if stats[f"y_null{j}"]:
+            problems.append(f"{stats[f'y_null{j}']} row(s) with a null label{where}")
+        if stats.get(f"y_nan{j}"):
+            problems.append(f"{stats[f'y_nan{j}']} row(s) with a NaN label{where}")
+    return problems
+
+
+def _summary_aggregates(
+    kinds: list[str], inputs: int, scan_values: bool, sparse: list[bool]
+) -> list[Column]:
+    """The aggregate expressions :func:`summarize` runs in its one job."""
+    aggs = [F.count(F.lit(1)).alias("rows")]
+    for i in range(inputs):
+        f = F.col(feature_name(i))
+        width, values = F.size(f), f
+        if sparse[i]:  # the vector's fields, through their JSON form (Spark has no cast)
+            vector = F.from_json(F.to_json(F.struct(f.alias("v"))), _VECTOR_JSON)["v"]
+            values = vector["values"]
+            width = F.coalesce(vector["size"], F.size(values))
+        aggs += [
+            F.sum(F.when(f.isNull(), 1).otherwise(0)).alias(f"f_null{i}"),
+            F.min(width).alias(f"f_min{i}"),
+            F.max(width).alias(f"f_max{i}"),
+        ]
+        if scan_values:
+            bad_value = F.exists(values, lambda v: v.isNull() | F.isnan(v))
+            aggs.append(F.sum(F.when(bad_value, 1).otherwise(0)).alias(f"f_nan{i}"))
+    for j, kind in enumerate(kinds):
+        y = F.col(label_name(j))
+        aggs.append(F.sum(F.when(y.isNull(), 1).otherwise(0)).alias(f"y_null{j}"))
+        if kind == "array":
+            aggs += [F.min(F.size(y)).alias(f"y_min_w{j}"), F.max(F.size(y)).alias(f"y_max_w{j}")]
+            y_bad = F.exists(y, lambda v: v.isNull() | F.isnan(v))
+        else:
+            aggs += [
+                F.min(y).cast("double").alias(f"y_min{j}"),
+                F.max(y).cast("double").alias(f"y_max{j}"),
+            ]
+            y_bad = F.isnan(y) if kind == "float" else F.lit(False)
+        if scan_values:
+            aggs.append(F.sum(F.when(y_bad, 1).otherwise(0)).alias(f"y_nan{j}"))
+    return aggs
+
+
+def check_weights(prepared: DataFrame, weight_col: str) -> None:
+    """Refuses a prepared frame with a null, NaN, infinite or negative :data:`WEIGHT`
+    (one Spark job; ``evaluate`` runs it, a fit's :func:`summarize` counts them too).
+
+    Raises:
+        SchemaError: Such weights were found.
+    """
+    row = prepared.agg(F.count(F.lit(1)).alias("rows"), _bad_weights()).first()
+    if row is not None and row["w_bad"]:
+        raise SchemaError(_bad_weights_message(int(row["w_bad"]), int(row["rows"]), weight_col))
+
+
+def _bad_weights() -> Column:
+    w = F.col(WEIGHT)
+    bad = w.isNull() | F.isnan(w) | (w < 0) | (w == float("inf"))
+    return F.sum(F.when(bad, 1).otherwise(0)).alias("w_bad")
+
+
+def _bad_weights_message(bad: int, rows: int, weight_col: str | None) -> str:
+    return (
+        f"Found {bad} row(s) among {rows} whose weight in weight_col {weight_col!r} is null, "
+        "NaN, infinite or negative. Weights must be finite numbers >= 0: filter those "
+        "rows or fix their weights first."
+    )

@@ -1,0 +1,99 @@
+"""Progress of a fit on the driver, fed from the parameter service's status.
+
+``verbose=1`` shows a progress bar (``tqdm.auto``: a terminal bar, or a widget in a
+notebook) with the epoch, samples done of the total, the latest loss and samples/s;
+without tqdm installed (``pip install sparkdl-keras[progress]``) it prints lines as
+``verbose=2`` does: one line per finished epoch with its merged logs.
+
+Example:
+    >>> Progress.POLL_SECONDS
+    0.25
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import Any
+
+from sparkdl.server.state.events import FitEvents
+
+__all__ = ["Progress"]
+
+
+class Progress:
+    """Follows ``events`` in a driver thread and reports progress.
+
+    Args:
+        events: The running fit (the same snapshot ``GET /status`` serves).
+        epochs: Epochs of the fit.
+        rows: Training rows per epoch (all workers together).
+        verbose: 1 for a bar, 2 for a line per epoch.
+    """
+
+    POLL_SECONDS = 0.25
+
+    def __init__(self, events: FitEvents, *, epochs: int, rows: int, verbose: int) -> None:
+        self._events = events
+        self._epochs = epochs
+        self._rows = rows
+        self._bar: Any = None
+        if verbose == 1:
+            try:
+                from tqdm.auto import tqdm
+            except ImportError:
+                tqdm = None
+            if tqdm is not None:
+                # tqdm's own rate is the one rate shown ("12.3k samples/s").
+                self._bar = tqdm(
+                    total=epochs * rows, unit=" samples", unit_scale=True, dynamic_ncols=True
+                )
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="sparkdl-progress", daemon=True)
+        self._printed = 0
+        self._started = time.perf_counter()
+
+    def start(self) -> None:
+        """Starts following the service."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Reports the last state and stops."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._report()
+        if self._bar is not None:
+            self._bar.close()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.POLL_SECONDS):
+            self._report()
+
+    def _report(self) -> None:
+        status = self._events.status()
+        elapsed = time.perf_counter() - self._started
+        seen = int(status["samples_seen"])
+        if self._bar is not None:
+            self._update_bar(status, seen)
+            return
+        history: dict[str, list[float]] = status["history"]
+        while self._printed < status["epochs_done"]:
+            i = self._printed
+            metrics = " - ".join(f"{k}: {v[i]:.4f}" for k, v in history.items() if i < len(v))
+            print(
+                f"Epoch {i + 1}/{self._epochs} - {self._rows} samples - {metrics} - "
+                f"{seen / elapsed if elapsed > 0 else math.nan:,.0f} samples/s",
+                flush=True,
+            )
+            self._printed += 1
+
+    def _update_bar(self, status: dict[str, Any], seen: int) -> None:
+        bar = self._bar
+        done = min(seen, bar.total)
+        epoch = min(done // max(self._rows, 1) + 1, self._epochs)
+        losses = [w["last_loss"] for w in status["workers"].values() if w["last_loss"] is not None]
+        bar.set_description(f"Epoch {epoch}/{self._epochs}", refresh=False)
+        if losses:
+            bar.set_postfix({"loss": f"{sum(losses) / len(losses):.4f}"}, refresh=False)
+        bar.update(done - bar.n)

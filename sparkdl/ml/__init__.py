@@ -1,0 +1,1 @@
+"""The Spark ML face's machinery: Params, persistence, scoring and evaluation jobs."""
