@@ -32,9 +32,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np
 
+from sparkdl.protocol.tls import client_context
 from sparkdl.server.state.store import WeightStore
 from sparkdl.server.web.service import ParameterService
-from sparkdl.server.web.tls import Certificate, client_context
+from sparkdl.server.web.tls import Certificate
 from sparkdl.sync.merges import Delta
 
 ATTACKER = "127.0.0.2"

@@ -26,10 +26,9 @@ from typing import Any
 
 from sparkdl.errors import ConfigError
 from sparkdl.protocol.client import DEFAULT_RETRIES, DEFAULT_TIMEOUT
-from sparkdl.server.state.rounds import DEFAULT_ROUND_TIMEOUT
 from sparkdl.sync.codecs import resolve_codec
 from sparkdl.sync.merges import STALENESS, merge_class
-from sparkdl.sync.modes import MODES, Synchronous, mode_class
+from sparkdl.sync.modes import DEFAULT_ROUND_TIMEOUT, MODES, Synchronous, mode_class
 from sparkdl.sync.outer import OUTER_MERGES
 from sparkdl.sync.outer import check as check_outer
 from sparkdl.sync.recipe import check as check_recipe

@@ -38,16 +38,22 @@ import logging
 import math
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 if TYPE_CHECKING:
     import keras
 
-    from sparkdl.driver.background import Background
-
 __all__ = ["MAX_STATE_VALUES", "MetricStates"]
+
+
+class Threads(Protocol):
+    """Runs work in a thread its owner waits for
+    (:class:`sparkdl.driver.background.Background` on the driver)."""
+
+    def run(self, work: Callable[[], None], name: str) -> Any: ...
+
 
 _log = logging.getLogger(__name__)
 
@@ -99,7 +105,7 @@ class MetricStates:
         return [v.tolist() for v in values]
 
     # ------------------------------------------------------------ driver half
-    def prefetch(self, background: Background) -> None:
+    def prefetch(self, background: Threads) -> None:
         """Loads and builds the driver's copy in a thread of ``background`` (whose
         owner waits for it to end); :meth:`results` waits for it, and raises its
         error."""

@@ -326,8 +326,8 @@ def poll_rows(request: dict[str, Any]) -> pa.RecordBatch:
     :data:`POLL_SCHEMA`."""
     import pyarrow as pa
 
+    from sparkdl.contract.rendezvous import read_rendezvous
     from sparkdl.errors import ServiceError
-    from sparkdl.executor.hosting import read_rendezvous
 
     kinds: list[str] = []
     parts: list[int] = []

@@ -45,6 +45,7 @@ Example:
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import threading
@@ -366,9 +367,9 @@ def _import_holding_lock(module: str, locked: threading.Event, logs: TensorFlowL
     with global_import_lock():
         locked.set()
         try:
-            from sparkdl.executor.imports import import_executor  # runs on an executor
-
-            logs.load(lambda: import_executor(module))
+            # Runs on an executor: named by string, as the payload's task entries are.
+            imports = importlib.import_module("sparkdl.executor.imports")
+            logs.load(lambda: imports.import_executor(module))
             _imported[module] = True
         except Exception:  # the fit's own import raises it again, in its task
             _imported[module] = False

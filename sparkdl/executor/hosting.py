@@ -47,9 +47,7 @@ import logging
 import math
 import os
 import shutil
-import stat
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -58,8 +56,13 @@ from typing import Any
 import pyarrow as pa
 
 from sparkdl.contract.payload import Hosting, WorkerPayload, result_rows
+from sparkdl.contract.rendezvous import (
+    rendezvous_dir,
+    safe_name,
+    write_rendezvous,
+)
 
-__all__ = ["PRUNE_SECONDS", "Hosted", "prune", "read_rendezvous", "rendezvous_dir"]
+__all__ = ["PRUNE_SECONDS", "Hosted", "prune"]
 
 _log = logging.getLogger(__name__)
 
@@ -161,7 +164,7 @@ class Hosted:
         attempt = int(self._context.taskAttemptId())
         urls = [f["url"] for f in found]
         certs = [f["cert"] for f in found]
-        self._rendezvous = _write_rendezvous(
+        self._rendezvous = write_rendezvous(
             self.hosting.fit_id, self._worker, attempt, {"urls": urls, "certs": certs}
         )
         plan = dataclasses.replace(self.payload.plan, initial_epoch=int(found[0]["initial_epoch"]))
@@ -376,38 +379,6 @@ def _start(make: Callable[[], Any], wait: float) -> Any:
             time.sleep(0.5)
 
 
-def rendezvous_dir() -> str:
-    """This machine's directory of rendezvous and snapshot files (the user's only)."""
-    path = os.path.join(tempfile.gettempdir(), f"sparkdl-{os.getuid()}")
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    found = os.lstat(path)
-    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o077:
-        raise PermissionError(
-            f"{path} is not a directory of this user's alone (another user's, a link, or "
-            "open to others): remove it, or set TMPDIR for the executors."
-        )
-    return path
-
-
-def read_rendezvous(fit_id: str) -> dict[str, Any] | None:
-    """The service's addresses as the newest task attempt on this machine wrote them
-    (``urls`` and ``certs``, one per shard), or ``None``.
-
-    Each worker writes a file of its own, named by its task attempt (a worker that ends
-    early removes only its own); the highest attempt id is the newest stage attempt's,
-    whose service is the live one (Spark numbers task attempts in launch order).
-    """
-    files = _rendezvous_files(fit_id)
-    if not files:
-        return None
-    try:
-        with open(files[max(files)]) as f:
-            found: dict[str, Any] = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return found
-
-
 def prune(older_than: float = PRUNE_SECONDS) -> None:
     """Removes the rendezvous files and snapshots of fits that ended long ago.
 
@@ -502,45 +473,12 @@ def _choose_hosts(held: list[list[list[int]]], shards: int, epoch: int | None) -
 
 def _snapshot_dir(fit_id: str, shard: int = 0) -> str:
     """Where a host keeps its snapshots of ``shard``."""
-    name = f"{_safe(fit_id)}-snapshots" if shard == 0 else f"{_safe(fit_id)}-s{shard}-snapshots"
+    name = (
+        f"{safe_name(fit_id)}-snapshots"
+        if shard == 0
+        else f"{safe_name(fit_id)}-s{shard}-snapshots"
+    )
     return os.path.join(rendezvous_dir(), name)
-
-
-def _write_rendezvous(fit_id: str, worker: int, attempt: int, found: dict[str, Any]) -> str:
-    """Writes the service's addresses (every shard's URL and certificate) where relay
-    tasks find them, in this task attempt's own file; removes the files of older
-    attempts of this fit on this machine (a killed attempt's, which name a dead
-    service)."""
-    path = os.path.join(rendezvous_dir(), f"{_safe(fit_id)}.a{attempt}.w{worker}.json")
-    text = json.dumps({"urls": list(found["urls"]), "certs": list(found["certs"])})
-    fd, staging = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".rendezvous-")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(staging, path)
-    for older, stale in _rendezvous_files(fit_id).items():
-        if older < attempt:
-            with contextlib.suppress(OSError):
-                os.remove(stale)
-    return path
-
-
-def _rendezvous_files(fit_id: str) -> dict[int, str]:
-    """This fit's rendezvous files on this machine, by task attempt id."""
-    directory = rendezvous_dir()
-    prefix = f"{_safe(fit_id)}.a"
-    found: dict[int, str] = {}
-    with contextlib.suppress(OSError):
-        for name in os.listdir(directory):
-            if not (name.startswith(prefix) and name.endswith(".json")):
-                continue
-            attempt = name[len(prefix) :].split(".", 1)[0]
-            if attempt.isdigit():
-                found[int(attempt)] = os.path.join(directory, name)
-    return found
-
-
-def _safe(fit_id: str) -> str:
-    return "".join(c for c in fit_id if c.isalnum() or c in "-_")[:100]
 
 
 def _executor_host(context: Any, worker: int) -> str:

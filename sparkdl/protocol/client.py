@@ -43,7 +43,7 @@ import numpy as np
 from sparkdl.compat.http_client import CoalescingConnection
 from sparkdl.errors import ServiceError, TrainingError
 from sparkdl.protocol import wire
-from sparkdl.server.web.tls import client_context
+from sparkdl.protocol.tls import client_context
 
 __all__ = ["DEFAULT_RETRIES", "DEFAULT_TIMEOUT", "ServiceClient"]
 

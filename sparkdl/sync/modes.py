@@ -34,6 +34,7 @@ from sparkdl.sync.registry import Registry
 from sparkdl.sync.schedule import Schedule, rounds_per_epoch
 
 __all__ = [
+    "DEFAULT_ROUND_TIMEOUT",
     "MODES",
     "Asynchronous",
     "Hogwild",
@@ -43,6 +44,10 @@ __all__ = [
     "mode_class",
     "register",
 ]
+
+#: Seconds an open synchronous round waits for missing workers unless told otherwise
+#: (``round_timeout``).
+DEFAULT_ROUND_TIMEOUT = 3600.0
 
 #: ``(epoch, batches done in it, syncs done in it)``: where a (re)joining worker starts.
 Resume = tuple[int, int, int]

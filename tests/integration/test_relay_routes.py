@@ -155,8 +155,8 @@ def test_the_relay_polls_every_shard_and_joins_their_weights(tmp_path, monkeypat
     decided, and returns the status and an epoch's weights joined from the shards."""
     import tempfile
 
+    from sparkdl.contract import rendezvous as rv
     from sparkdl.driver import relay
-    from sparkdl.executor import hosting
     from sparkdl.sync.shards import ShardLayout
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
@@ -170,7 +170,7 @@ def test_the_relay_polls_every_shard_and_joins_their_weights(tmp_path, monkeypat
         ParameterService(stores[0], host="127.0.0.1", relay_digest=relay_digest(RELAY)) as a,
         ParameterService(stores[1], host="127.0.0.1", relay_digest=relay_digest(RELAY)) as b,
     ):
-        hosting._write_rendezvous("fit-s", 0, 3, {"urls": [a.url, b.url], "certs": ["", ""]})
+        rv.write_rendezvous("fit-s", 0, 3, {"urls": [a.url, b.url], "certs": ["", ""]})
         request = {
             "fit_id": "fit-s",
             "token": RELAY,

@@ -81,7 +81,7 @@ def test_a_peers_handshake_flood_runs_off_the_selector_and_others_get_in(
     import http.client
     import threading
 
-    from sparkdl.server.web.tls import client_context
+    from sparkdl.protocol.tls import client_context
 
     service, cert = tls_service
     context = client_context(cert.pem)
@@ -122,7 +122,7 @@ def test_a_request_pipelined_behind_a_body_over_tls_is_answered(tls_service: Any
     sits decrypted in OpenSSL, where select() cannot see it: it must still be served."""
     import ssl
 
-    from sparkdl.server.web.tls import client_context
+    from sparkdl.protocol.tls import client_context
 
     service, cert = tls_service
     auth = f"Authorization: Bearer {service.token}\r\n".encode()

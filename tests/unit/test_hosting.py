@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from sparkdl.config import TrainConfig
+from sparkdl.contract import rendezvous as rv
 from sparkdl.contract.payload import Hosting, WorkerPayload
 from sparkdl.contract.plan import FitPlan
 from sparkdl.executor.hosting import Hosted
@@ -213,30 +214,29 @@ def test_a_shard_host_that_cannot_serve_fails_every_worker_naming_the_shard() ->
 
 
 def test_the_relay_reads_the_newest_attempts_file_and_stale_ones_go() -> None:
-    from sparkdl.executor import hosting
 
-    assert hosting.read_rendezvous("fit") is None
-    old = hosting._write_rendezvous("fit", 0, 7, {"urls": ["http://dead"], "certs": [""]})
-    hosting._write_rendezvous("fit", 1, 8, {"urls": ["http://dead"], "certs": [""]})
-    assert hosting.read_rendezvous("fit") == {"urls": ["http://dead"], "certs": [""]}
+    assert rv.read_rendezvous("fit") is None
+    old = rv.write_rendezvous("fit", 0, 7, {"urls": ["http://dead"], "certs": [""]})
+    rv.write_rendezvous("fit", 1, 8, {"urls": ["http://dead"], "certs": [""]})
+    assert rv.read_rendezvous("fit") == {"urls": ["http://dead"], "certs": [""]}
     # A retried stage: its attempts (larger ids) win, and older files on this machine go.
-    mine = hosting._write_rendezvous("fit", 1, 12, {"urls": ["http://live"], "certs": [""]})
-    hosting._write_rendezvous("fit", 0, 11, {"urls": ["http://live"], "certs": [""]})
+    mine = rv.write_rendezvous("fit", 1, 12, {"urls": ["http://live"], "certs": [""]})
+    rv.write_rendezvous("fit", 0, 11, {"urls": ["http://live"], "certs": [""]})
     assert not os.path.exists(old)
-    assert sorted(hosting._rendezvous_files("fit")) == [11, 12]
+    assert sorted(rv.rendezvous_files("fit")) == [11, 12]
     os.remove(mine)  # worker 1 ended first: worker 0's file still answers
-    assert hosting.read_rendezvous("fit") == {"urls": ["http://live"], "certs": [""]}
-    assert hosting.read_rendezvous("other-fit") is None
+    assert rv.read_rendezvous("fit") == {"urls": ["http://live"], "certs": [""]}
+    assert rv.read_rendezvous("other-fit") is None
 
 
 def test_prune_removes_what_ended_fits_left_and_keeps_the_rest(tmp_path) -> None:
     from sparkdl.executor import hosting
 
-    directory = hosting.rendezvous_dir()
-    left = hosting._write_rendezvous("old-fit", 0, 1, {"urls": ["u"], "certs": [""]})
+    directory = rv.rendezvous_dir()
+    left = rv.write_rendezvous("old-fit", 0, 1, {"urls": ["u"], "certs": [""]})
     snapshots = os.path.join(directory, "old-fit-snapshots")
     os.makedirs(os.path.join(snapshots, "epoch-3"))
-    live = hosting._write_rendezvous("live-fit", 0, 2, {"urls": ["u"], "certs": [""]})
+    live = rv.write_rendezvous("live-fit", 0, 2, {"urls": ["u"], "certs": [""]})
     long_ago = time.time() - hosting.PRUNE_SECONDS - 60
     for path in (left, snapshots):
         os.utime(path, (long_ago, long_ago))

@@ -23,12 +23,9 @@ import time
 
 from sparkdl.server.state.errors import StoreError
 from sparkdl.sync.merges import Update
+from sparkdl.sync.modes import DEFAULT_ROUND_TIMEOUT
 
 __all__ = ["DEFAULT_ROUND_TIMEOUT", "Rounds"]
-
-#: Seconds an open round waits for missing workers unless told otherwise
-#: (``round_timeout``).
-DEFAULT_ROUND_TIMEOUT = 3600.0
 
 
 class Rounds:

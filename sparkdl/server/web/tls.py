@@ -5,8 +5,8 @@ service speaks HTTPS there (``service_tls``, on by default when the master is no
 local). The driver makes a fresh key and a self-signed certificate for each fit
 (:meth:`Certificate.make`, the ``cryptography`` package); the certificate travels to
 the workers in their payload, and a worker trusts that certificate alone
-(:func:`client_context`): no certificate authority is involved, and a man in the
-middle would need the fit's private key, which never leaves the driver's memory and a
+(:func:`sparkdl.protocol.tls.client_context`): no certificate authority is involved, and a
+man in the middle would need the fit's private key, which never leaves the driver's memory and a
 temporary file only the driver's user can read, removed once the server loaded it.
 
 The server does the TLS handshake on the connection's own thread, at its first read,
@@ -17,8 +17,6 @@ Example:
     >>> cert = Certificate.make("127.0.0.1")
     >>> cert.pem.startswith(b"-----BEGIN CERTIFICATE-----")
     True
-    >>> client_context(cert.pem).verify_mode.name
-    'CERT_REQUIRED'
 """
 
 from __future__ import annotations
@@ -26,12 +24,11 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
-import ssl
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["VALID_DAYS", "Certificate", "client_context", "temporary_directory"]
+__all__ = ["VALID_DAYS", "Certificate", "temporary_directory"]
 
 #: How long a fit's certificate is valid (a fit longer than this would need a new one).
 VALID_DAYS = 90
@@ -97,21 +94,6 @@ class Certificate:
         from sparkdl.server.web.transport import DeferredHandshakeAdapter  # the driver's side
 
         return DeferredHandshakeAdapter(cert_file, key_file)
-
-
-def client_context(pem: bytes) -> ssl.SSLContext:
-    """A client context that trusts the fit's certificate and nothing else.
-
-    The host name is not matched: the certificate is the only trust anchor and only
-    the driver holds its key, so whoever answers with it is the fit's service, at
-    whatever address the worker reached it.
-    """
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_REQUIRED
-    context.load_verify_locations(cadata=pem.decode("ascii"))
-    return context
 
 
 def temporary_directory() -> tempfile.TemporaryDirectory[str]:
