@@ -2,7 +2,12 @@
 
 The callbacks runner, the progress bar, the Spark UI marks and the job canceller follow
 a fit through this small interface rather than the service's state, so the state can
-change shape without them. :class:`sparkdl.server.state.store.WeightStore` implements it.
+change shape without them. The store implements it
+(:class:`sparkdl.server.state.store_events.StoreEvents`, a base of
+:class:`~sparkdl.server.state.store.WeightStore`), and so do the sharded store
+(:class:`~sparkdl.server.state.sharded.ShardedStore`) and the relay of a service in the
+cluster (:class:`sparkdl.driver.relay.Relay`); the driver's
+:class:`~sparkdl.driver.service.FitService` hands it to the fit's followers.
 
 Example:
     >>> import numpy as np
@@ -58,3 +63,6 @@ class FitEvents(Protocol):
 
     def abort(self, reason: str) -> None:
         """Aborts the fit."""
+
+    def failures(self) -> dict[int, str]:
+        """``{worker: traceback}`` of the failures workers reported so far."""

@@ -20,7 +20,8 @@ the current weights. The rows it joins with are bounded by the driver's plan
 the rows its worker joined with.
 
 The driver's threads (callbacks, progress, Spark UI marks) read it through
-:class:`sparkdl.server.state.events.FitEvents`.
+:class:`sparkdl.server.state.events.FitEvents`, which its base
+:class:`~sparkdl.server.state.store_events.StoreEvents` implements.
 
 Example:
     >>> import numpy as np
@@ -38,7 +39,6 @@ Example:
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -47,23 +47,24 @@ import numpy as np
 
 from sparkdl.server.state.errors import StoreError
 from sparkdl.server.state.meta import check_push_meta
-from sparkdl.server.state.training import SEQ_WINDOW, SILENT_SECONDS, TrainingState
+from sparkdl.server.state.store_events import StoreEvents
+from sparkdl.server.state.training import SEQ_WINDOW, SILENT_SECONDS
 from sparkdl.sync.merges import Update
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from sparkdl.contract.plan import FitPlan
 
 __all__ = ["SEQ_WINDOW", "StoreError", "WeightStore"]
 
 
-class WeightStore(TrainingState):
+class WeightStore(StoreEvents):
     """Center weights plus the bookkeeping of one fit, thread-safe.
 
-    Every method defined here takes the lock itself. It takes the arguments of
-    :class:`~sparkdl.server.state.training.TrainingState`, whose steps (what a policy runs for a
-    push) assume the lock held.
+    Every method defined here takes the lock itself: the workers' requests (join, push,
+    pull, leave, failures) and the driver's plan of rows; what the driver's threads read
+    and decide comes from :class:`~sparkdl.server.state.store_events.StoreEvents`. It
+    takes the arguments of :class:`~sparkdl.server.state.training.TrainingState`, whose
+    steps (what a policy runs for a push) assume the lock held.
     """
 
     @classmethod
@@ -115,11 +116,6 @@ class WeightStore(TrainingState):
     def version(self) -> int:
         """Number of completed rounds (synchronous) or applied updates."""
         return self.center.version
-
-    @property
-    def aborted_event(self) -> threading.Event:
-        """Set when training is aborted (the driver then cancels the Spark job)."""
-        return self.control.aborted_event
 
     def pull(self, min_version: int = 0, wait: float = 0.0) -> tuple[list[np.ndarray], int] | None:
         """Returns ``(weights, version)`` once ``version >= min_version``.
@@ -173,100 +169,10 @@ class WeightStore(TrainingState):
         with self.lock:
             return self.center.weights
 
-    def history(self) -> dict[str, list[float]]:
-        """Per-epoch logs over all workers (metrics merged from their states)."""
-        with self.lock:
-            return self._history.logs()
-
     def newest_attempt(self, worker: int) -> int:
         """The newest task attempt the store took from ``worker`` (0 before any)."""
         with self.lock:
             return self.ledger.newest_attempt(worker)
-
-    def failures(self) -> dict[int, str]:
-        """``{worker: traceback}`` of every failure a worker reported."""
-        with self.lock:
-            return dict(self._failures)
-
-    def status(self) -> dict[str, Any]:
-        """A JSON-serialisable snapshot: version, round, samples, workers, history."""
-        with self.lock:
-            ledger, control = self.ledger, self.control
-            return {
-                "mode": self.mode.name,
-                "merge": self.merge.name,
-                "version": self.center.version,
-                "round": self.center.version,
-                "round_pushed": self.rounds.pushed(),
-                "num_workers": self.num_workers,
-                "samples_seen": ledger.samples,
-                "duplicates": ledger.total("duplicates"),
-                "epochs_done": self._history.done,
-                "initial_epochs": self.initial_epochs,
-                "elapsed": time.time() - self.started,
-                "workers": ledger.status(),
-                "history": self._history.logs(),
-                "failures": {str(k): v for k, v in self._failures.items()},
-                "aborted": control.aborted,
-                "generation": self.rounds.generation,
-                "restarts": ledger.restarts,
-                "late_pushes": ledger.total("late"),
-                "timed_out_rounds": self.rounds.timed_out_rounds,
-                "finished": control.finished,
-                "stop_requested": control.stop_requested,
-                "learning_rate": control.learning_rate,
-                "full_answers": self.replicas.full_answers() if self.replicas else None,
-                "planned_rows": None if self.planned_rows is None else list(self.planned_rows),
-                "joined_rows": {str(w): n for w, n in sorted(self._rows.items())},
-                "left": sorted(self._left),
-                "traffic": self.traffic.as_dict(),
-            }
-
-    # ------------------------------------------------------ the driver's events
-    def epoch_weights(self, epoch: int, wait: float) -> list[np.ndarray]:
-        """The weights as epoch ``epoch`` ended (gated: once its last round merged);
-        the outer optimizer's state is read with them (:meth:`epoch_outer_state`)."""
-        return self.epoch_state(epoch, wait)[0]
-
-    def epoch_state(
-        self, epoch: int, wait: float
-    ) -> tuple[list[np.ndarray], tuple[list[np.ndarray], int] | None]:
-        """:meth:`epoch_weights` and the outer optimizer's state, read together."""
-        with self.lock:
-            self._wait_until(lambda: self.control.epoch_merged(epoch), wait)
-            outer = self.outer.snapshot() if self.outer is not None else None
-            self._served_outer = outer
-            return self.center.weights, outer
-
-    def epoch_outer_state(self) -> tuple[list[np.ndarray], int] | None:
-        """The outer optimizer's state read with the weights :meth:`epoch_weights`
-        last returned (what a checkpoint of those weights keeps beside them)."""
-        with self.lock:
-            return self._served_outer
-
-    def take_epoch_copies(self, wait: float) -> list[tuple[int, list[np.ndarray], Any]]:
-        """Waits up to ``wait`` seconds for copies of the center as epochs ended
-        (``keep_epoch_copies``) and takes them, oldest first: ``(epoch, weights,
-        outer state or None)``."""
-        with self.lock:
-            copies = self.epoch_copies
-            if copies is None:
-                return []
-            self._wait_until(lambda: bool(copies), wait)
-            taken = [(e, *copies.pop(e)) for e in sorted(copies)]
-        return taken
-
-    def outer_state(self) -> tuple[list[np.ndarray], int] | None:
-        """The outer optimizer's state now (its arrays and push count: what a
-        checkpoint keeps), or ``None`` without one."""
-        with self.lock:
-            return self.outer.snapshot() if self.outer is not None else None
-
-    def wait_epochs(self, count: int, wait: float) -> int:
-        """Waits up to ``wait`` seconds until ``count`` epochs closed; returns how many."""
-        with self.lock:
-            self._wait_until(lambda: self._history.done >= count, wait)
-            return self._history.done
 
     def wait_callbacks(self, worker: int, wait: float) -> None:
         """Asynchronous modes with driver callbacks: waits up to ``wait`` seconds until
@@ -321,38 +227,6 @@ class WeightStore(TrainingState):
                     return False
                 held = True
         return held
-
-    def release(self, epoch: int) -> None:
-        """The driver's callbacks ran on ``epoch``: answer the round that closed it."""
-        with self.lock:
-            before = self.control.released
-            held = self.control.release(epoch)
-            caught_up = self.control.callback_lag is not None and self.control.released > before
-            if held or caught_up:
-                self.center.forget_encoding()  # the answers carry what the callbacks decided
-                self.lock.notify_all()
-
-    def request_stop(self) -> None:
-        """Asks workers to stop at the end of their current epoch (``stop_training``).
-
-        The flag travels with the answers from the next version on.
-        """
-        with self.lock:
-            self.control.stop_requested = True
-            self.center.forget_encoding()  # cached answers said stop=False
-            self.lock.notify_all()
-
-    def set_learning_rate(self, rate: float) -> None:
-        """Sends a new learning rate to the workers with the answers of later versions."""
-        with self.lock:
-            self.control.set_learning_rate(rate)
-            self.center.forget_encoding()
-
-    def abort(self, reason: str) -> None:
-        """Aborts training: every waiting and later request gets a 409 with ``reason``."""
-        with self.lock:
-            self.control.abort(reason)
-            self.lock.notify_all()
 
     # ----------------------------------------------------------------- writes
     def plan_rows(self, rows: Sequence[int]) -> None:
@@ -498,16 +372,6 @@ class WeightStore(TrainingState):
         with self.lock:
             self._wait_until(lambda: len(self._left) >= self.num_workers, wait)
             return len(self._left) >= self.num_workers
-
-    def _wait_until(self, done: Callable[[], bool], wait: float) -> None:
-        """With the lock held: waits up to ``wait`` seconds until ``done()`` or the fit
-        was aborted (woken by every change, checking at least once a second)."""
-        deadline = time.monotonic() + wait
-        while not done() and self.control.aborted is None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            self.lock.wait(min(left, 1.0))
 
     def report_failure(
         self, worker: int, trace: str, *, attempt: int = 0, fatal: bool = True
