@@ -3,7 +3,7 @@ asynchronous pushes per second.
 
 W worker processes run the real client (one :class:`~sparkdl.protocol.client.ServiceClient`
 per shard, called at once as a sharded fit's worker calls them:
-:class:`~sparkdl.executor.sharded.ShardedClient`) with float32 arrays of the model's
+:class:`~sparkdl.protocol.sharded.ShardedClient`) with float32 arrays of the model's
 size and no Keras; k shard processes each serve their part of the weights with the real
 service (:class:`~sparkdl.server.web.service.ParameterService`), as k hosts of a cluster
 would. The model is M parameters in 8 matrices, split by
@@ -295,8 +295,8 @@ def _host_main(
 
 def _worker_main(conn: Connection) -> None:
     """A simulated worker: runs each job it is sent with the real clients."""
-    from sparkdl.executor.sharded import ShardedClient
     from sparkdl.protocol.client import ServiceClient
+    from sparkdl.protocol.sharded import ShardedClient
     from sparkdl.sync.shards import ShardLayout
 
     while (job := conn.recv()) is not None:

@@ -22,9 +22,8 @@ import keras
 
 from sparkdl.contract.metric_states import MetricStates
 from sparkdl.errors import TrainingError
-from sparkdl.executor.pusher import Pusher
+from sparkdl.executor.channel import PushPath
 from sparkdl.executor.rate import ScaledRate
-from sparkdl.executor.sharded import ShardedPusher
 from sparkdl.sync.schedule import Schedule
 
 __all__ = ["SyncCallback"]
@@ -43,7 +42,7 @@ class SyncCallback(keras.callbacks.Callback):
 
     def __init__(
         self,
-        pusher: Pusher | ShardedPusher,
+        pusher: PushPath,
         schedule: Schedule,
         *,
         val_rows: int = 0,

@@ -51,7 +51,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -61,6 +61,10 @@ from sparkdl.contract.rendezvous import (
     safe_name,
     write_rendezvous,
 )
+
+if TYPE_CHECKING:
+    from sparkdl.server.state.checkpoints import Checkpoint
+    from sparkdl.server.state.store import WeightStore
 
 __all__ = ["PRUNE_SECONDS", "Hosted", "prune"]
 
@@ -284,47 +288,13 @@ class Hosted:
     def _serve(self, shard: int, epoch: int | None) -> dict[str, Any]:
         """Builds ``shard``'s store (from its snapshot of ``epoch``, else the model)
         and starts its service; returns what the other workers need."""
-        from sparkdl.contract.metric_states import MetricStates
-        from sparkdl.server.state import checkpoints
-        from sparkdl.server.state.store import WeightStore
         from sparkdl.server.web.service import ParameterService
         from sparkdl.server.web.tls import Certificate
-        from sparkdl.sync.shards import ShardLayout
 
         self._keras_ready()
         payload, hosting = self.payload, self.hosting
         plan = payload.plan
-        model = _model(payload)
-        snapshots = _snapshot_dir(hosting.fit_id, shard)
-        snapshot = checkpoints.latest(snapshots, epoch) if epoch is not None else None
-        if epoch is not None and snapshot is None:
-            raise FileNotFoundError(
-                f"The snapshot of epoch {epoch} is gone from {snapshots} (removed since the "
-                "gather): this stage fails and Spark's retry resumes from the snapshots "
-                "left."
-            )
-        layout = ShardLayout.from_json(payload.shard_layout) if payload.shard_layout else None
-        outer = hosting.outer_state(layout, shard)
-        if snapshot:
-            weights, outer = snapshot.weights, snapshot.outer
-        elif layout is not None:
-            weights = layout.split(model.get_weights())[shard]
-        else:
-            weights = model.get_weights()
-        history = snapshot.history if snapshot else hosting.history
-        metrics = MetricStates(
-            lambda: model, payload.input_shapes, payload.label_kinds, payload.label_shapes
-        )
-        store = WeightStore.for_plan(
-            plan,
-            weights,
-            history=history,
-            gate_epochs=hosting.gate_epochs,
-            metric_merge=metrics.results if shard == 0 else None,
-            outer_state=outer,
-            keep_epoch_copies=True,
-        )
-        store.plan_rows(hosting.planned_rows)
+        store, snapshot = self._store(shard, epoch)
         host = hosting.bind_host or _executor_host(self._context, self._worker)
         certificate = Certificate.make(host) if plan.service_tls else None
         service = _start(
@@ -343,6 +313,7 @@ class Hosted:
         done = snapshot.epoch if snapshot else plan.initial_epoch
         # A sharded service keeps a few snapshots: the shards' newest may differ by
         # an epoch when a host dies, and a retried stage resumes from a common one.
+        snapshots = _snapshot_dir(hosting.fit_id, shard)
         self._keepers.append(_Keeper(store, snapshots, keep=1 if self.shards == 1 else 3))
         if snapshot:
             _log.warning(
@@ -355,6 +326,48 @@ class Hosted:
             "cert": certificate.pem.decode() if certificate else "",
             "initial_epoch": done,
         }
+
+    def _store(self, shard: int, epoch: int | None) -> tuple[WeightStore, Checkpoint | None]:
+        """``shard``'s store and the snapshot it starts from: this machine's snapshot
+        of ``epoch``, or the model's weights (``None`` for the snapshot) when
+        ``epoch`` is ``None``."""
+        from sparkdl.contract.metric_states import MetricStates
+        from sparkdl.server.state import checkpoints
+        from sparkdl.server.state.store import WeightStore
+        from sparkdl.sync.shards import ShardLayout
+
+        payload, hosting = self.payload, self.hosting
+        model = _model(payload)
+        snapshots = _snapshot_dir(hosting.fit_id, shard)
+        snapshot = checkpoints.latest(snapshots, epoch) if epoch is not None else None
+        if epoch is not None and snapshot is None:
+            raise FileNotFoundError(
+                f"The snapshot of epoch {epoch} is gone from {snapshots} (removed since the "
+                "gather): this stage fails and Spark's retry resumes from the snapshots "
+                "left."
+            )
+        layout = ShardLayout.from_json(payload.shard_layout) if payload.shard_layout else None
+        outer = hosting.outer_state(layout, shard)
+        if snapshot:
+            weights, outer = snapshot.weights, snapshot.outer
+        elif layout is not None:
+            weights = layout.split(model.get_weights())[shard]
+        else:
+            weights = model.get_weights()
+        metrics = MetricStates(
+            lambda: model, payload.input_shapes, payload.label_kinds, payload.label_shapes
+        )
+        store = WeightStore.for_plan(
+            payload.plan,
+            weights,
+            history=snapshot.history if snapshot else hosting.history,
+            gate_epochs=hosting.gate_epochs,
+            metric_merge=metrics.results if shard == 0 else None,
+            outer_state=outer,
+            keep_epoch_copies=True,
+        )
+        store.plan_rows(hosting.planned_rows)
+        return store, snapshot
 
 
 def _start(make: Callable[[], Any], wait: float) -> Any:

@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import threading
 import time
@@ -30,12 +31,10 @@ from sparkdl.contract.reports import WorkerReport
 from sparkdl.errors import ServiceError
 from sparkdl.executor import gpu
 from sparkdl.executor.cache import PartitionCache
+from sparkdl.executor.channel import Channel, open_channel
 from sparkdl.executor.hosting import Hosted
 from sparkdl.executor.imports import import_executor
-from sparkdl.executor.sharded import ShardedClient
 from sparkdl.executor.spool import Budget
-from sparkdl.protocol.client import ServiceClient
-from sparkdl.sync.shards import ShardLayout
 
 __all__ = ["RESULT_SCHEMA", "run"]
 
@@ -76,102 +75,112 @@ def _train_task(
     worker = ctx.partitionId()
     gpu_ids = gpu.assign_gpus(ctx) or []  # before TensorFlow starts
     prepare(payload.plan.tf_logs.backend)  # a worker without the backend fails here
-    # Import TensorFlow and Keras (the executor modules) while the partition is read:
-    # the import dominates a cold worker.
-    importer = threading.Thread(
-        target=payload.plan.tf_logs.load,
-        args=(import_executor,),
-        name="sparkdl-import",
-        daemon=True,
-    )
-    importer.start()
-    attempt = int(ctx.taskAttemptId())
-    client = None if payload.hosting else _client(payload, worker, attempt)
-    phase = "cache"
-    hosted_rows: list[pa.RecordBatch] = []
+    importer = _import_in_background(payload)
+    progress = _Progress(started, worker, attempt=int(ctx.taskAttemptId()))
+    if payload.hosting is None:
+        progress.channel = open_channel(payload, worker, progress.attempt)
     try:
-        with contextlib.ExitStack() as caches:
-            data, held_out = _open_caches(caches, payload, payload.cached_columns())
-            stream = iter(batches)
-            while True:  # one record batch in Python at a time
-                phase = "read"
-                batch = next(stream, None)
-                if batch is None:
-                    break
-                phase = "cache"
-                _append(batch, data, held_out)
-            cache_seconds = time.perf_counter() - started
-            phase = "train"
-            hosted = None
-            if payload.hosting is not None:
-                hosted = caches.enter_context(
-                    Hosted(payload, BarrierTaskContext.get(), worker, importer.join)
-                )
-                payload = hosted.payload
-                client = _client(payload, worker, attempt)
-            assert client is not None
-            joined = client.join(data.rows)
-            importer.join()
-            import_seconds = time.perf_counter() - started
-            from sparkdl.executor.training import train
-
-            report = train(payload, client, worker, data, held_out, joined)
-            report.cache_mode = data.mode
-            report.data_bytes = data.data_bytes + (held_out.data_bytes if held_out else 0)
-            if hosted is not None:
-                client.leave()
-                hosted_rows = hosted.finish()
+        report, hosted_rows = _cache_and_train(payload, batches, importer, progress)
     except BaseException as exc:
         # Spark reuses this process for its next task, which must not import
         # TensorFlow while this task's import thread still does (see warmup).
         importer.join()
-        if client is not None:
-            client.report_failure(exc, fatal=not _transient(exc, phase))
+        if progress.channel is not None:
+            progress.channel.report_failure(exc, fatal=not _transient(exc, progress.phase))
         raise
     finally:
-        if client is not None:
-            client.close()
-    report.cache_seconds = cache_seconds
+        if progress.channel is not None:
+            progress.channel.close()
     report.peak_rss_bytes = _peak_rss()
-    report.import_seconds = import_seconds
     report.gpu_ids = gpu_ids
     report.cuda_visible_devices = os.environ.get("CUDA_VISIBLE_DEVICES")
-    report.attempt = client.attempt
+    report.attempt = progress.attempt
     report.started_at, report.ended_at = started_at, time.time()
     report.task_seconds = time.perf_counter() - started
     return report, hosted_rows
 
 
-def _client(payload: WorkerPayload, worker: int, attempt: int) -> ServiceClient | ShardedClient:
-    """The task's service client (one per shard of a sharded service:
-    :mod:`sparkdl.executor.sharded`). Spark numbers task attempts (``attempt``)
-    uniquely and in launch order within a SparkContext, stage retries included: a
-    newer attempt has a larger id, which the service's fencing relies on."""
-    plan = payload.plan
-    clients = [
-        ServiceClient(
-            url,
-            payload.token,
-            worker=worker,
-            timeout=plan.request_timeout,
-            retries=plan.request_retries,
-            attempt=attempt,
-            tls_cert=cert,
-        )
-        for url, cert in zip(
-            payload.shard_urls or (payload.url,),
-            payload.shard_certs or [payload.tls_cert] * max(len(payload.shard_urls), 1),
-            strict=True,
-        )
-    ]
-    if payload.shard_layout is None:
-        return clients[0]
-    return ShardedClient(
-        clients,
-        ShardLayout.from_json(payload.shard_layout),
-        realign=not plan.mode.barrier,
-        fragments=plan.fragments > 1,
+@dataclasses.dataclass
+class _Progress:
+    """Where a task stands: what it is doing (``phase``, which says whether a failure
+    is transient: :func:`_transient`) and its channel to the service once open (where
+    a failure is reported)."""
+
+    started: float
+    worker: int
+    attempt: int
+    phase: str = "cache"
+    channel: Channel | None = None
+
+
+def _import_in_background(payload: WorkerPayload) -> threading.Thread:
+    """Imports TensorFlow and Keras (the executor modules) in a thread, while the
+    partition is read: the import dominates a cold worker."""
+    importer = threading.Thread(
+        target=payload.plan.tf_logs.load,
+        args=(payload.plan.tf_logs, import_executor),
+        name="sparkdl-import",
+        daemon=True,
     )
+    importer.start()
+    return importer
+
+
+def _cache_and_train(
+    payload: WorkerPayload,
+    batches: Iterable[pa.RecordBatch],
+    importer: threading.Thread,
+    progress: _Progress,
+) -> tuple[WorkerReport, list[pa.RecordBatch]]:
+    """Caches the partition, hosts the service among the workers when the payload says
+    so, joins it and trains; the caches are released on return."""
+    hosted_rows: list[pa.RecordBatch] = []
+    with contextlib.ExitStack() as caches:
+        data, held_out = _open_caches(caches, payload, payload.cached_columns())
+        _cache(batches, data, held_out, progress)
+        cache_seconds = time.perf_counter() - progress.started
+        progress.phase = "train"
+        hosted = None
+        if payload.hosting is not None:
+            hosted = caches.enter_context(
+                Hosted(payload, BarrierTaskContext.get(), progress.worker, importer.join)
+            )
+            payload = hosted.payload
+            progress.channel = open_channel(payload, progress.worker, progress.attempt)
+        channel = progress.channel
+        assert channel is not None
+        joined = channel.join(data.rows)
+        importer.join()
+        import_seconds = time.perf_counter() - progress.started
+        from sparkdl.executor.training import train
+
+        report = train(payload, channel, progress.worker, data, held_out, joined)
+        report.cache_mode = data.mode
+        report.data_bytes = data.data_bytes + (held_out.data_bytes if held_out else 0)
+        if hosted is not None:
+            channel.leave()
+            hosted_rows = hosted.finish()
+    report.cache_seconds = cache_seconds
+    report.import_seconds = import_seconds
+    return report, hosted_rows
+
+
+def _cache(
+    batches: Iterable[pa.RecordBatch],
+    data: PartitionCache,
+    held_out: PartitionCache | None,
+    progress: _Progress,
+) -> None:
+    """Caches the partition, one record batch in Python at a time (``progress.phase``
+    tells Spark's input stream failing from the cache failing)."""
+    stream = iter(batches)
+    while True:
+        progress.phase = "read"
+        batch = next(stream, None)
+        if batch is None:
+            break
+        progress.phase = "cache"
+        _append(batch, data, held_out)
 
 
 def _open_caches(

@@ -39,13 +39,11 @@ from sparkdl.contract.reports import WorkerReport
 from sparkdl.executor import gpu
 from sparkdl.executor.cache import PartitionCache
 from sparkdl.executor.callback import SyncCallback
+from sparkdl.executor.channel import Channel, PushPath, open_pusher
 from sparkdl.executor.feed import Feed
 from sparkdl.executor.precision import loss_scaled, mixed_precision_model
-from sparkdl.executor.pusher import Pusher
 from sparkdl.executor.rate import ScaledRate
-from sparkdl.executor.sharded import ShardedClient, ShardedPusher
 from sparkdl.executor.weight_access import WeightAccess
-from sparkdl.protocol.client import ServiceClient
 from sparkdl.server.state.replicas import FULL
 from sparkdl.sync.modes import Standing
 from sparkdl.sync.schedule import Schedule, steps_for
@@ -55,7 +53,7 @@ __all__ = ["compute_dtypes", "payload_feed", "split", "train"]
 
 def train(
     payload: WorkerPayload,
-    client: ServiceClient | ShardedClient,
+    channel: Channel,
     worker: int,
     data: PartitionCache,
     held_out: PartitionCache | None,
@@ -65,7 +63,7 @@ def train(
 
     Args:
         payload: What the driver sent.
-        client: The worker's service client (joined).
+        channel: The worker's channel to the service (joined).
         worker: This worker's id.
         data: The worker's partition (its training rows).
         held_out: Its rows of the validation data given apart, or ``None``.
@@ -75,42 +73,28 @@ def train(
     gpus = gpu.configure(plan.tf_logs.backend, plan.threads)
     model = _build_model(payload, worker)
     # With compression the first pull starts this task's copy of the center (full).
-    weights, version = client.pull(0, replica=FULL if plan.compression else None)
+    weights, version = channel.pull(0, replica=FULL if plan.compression else None)
     model.set_weights(weights)
     held_in = plan.held_in(data.rows)  # rows model.fit trains on
     schedule = _schedule(plan, held_in, joined["rows"])
-    if isinstance(client, ShardedClient) and client.fragments:
-        if plan.mode.barrier:
-            # Each fragment counts only its own rounds: the fit's, from all of them.
-            joined = dict(joined, version=client.fragment_version(schedule.rounds))
-        elif (closing := client.missed_closing(schedule.steps)) is not None:
-            # Replay the epoch's end from its last mid-epoch sync; the closing push
-            # goes to the fragments that missed it alone.
-            last_mid = schedule.mid_rounds * (schedule.frequency or 0)
-            joined = dict(joined, position=[closing[0], last_mid])
-    epoch, skip, synced = _resume(payload, model, schedule, joined)
+    standing = channel.standing(joined, schedule, barrier=plan.mode.barrier)
+    epoch, skip, synced = _resume(payload, model, schedule, standing)
     access = WeightAccess(model)
-    pusher: Pusher | ShardedPusher
-    if isinstance(client, ShardedClient):
-        pusher = client.pusher(
-            plan.merge, access, overlap=plan.overlap, compression=plan.compression
-        )
-    else:
-        pusher = Pusher.after_pull(
-            client,
-            plan.merge,
-            access,
-            center=weights,
-            version=version,
-            overlap=plan.overlap,
-            compression=plan.compression,
-        )
+    pusher = open_pusher(
+        channel,
+        plan.merge,
+        access,
+        center=weights,
+        version=version,
+        overlap=plan.overlap,
+        compression=plan.compression,
+    )
     feed, validation, val_rows = split(payload, data, held_out, held_in)
     rate = _scaled_rate(plan, model, held_in)
     sync = SyncCallback(pusher, schedule, val_rows=val_rows, rate=rate, last_epoch=plan.epochs)
     sync.set_model(model)
     train_start = time.perf_counter()
-    setup = _Traffic.of(client)  # the join and the first pull
+    setup = _Traffic.of(channel)  # the join and the first pull
     try:
         _fit_epochs(model, sync, plan, worker, feed, validation, (epoch, skip, synced))
         sync.flush()  # the last push's answer (overlap)
@@ -124,15 +108,22 @@ def train(
         train_seconds=time.perf_counter() - train_start,
         overlap=plan.overlap,
         fast_weights=access.fast,
-        **setup.report(client, pusher),
+        **setup.report(channel, pusher),
         epochs_run=sync.epochs_run,
         resumed_at=[epoch, skip] if (epoch, skip) != (plan.initial_epoch, 0) else None,
         delta_scale=getattr(plan.merge, "scale", None),
-        compute_dtypes=compute_dtypes(model),
-        loss_scaled=loss_scaled(model),
-        learning_rate=learning_rate(model),
-        optimizer_steps=optimizer_steps(model),
+        **_model_fields(model),
     )
+
+
+def _model_fields(model: keras.Model) -> dict[str, Any]:
+    """The report's fields read from the trained model."""
+    return {
+        "compute_dtypes": compute_dtypes(model),
+        "loss_scaled": loss_scaled(model),
+        "learning_rate": learning_rate(model),
+        "optimizer_steps": optimizer_steps(model),
+    }
 
 
 def _schedule(plan: FitPlan, held_in: int, every_rows: list[int]) -> Schedule:
@@ -187,12 +178,10 @@ class _Traffic:
     bytes_received: int
 
     @classmethod
-    def of(cls, client: ServiceClient | ShardedClient) -> _Traffic:
+    def of(cls, client: Channel) -> _Traffic:
         return cls(client.comm_seconds, client.calls, client.bytes_received)
 
-    def report(
-        self, client: ServiceClient | ShardedClient, pusher: Pusher | ShardedPusher
-    ) -> dict[str, Any]:
+    def report(self, client: Channel, pusher: PushPath) -> dict[str, Any]:
         """The report's traffic fields: training's share, and the set-up's apart."""
         return {
             "comm_seconds": client.comm_seconds - self.comm_seconds,

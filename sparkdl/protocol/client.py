@@ -44,6 +44,7 @@ from sparkdl.compat.http_client import CoalescingConnection
 from sparkdl.errors import ServiceError, TrainingError
 from sparkdl.protocol import wire
 from sparkdl.protocol.tls import client_context
+from sparkdl.sync.schedule import Schedule
 
 __all__ = ["DEFAULT_RETRIES", "DEFAULT_TIMEOUT", "ServiceClient"]
 
@@ -203,10 +204,18 @@ class ServiceClient:
                 message = _error_text(self.url, status, data)
                 raise TrainingError(message) if status in (400, 409) else ServiceError(message)
 
+    def standing(
+        self, joined: dict[str, Any], schedule: Schedule, *, barrier: bool
+    ) -> dict[str, Any]:
+        """The join's answer as the point this worker resumes from: ``joined`` itself
+        (the answers of a sharded service's shards may differ:
+        :meth:`sparkdl.protocol.sharded.ShardedClient.standing`)."""
+        return joined
+
     def continue_from(self, seq: int) -> None:
         """Numbers the next push ``seq + 1``: a push the service already took under that
         number is then taken as a retry, not again (a sharded worker's shards that took
-        more of its pushes than another: :mod:`sparkdl.executor.sharded`)."""
+        more of its pushes than another: :mod:`sparkdl.protocol.sharded`)."""
         self._seq = int(seq)
 
     def status(self) -> dict[str, Any]:

@@ -19,10 +19,10 @@ import pytest
 import urllib3
 
 from sparkdl.errors import TrainingError
-from sparkdl.executor.pusher import Pusher
-from sparkdl.executor.sharded import ShardedClient
+from sparkdl.executor.channel import open_pusher
 from sparkdl.protocol import wire
 from sparkdl.protocol.client import ServiceClient
+from sparkdl.protocol.sharded import ShardedClient
 from sparkdl.server.state.replicas import FULL
 from sparkdl.server.state.sharded import ShardedStore
 from sparkdl.server.state.store import WeightStore
@@ -107,18 +107,15 @@ def run_workers(urls: list[str], token: str, layout: ShardLayout | None, merge, 
             client.join(rows=100)
             weights, version = client.pull(0, replica=FULL if compression else None)
             holder = Holder(weights)
-            if layout:
-                pusher = client.pusher(merge, holder, overlap=False, compression=compression)
-            else:
-                pusher = Pusher.after_pull(
-                    client,
-                    merge,
-                    holder,  # type: ignore[arg-type]
-                    center=weights,
-                    version=version,
-                    overlap=False,
-                    compression=compression,
-                )
+            pusher = open_pusher(
+                client,
+                merge,
+                holder,  # type: ignore[arg-type]
+                center=weights,
+                version=version,
+                overlap=False,
+                compression=compression,
+            )
             train(worker, holder, pusher)
             client.leave()
             client.close()
