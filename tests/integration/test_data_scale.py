@@ -222,7 +222,7 @@ def test_hashed_text_stays_sparse_and_matches_plain_keras(spark) -> None:
 def test_other_partition_counts_are_dealt_round_robin(spark) -> None:
     """Any partition count but ``num_workers`` is repartitioned round robin, ordinary
     tasks too (no ``coalesce``: the driver plans each worker's rows from the scan)."""
-    from sparkdl.driver.fit import _partitioned
+    from sparkdl.driver.launcher import partitioned as _partitioned
 
     frame = spark.range(100, numPartitions=8)
 
