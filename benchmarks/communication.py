@@ -26,16 +26,20 @@ Configurations (``--configs`` picks some by name):
 For each: the test accuracy's mean (min-max) over ``--seeds`` seeds, the bytes the
 workers pushed in all (``push_bytes``: whole request bodies), how many times fewer than
 ``every batch``, and the fit's seconds. A PNG (``--png``) plots accuracy against bytes
-pushed, log scale, one panel per workload.
+pushed, log scale, one panel per workload, and saves the plotted figures beside it as
+JSON (``docs/benchmarks/communication.json``); ``--replot`` draws the PNG again from that
+JSON without running a fit.
 
 Run (about 25 minutes on 2 cores):
     .venv/bin/python benchmarks/communication.py --png docs/benchmarks/communication.png
+    .venv/bin/python benchmarks/communication.py --replot docs/benchmarks/communication.json
     .venv/bin/python benchmarks/communication.py --only digits --seeds 1
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -99,9 +103,16 @@ def main() -> None:
     parser.add_argument("--teacher-batch", type=int, default=64)
     parser.add_argument("--digits-epochs", type=int, default=20)
     parser.add_argument("--digits-batch", type=int, default=8)
-    parser.add_argument("--png", default=None, help="write the plot here")
+    parser.add_argument("--png", default=None, help="write the plot here (its data beside it)")
+    parser.add_argument(
+        "--replot", default=None, help="plot a saved JSON of figures again, running no fit"
+    )
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "sparkdl-scale"))
     args = parser.parse_args()
+    if args.replot:
+        with open(args.replot, encoding="utf-8") as f:
+            plot(json.load(f), args.png or os.path.splitext(args.replot)[0] + ".png")
+        return
     chosen = [c for c in configurations() if args.configs is None or c[0] in args.configs]
     sections = args.only or ["teacher", "digits"]
     session = argparse.Namespace(master=f"local[{args.workers}]", driver_memory="3g", connect=False)
@@ -111,7 +122,9 @@ def main() -> None:
             run = teacher if section == "teacher" else digits
             results[section] = run(spark, args, chosen)
     if args.png:
-        plot(results, args.png)
+        data = summary(results)
+        print(f"wrote {save_summary(data, args.png)}")
+        plot(data, args.png)
 
 
 def teacher(
@@ -184,40 +197,133 @@ def digits(
     return table
 
 
-def plot(results: dict[str, dict[str, Figures]], path: str) -> None:
-    """Accuracy against bytes pushed (log scale), one panel per workload."""
+def summary(results: dict[str, dict[str, Figures]]) -> dict[str, dict[str, dict[str, float]]]:
+    """Each workload's configurations as the figures the table and the plot show."""
+    return {
+        section: {
+            name: {
+                "pushed_bytes": statistics.mean(figures.pushed),
+                "accuracy_mean": statistics.mean(figures.accuracies),
+                "accuracy_min": min(figures.accuracies),
+                "accuracy_max": max(figures.accuracies),
+                "fit_seconds": statistics.median(figures.seconds),
+            }
+            for name, figures in table.items()
+        }
+        for section, table in results.items()
+    }
+
+
+def save_summary(data: dict[str, dict[str, dict[str, float]]], png: str) -> str:
+    """Writes the plotted figures as JSON next to the PNG (``--replot`` reads them)."""
+    path = os.path.splitext(png)[0] + ".json"
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1)
+        f.write("\n")
+    return path
+
+
+#: Colour by method, marker by sync interval: a legend for each, no labels on the points.
+_COLOURS = {
+    "every batch": "black",
+    "plain": "tab:gray",
+    "SlowMo": "tab:blue",
+    "DiLoCo": "tab:red",
+    "DiLoCo, 4 fragments": "tab:purple",
+    "DiLoCo, int4": "tab:orange",
+    "DiLoCo, 4 fragments, int4": "tab:green",
+}
+_MARKERS = {"1": "*", "16": "o", "64": "s", "256": "^"}
+
+
+def _method_and_interval(name: str) -> tuple[str, str]:
+    """``"DiLoCo 64, 4 fragments"`` -> ``("DiLoCo, 4 fragments", "64")``."""
+    if name == "every batch":
+        return name, "1"
+    head, _, tail = name.partition(",")
+    family, interval = head.split()
+    return (family + ("," + tail if tail else "")), interval
+
+
+def plot(data: dict[str, dict[str, dict[str, float]]], path: str) -> None:
+    """Accuracy against bytes pushed (log scale), one panel per workload, stacked, with
+    legends for the method (colour) and the sync interval (marker); sized to be read at
+    about 800 pixels wide."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
-    fig, axes = plt.subplots(1, len(results), figsize=(6.5 * len(results), 5), squeeze=False)
-    styles = {"every": ("k", "s"), "plain": ("tab:gray", "o"), "SlowMo": ("tab:blue", "^")}
-    for ax, (section, table) in zip(axes[0], results.items(), strict=True):
-        for name, figures in table.items():
-            family = name.split()[0]
-            color, marker = styles.get(family, ("tab:red", "D"))
-            if "fragments" in name or "int4" in name:
-                color, marker = "tab:green", "P"
-            mean = statistics.mean(figures.accuracies)
-            low, high = min(figures.accuracies), max(figures.accuracies)
-            pushed = statistics.mean(figures.pushed)
+    plt.rcParams.update({"font.size": 12})
+    fig, axes = plt.subplots(len(data), 1, figsize=(8, 4.6 * len(data) + 1.2), squeeze=False)
+    for ax, (section, table) in zip(axes[:, 0], data.items(), strict=True):
+        placed: list[tuple[float, float]] = []
+        for name, row in table.items():
+            method, interval = _method_and_interval(name)
+            mean, pushed = row["accuracy_mean"], row["pushed_bytes"]
+            # Configurations with the same bytes and accuracy (digits syncs once an epoch
+            # from 64 batches on) would hide each other: spread them sideways a little.
+            same = sum(abs(pushed / x - 1) < 0.05 and abs(mean - y) < 5e-4 for x, y in placed)
+            placed.append((pushed, mean))
             ax.errorbar(
-                pushed,
+                pushed * 1.09**same,
                 mean,
-                yerr=[[mean - low], [high - mean]],
-                color=color,
-                marker=marker,
+                yerr=[[mean - row["accuracy_min"]], [row["accuracy_max"] - mean]],
+                color=_COLOURS.get(method, "tab:brown"),
+                marker=_MARKERS.get(interval, "D"),
+                markersize=8,
                 capsize=3,
+                linewidth=1.2,
+                alpha=0.9,
             )
-            ax.annotate(name, (pushed, mean), fontsize=7, xytext=(4, 3), textcoords="offset points")
         ax.set_xscale("log")
         ax.set_xlabel("bytes pushed by all workers in the fit (log scale)")
-        ax.set_ylabel("test accuracy (mean, min-max over seeds)")
-        ax.set_title(section)
+        ax.set_ylabel("test accuracy")
+        ax.set_title(f"{section}: mean, bars min-max over seeds", fontsize=13)
         ax.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    methods = [
+        m
+        for m in _COLOURS
+        if any(_method_and_interval(n)[0] == m for t in data.values() for n in t)
+    ]
+    colour_handles = [
+        Line2D([], [], color=_COLOURS[m], marker="o", linestyle="", markersize=8, label=m)
+        for m in methods
+    ]
+    marker_handles = [
+        Line2D(
+            [],
+            [],
+            color="black",
+            marker=mk,
+            linestyle="",
+            markersize=8,
+            label="every batch" if k == "1" else f"sync every {k} batches",
+        )
+        for k, mk in _MARKERS.items()
+    ]
+    fig.legend(
+        handles=colour_handles,
+        loc="lower left",
+        ncol=2,
+        fontsize=10.5,
+        title="method",
+        frameon=False,
+        bbox_to_anchor=(0.02, 0.0),
+    )
+    fig.legend(
+        handles=marker_handles,
+        loc="lower right",
+        ncol=1,
+        fontsize=10.5,
+        title="sync interval",
+        frameon=False,
+        bbox_to_anchor=(0.98, 0.0),
+    )
+    fig.tight_layout(rect=(0, 0.14 if len(data) > 1 else 0.3, 1, 1))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
     print(f"\nwrote {path}")
 
 

@@ -12,7 +12,8 @@ on meanwhile, which credits them up to that time (about 0.1 s an epoch).
 Two parts:
 
 * ``curves``: plain Keras, then every mode x merge with its defaults at ``--frequency``
-  (Adam 1e-3, the workload's optimizer). Saves the curves as a PNG (``--png``) and
+  (Adam 1e-3, the workload's optimizer). Saves the curves as a PNG (``--png``), their
+  figures beside it as JSON (``--replot`` draws the PNG again from it, running no fit), and
   prints each run's final accuracy against plain Keras's (mean of ``--seeds``) and the
   seconds it took to reach ``--target`` of plain Keras's final accuracy.
 * ``sc17``: the comparison of You, Buluç and Demmel (SC'17, "Scaling deep learning on
@@ -35,6 +36,7 @@ Run:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -113,8 +115,15 @@ def main() -> None:
         "--only", nargs="*", default=None, help="mode/merge rows of the curves (no PNG then)"
     )
     parser.add_argument("--png", default=os.path.join("benchmarks", "convergence.png"))
+    parser.add_argument(
+        "--replot", default=None, help="plot the curves of a saved JSON again, running no fit"
+    )
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "sparkdl-scale"))
     args = parser.parse_args()
+    if args.replot:
+        with open(args.replot, encoding="utf-8") as f:
+            plot_curves(json.load(f), args.png)
+        return
     fixed = {"mode", "merge", "frequency", "num_workers", "epochs", "batch_size", "seed"}
     args.settings = parse_settings(parser, args.set, fixed | {"callbacks"})
     names = [f"{mode}/{merge}" for mode in MODES for merge in MERGES]
@@ -331,36 +340,73 @@ def _print_sc17(
 
 
 def _plot(args: argparse.Namespace, plain: list[Curve], runs: dict[str, list[Curve]]) -> None:
+    """Saves the mean curves as JSON next to the PNG (``--replot`` reads it), then plots."""
+    title = (
+        f"Teacher {args.rows:,} rows, Adam 1e-3, batch {args.batch_size},\n{args.workers} "
+        f"workers, frequency={args.frequency}, mean of {args.seeds} seed(s)"
+    )
+    data: dict[str, Any] = {"title": title, "curves": {}}
+    for name, curves in [("plain Keras", plain), *runs.items()]:
+        mean = _mean_curve(curves)
+        data["curves"][name] = {"seconds": mean.seconds, "accuracy": mean.accuracy}
+    path = os.path.splitext(args.png)[0] + ".json"
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1)
+        f.write("\n")
+    print(f"\nCurves' figures saved to {path}")
+    plot_curves(data, args.png)
+
+
+def plot_curves(data: dict[str, Any], png: str) -> None:
+    """Test accuracy against wall seconds (top) and epochs (bottom), one line per run:
+    colour the merge, line style the mode, a legend below; read at about 800 px wide."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    figure, (by_time, by_epoch) = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
-    styles = {"synchronous": "-", "asynchronous": "--", "hogwild": ":"}
-    colors = {"average": "tab:blue", "delta": "tab:orange", "elastic": "tab:green"}
-    lines = [("plain Keras", _mean_curve(plain), "-", "black")]
-    for name, curves in runs.items():
-        mode, merge = name.split("/")
-        lines.append((name, _mean_curve(curves), styles[mode], colors[merge]))
-    for label, curve, style, color in lines:
-        epochs = list(range(1, len(curve.accuracy) + 1))
-        by_time.plot(curve.seconds, curve.accuracy, style, color=color, marker=".", label=label)
-        by_epoch.plot(epochs, curve.accuracy, style, color=color, marker=".", label=label)
     from matplotlib.ticker import MaxNLocator
 
+    plt.rcParams.update({"font.size": 12})
+    figure, (by_time, by_epoch) = plt.subplots(2, 1, figsize=(8, 10), sharey=True)
+    styles = {"synchronous": "-", "asynchronous": "--", "hogwild": ":"}
+    colors = {"average": "tab:blue", "delta": "tab:orange", "elastic": "tab:green"}
+    for name, curve in data["curves"].items():
+        mode, _, merge = name.partition("/")
+        style, color = (styles[mode], colors[merge]) if merge else ("-", "black")
+        width = 2.5 if not merge else 1.6
+        epochs = list(range(1, len(curve["accuracy"]) + 1))
+        for axis, xs in ((by_time, curve["seconds"]), (by_epoch, epochs)):
+            axis.plot(
+                xs,
+                curve["accuracy"],
+                style,
+                color=color,
+                marker="o",
+                markersize=4,
+                linewidth=width,
+                label=name,
+            )
     by_epoch.xaxis.set_major_locator(MaxNLocator(integer=True))
     by_time.set_xlabel("wall seconds since fit() began")
     by_epoch.set_xlabel("epoch")
-    by_time.set_ylabel("test accuracy")
-    by_epoch.legend(fontsize=8, loc="lower right")
-    figure.suptitle(
-        f"Teacher {args.rows:,} rows, Adam 1e-3, batch {args.batch_size}, {args.workers} "
-        f"workers, frequency={args.frequency} (mean of {args.seeds} seed(s))"
+    for axis in (by_time, by_epoch):
+        axis.set_ylabel("test accuracy")
+        axis.grid(True, alpha=0.3)
+    handles, labels = by_epoch.get_legend_handles_labels()
+    figure.legend(
+        handles,
+        labels,
+        loc="lower center",
+        ncol=3,
+        fontsize=10.5,
+        frameon=False,
+        title="mode/merge (colour: merge; line: mode)",
     )
-    figure.tight_layout()
-    figure.savefig(args.png, dpi=110)
-    print(f"\nCurves saved to {args.png}")
+    figure.suptitle(data["title"], fontsize=12)
+    figure.tight_layout(rect=(0, 0.13, 1, 1))
+    figure.savefig(png, dpi=100)
+    plt.close(figure)
+    print(f"Curves saved to {png}")
 
 
 def _log(message: str) -> None:

@@ -42,6 +42,7 @@ if [ "$all" = 1 ]; then
         --deselect tests/integration/test_backends.py::test_executors_without_the_backend_fail_before_training_naming_the_extra \
         --deselect tests/integration/test_spark_ml.py::test_pipeline_fits_saves_and_loads_in_a_new_session
     SPARKDL_SETUP_DONE=1 bash scripts/docs.sh
+    SPARKDL_SETUP_DONE=1 bash scripts/release.sh  # sdist and wheel built, checked, installed
     bash scripts/matrix.sh oldest -q
     bash scripts/matrix.sh jax -q
     # The cluster recipes of conf/ against their runtimes' versions (pip's plan, no cluster).
