@@ -326,6 +326,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         """What the scoring tasks get: the model as a broadcast, how to read the rows
         and how Keras loads on the executors; ``fields``: the call's own."""
         from sparkdl.contract import keras_io
+        from sparkdl.contract.backends import training_backend
 
         tools = session_tools(dataset.sparkSession)
         return payload.ScoringPayload(
@@ -337,6 +338,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
             input_labels=[keras_io.input_label(model, i) for i in range(len(self.input_shapes))],
             safe_mode=self.safe_mode,
             tf_logs=tensorflow_logs(tools),
+            backend=training_backend(),
             **fields,
         )
 

@@ -24,15 +24,16 @@ line: sparkdl only passes on a level the user set on the driver.
 
 :func:`quiet_tensorflow` does the same for the driver's own ``import keras``.
 
+The same variable and the same native logging serve XLA, JAX's compiler, so a JAX
+worker loads as this says too (:meth:`sparkdl.executor.backends.base.Backend.load`).
+
 Example:
     >>> TensorFlowLogs.resolve(local=True, gpus=False, environ={})
-    TensorFlowLogs(level='3', filtered=True, backend='tensorflow')
+    TensorFlowLogs(level='3', filtered=True)
     >>> TensorFlowLogs.resolve(local=False, gpus=False, environ={})
-    TensorFlowLogs(level=None, filtered=False, backend='tensorflow')
+    TensorFlowLogs(level=None, filtered=False)
     >>> TensorFlowLogs.resolve(local=True, gpus=False, environ={"TF_CPP_MIN_LOG_LEVEL": "0"})
-    TensorFlowLogs(level='0', filtered=False, backend='tensorflow')
-    >>> TensorFlowLogs.resolve(local=False, gpus=False, environ={}, backend="jax")
-    TensorFlowLogs(level=None, filtered=False, backend='jax')
+    TensorFlowLogs(level='0', filtered=False)
 """
 
 from __future__ import annotations
@@ -68,20 +69,17 @@ _set_here: str | None = None
 
 @dataclass(frozen=True)
 class TensorFlowLogs:
-    """How a Python worker loads Keras and its backend, resolved on the driver.
+    """How quietly a Python worker loads Keras's backend, resolved on the driver.
 
     Attributes:
         level: ``TF_CPP_MIN_LOG_LEVEL`` for the worker (:meth:`load` says when an
             executor's own value wins); ``None`` leaves it alone.
         filtered: Load TensorFlow with stderr captured and its load-time lines dropped
             (workers whose stderr is the driver's).
-        backend: The driver's Keras backend, which the worker imports Keras on
-            (:func:`sparkdl.contract.backends.prepare`).
     """
 
     level: str | None = None
     filtered: bool = False
-    backend: str = "tensorflow"
 
     @classmethod
     def resolve(
@@ -90,7 +88,6 @@ class TensorFlowLogs:
         local: bool,
         gpus: bool,
         environ: Mapping[str, str] | None = None,
-        backend: str = "tensorflow",
     ) -> TensorFlowLogs:
         """What the workers do, from the driver's environment and the master.
 
@@ -98,7 +95,6 @@ class TensorFlowLogs:
             local: The master is ``local[...]``: the workers' stderr is the driver's.
             gpus: Tasks get GPUs: CUDA's ERROR lines stay visible (level 2, not 3).
             environ: The driver's environment; ``None`` reads ``os.environ``.
-            backend: The driver's Keras backend.
 
         Returns:
             The user's level when they set one (its load-time lines filtered on a
@@ -108,10 +104,10 @@ class TensorFlowLogs:
         env = os.environ if environ is None else environ
         level = env.get(LEVEL_VARIABLE)
         if level and not (environ is None and level == _set_here):  # the user's level
-            return cls(level=level, filtered=local and _level(level) > 0, backend=backend)
+            return cls(level=level, filtered=local and _level(level) > 0)
         if local:
-            return cls(level="2" if gpus else "3", filtered=True, backend=backend)
-        return cls(backend=backend)
+            return cls(level="2" if gpus else "3", filtered=True)
+        return cls()
 
     def load(self, importer: Callable[[], _T]) -> _T:
         """Runs ``importer`` (an import of TensorFlow or Keras) as this says.
@@ -120,12 +116,9 @@ class TensorFlowLogs:
         (:func:`filtered_stderr`). On a cluster (not ``filtered``) a value already in the
         executor's environment (``spark.executorEnv.TF_CPP_MIN_LOG_LEVEL``) wins; a
         local worker takes the driver's decision, whatever its environment inherited
-        from the driver's process. First the worker is set up for the backend
-        (:func:`sparkdl.contract.backends.prepare`, which raises when it cannot run it).
+        from the driver's process. The worker is set up for its backend before
+        (:meth:`sparkdl.executor.backends.base.Backend.load` calls this).
         """
-        from sparkdl.contract.backends import prepare
-
-        prepare(self.backend)
         if self.level is not None and (self.filtered or LEVEL_VARIABLE not in os.environ):
             os.environ[LEVEL_VARIABLE] = self.level
         if not self.filtered or "tensorflow" in sys.modules:

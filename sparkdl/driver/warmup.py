@@ -34,7 +34,9 @@ user (not a fit's own)
 may also run one small aggregate on the driver, so that the fit's data checks find
 Spark's query engine compiled (the ``engine`` argument).
 
-A worker loads TensorFlow as :func:`tensorflow_logs` decided on the driver
+A worker loads the driver's Keras backend
+(:func:`sparkdl.contract.backends.training_backend`, set up by
+:mod:`sparkdl.executor.backends`) as :func:`tensorflow_logs` decided on the driver
 (:mod:`sparkdl.contract.tf_logs`): on a ``local[...]`` master, where its stderr is the driver's,
 with TensorFlow's log lines kept off it.
 
@@ -57,6 +59,7 @@ import pyarrow as pa
 
 from sparkdl.compat.imports import global_import_lock
 from sparkdl.compat.spark_versions import inheritable_thread
+from sparkdl.contract.backends import training_backend
 from sparkdl.contract.tf_logs import TensorFlowLogs
 
 if TYPE_CHECKING:
@@ -204,16 +207,14 @@ def warm_up(
 
 
 def tensorflow_logs(tools: SessionTools) -> TensorFlowLogs:
-    """How this session's workers load Keras (:mod:`sparkdl.contract.tf_logs`), decided on the
-    driver from its environment, its Keras backend, the master and whether tasks get
-    GPUs (a local master's executors share its terminal, the Connect server's too)."""
-    from sparkdl.contract.backends import check_supported, driver_backend
+    """How quietly this session's workers load Keras (:mod:`sparkdl.contract.tf_logs`),
+    decided on the driver from its environment, the master and whether tasks get GPUs
+    (a local master's executors share its terminal, the Connect server's too)."""
     from sparkdl.driver.cluster import runs_in_driver_jvm  # driver side only
 
     local = runs_in_driver_jvm(tools.master)
-    backend = check_supported(driver_backend())
     gpus = gpus_requested({key: tools.conf(key) for key in _GPU_KEYS})
-    return TensorFlowLogs.resolve(local=local, gpus=gpus, backend=backend)
+    return TensorFlowLogs.resolve(local=local, gpus=gpus)
 
 
 def gpus_requested(conf: Any) -> bool:
@@ -262,6 +263,7 @@ def _start(tools: SessionTools, tasks: int, *, wait: bool, engine: bool) -> Warm
     handle._blocking = block = wait
     handle._tasks = tasks
     logs = tensorflow_logs(tools)
+    backend = training_backend()
 
     def run() -> None:
         ok = False
@@ -270,7 +272,7 @@ def _start(tools: SessionTools, tasks: int, *, wait: bool, engine: bool) -> Warm
             # thread's jobs only, under the job group inherited from the caller.
             tools.describe(JOB_DESCRIPTION)
             frame = spark.range(tasks, numPartitions=tasks)
-            warm = _warm_partition(logs, _EXECUTOR_MODULE, block=block)
+            warm = _warm_partition(logs, backend, _EXECUTOR_MODULE, block=block)
             rows = frame.mapInArrow(warm, "pid long, ok boolean").collect()
             ok = all(row.ok for row in rows)
             _log.debug("sparkdl warm-up of workers %s: ok=%s", [row.pid for row in rows], ok)
@@ -303,23 +305,23 @@ def _warm_engine(spark: SparkSession, partitions: int) -> None:
 
 
 def _warm_partition(
-    logs: TensorFlowLogs, module: str, *, block: bool
+    logs: TensorFlowLogs, backend: str, module: str, *, block: bool
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The function each warm-up task runs in its Python worker: starts importing
-    ``module`` (and waits for it when ``block``)."""
+    ``module`` on the Keras ``backend`` (and waits for it when ``block``)."""
 
     def warm(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for _ in batches:
             pass
         if block:
-            _start_import(module, logs).join()
+            _start_import(module, logs, backend).join()
             yield _answer(_import_ok(module))
             return
         # Everything this task still does imports its modules before the lock is
         # taken (pyarrow loads some lazily), so that it ends at once.
         answer = _answer(True)
         yield answer
-        _start_import(module, logs)
+        _start_import(module, logs, backend)
 
     return warm
 
@@ -340,7 +342,7 @@ def _import_ok(module: str) -> bool:
     return _imported.get(module, False)
 
 
-def _start_import(module: str, logs: TensorFlowLogs) -> threading.Thread:
+def _start_import(module: str, logs: TensorFlowLogs, backend: str) -> threading.Thread:
     """Starts importing ``module`` in a background thread of this worker (once).
 
     Returns once the thread holds the import lock. The caller is in no import then, so
@@ -352,7 +354,7 @@ def _start_import(module: str, logs: TensorFlowLogs) -> threading.Thread:
         locked = threading.Event()
         _importer = threading.Thread(
             target=_import_holding_lock,
-            args=(module, locked, logs),
+            args=(module, locked, logs, backend),
             name="sparkdl-warm-import",
             daemon=True,
         )
@@ -361,7 +363,9 @@ def _start_import(module: str, logs: TensorFlowLogs) -> threading.Thread:
     return _importer
 
 
-def _import_holding_lock(module: str, locked: threading.Event, logs: TensorFlowLogs) -> None:
+def _import_holding_lock(
+    module: str, locked: threading.Event, logs: TensorFlowLogs, backend: str
+) -> None:
     """Imports ``module`` holding the global import lock: no other thread of this
     process imports anything new until it is done (see the module docstring)."""
     with global_import_lock():
@@ -369,7 +373,8 @@ def _import_holding_lock(module: str, locked: threading.Event, logs: TensorFlowL
         try:
             # Runs on an executor: named by string, as the payload's task entries are.
             imports = importlib.import_module("sparkdl.executor.imports")
-            logs.load(lambda: imports.import_executor(module))
+            backends = importlib.import_module("sparkdl.executor.backends")
+            backends.backend_for(backend).load(logs, lambda: imports.import_executor(module))
             _imported[module] = True
         except Exception:  # the fit's own import raises it again, in its task
             _imported[module] = False

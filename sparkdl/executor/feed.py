@@ -1,5 +1,5 @@
 """The batches ``model.fit`` and ``model.evaluate`` read from a worker's
-:class:`~sparkdl.executor.cache.PartitionCache`, on TensorFlow or JAX.
+:class:`~sparkdl.executor.cache.PartitionCache`, on any Keras backend.
 
 A generator cuts each epoch into batches, chosen by where the partition is:
 
@@ -16,12 +16,13 @@ built with ``keras.Input(..., sparse=True)``, the backend's sparse batch (a
 ``tf.SparseTensor``, a JAX ``BCOO``); sparse rows for a dense input are densified one
 batch at a time.
 
-On TensorFlow the batches go through ``tf.data`` (:mod:`sparkdl.executor.tf_feed`);
-on JAX, which has no input pipeline of its own, ``model.fit`` reads the generator
-itself and ``evaluate`` a ``keras.utils.PyDataset`` of known length, and nothing
-imports TensorFlow. Either way one endless pipeline serves every epoch of a
-``model.fit`` call (Keras would build a new iterator per epoch, which costs more than
-a small partition's steps).
+The backend (:mod:`sparkdl.executor.backends`) turns the generator into what its
+``model.fit`` reads: ``tf.data`` on TensorFlow
+(:mod:`sparkdl.executor.backends.tf_feed`); on JAX, which has no input pipeline of its
+own, the generator itself for ``model.fit`` and a ``keras.utils.PyDataset`` of known
+length for ``evaluate``, and nothing imports TensorFlow. Either way one endless
+pipeline serves every epoch of a ``model.fit`` call (Keras would build a new iterator
+per epoch, which costs more than a small partition's steps).
 
 Example:
     >>> import numpy as np
@@ -42,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from sparkdl.contract.payload import Column
+from sparkdl.executor.backends import backend_for
 from sparkdl.executor.blocks import Block, Csr
 from sparkdl.executor.cache import PartitionCache, epoch_batches
 
@@ -57,14 +59,15 @@ class Feed:
             for :meth:`structure` and :meth:`stream` (scoring a stream).
         inputs: The feature columns, one per model input.
         input_shapes: Per-sample shape of each model input.
-        sparse_inputs: Whether each model input takes a ``tf.SparseTensor``.
+        sparse_inputs: Whether each model input takes the backend's sparse batch.
         outputs: The label columns, one per model output.
         batch_size: Rows per batch.
         weight: The rows' weights, fed as Keras's ``sample_weight`` (each batch is
             ``(x, y, w)``); ``None``: ``(x, y)``.
         output_shapes: Per-sample shape of each label (array labels are reshaped to
             it); ``None``: flat arrays and scalars.
-        backend: The Keras backend that reads the batches.
+        backend: The name of the Keras backend that reads the batches
+            (:func:`~sparkdl.executor.backends.backend_for`).
     """
 
     cache: PartitionCache | None
@@ -95,11 +98,7 @@ class Feed:
                 for block in self._epoch(start, stop, shuffle=shuffle, rng=rng, limit=limit):
                     yield self.structure(block)
 
-        if self.backend == "tensorflow":
-            from sparkdl.executor import tf_feed
-
-            return tf_feed.endless(self, epochs)
-        return epochs()
+        return backend_for(self.backend).endless(self, epochs)
 
     def evaluate(self, start: int = 0, stop: int | None = None) -> Any:
         """One pass over rows ``start`` to ``stop`` in order (validation, evaluate)."""
@@ -112,11 +111,7 @@ class Feed:
 
         # A known length: Keras warns when a dataset of unknown length ends.
         batches = -(-(stop - start) // self.batch_size)
-        if self.backend == "tensorflow":
-            from sparkdl.executor import tf_feed
-
-            return tf_feed.counted(self, once, batches)
-        return _replayed(once, batches)
+        return backend_for(self.backend).counted(self, once, batches)
 
     def stream(self, make: Callable[[], Iterator[Any]]) -> Any:
         """The batches ``make()`` yields, each already in :meth:`structure`'s form,
@@ -130,11 +125,7 @@ class Feed:
             >>> [x.shape.as_list() for x, _ in feed.stream(lambda: iter([batch]))]
             [[3, 2]]
         """
-        if self.backend == "tensorflow":
-            from sparkdl.executor import tf_feed
-
-            return tf_feed.streamed(self, make)
-        return make()
+        return backend_for(self.backend).streamed(self, make)
 
     # ------------------------------------------------------------------ helpers
     def input_slots(self) -> list[tuple[Column, tuple[int, ...], bool]]:
@@ -181,20 +172,11 @@ class Feed:
 
 
 def sparse_batch(rows: Csr, backend: str, *, tensor: bool = False) -> Any:
-    """CSR rows as the backend's sparse batch: on TensorFlow a ``SparseTensorValue`` (a
-    ``tf.SparseTensor`` when ``tensor``: what ``predict_on_batch`` takes), on JAX a
-    ``BCOO``."""
-    indices, values = rows.coo()
-    shape = (len(rows), rows.width)
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        if tensor:
-            return tf.SparseTensor(indices, values, shape)
-        return tf.compat.v1.SparseTensorValue(indices, values, shape)
-    from jax.experimental import sparse
-
-    return sparse.BCOO((values, indices.astype(np.int32)), shape=shape)
+    """CSR rows as the backend's sparse batch
+    (:meth:`~sparkdl.executor.backends.base.Backend.sparse_batch`): on TensorFlow a
+    ``SparseTensorValue`` (a ``tf.SparseTensor`` when ``tensor``: what
+    ``predict_on_batch`` takes), on JAX a ``BCOO``."""
+    return backend_for(backend).sparse_batch(rows, tensor=tensor)
 
 
 def model_input(
@@ -213,32 +195,6 @@ def model_input(
 def _label(value: Any, shape: tuple[int, ...]) -> Any:
     """A batch of labels in their per-sample ``shape`` (``()``: one value a row)."""
     return value.reshape((-1, *shape)) if isinstance(value, np.ndarray) else value
-
-
-def _replayed(make: Callable[[], Iterator[Any]], batches: int) -> Any:
-    """The batches of ``make()`` as a ``keras.utils.PyDataset`` of ``batches`` batches,
-    read again from the start each epoch (Keras asks for them in order)."""
-    import keras
-
-    class Replayed(keras.utils.PyDataset):
-        def __init__(self) -> None:
-            super().__init__()
-            self._batches: Iterator[Any] = iter(())
-            self._next = 0
-
-        @property
-        def num_batches(self) -> int:
-            return batches
-
-        def __getitem__(self, index: int) -> Any:
-            if index == 0 or index != self._next:  # a new epoch (or a jump): start over
-                self._batches = make()
-                for _ in range(index):
-                    next(self._batches)
-            self._next = index + 1
-            return next(self._batches)
-
-    return Replayed()
 
 
 def _label_shape(column: Column) -> tuple[int, ...]:

@@ -1,9 +1,10 @@
-"""Executor GPU assignment from Spark's resource scheduling.
+"""Executor GPU assignment from Spark's resource scheduling, the same on every backend.
 
-Call :func:`assign_gpus` in a task before TensorFlow is imported: it sets
+Call :func:`assign_gpus` in a task before the Keras backend starts its devices: it sets
 ``CUDA_VISIBLE_DEVICES`` to the GPU addresses Spark gave the task, so each task sees
-only its own GPU. :func:`configure_tensorflow` then turns memory growth on, or logs that
-the task runs on the CPU.
+only its own GPU. The backend then sets its devices up
+(:meth:`sparkdl.executor.backends.base.Backend.configure`: TensorFlow's memory growth),
+or logs that the task runs on the CPU.
 
 Example:
     >>> assign_gpus(None) is None
@@ -12,7 +13,6 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import sys
@@ -20,7 +20,7 @@ from typing import Any
 
 from sparkdl.compat.tensorflow import runtime_started
 
-__all__ = ["assign_gpus", "configure", "configure_tensorflow"]
+__all__ = ["assign_gpus"]
 
 _log = logging.getLogger(__name__)
 
@@ -54,44 +54,6 @@ def assign_gpus(task_context: Any) -> list[str] | None:
         )
     os.environ["CUDA_VISIBLE_DEVICES"] = visible
     return addresses
-
-
-def configure(backend: str, threads: int | None = None) -> list[Any]:
-    """Sets the backend up for training (:func:`configure_tensorflow`; JAX reads its
-    settings from the environment before it loads, :func:`sparkdl.contract.backends.prepare`);
-    returns the visible GPUs."""
-    if backend == "tensorflow":
-        return configure_tensorflow(threads)
-    import jax
-
-    try:
-        gpus = list(jax.devices("gpu"))
-    except RuntimeError:  # no GPU platform in this jaxlib, or no device
-        gpus = []
-    if not gpus:
-        _log.info("sparkdl worker: no GPU visible, training on the CPU")
-    return gpus
-
-
-def configure_tensorflow(threads: int | None = None) -> list[Any]:
-    """Sets thread counts and GPU memory growth; returns the visible GPUs.
-
-    Settings that TensorFlow refuses after its runtime started (a reused Python worker)
-    are left as they are.
-    """
-    import tensorflow as tf
-
-    if threads:
-        with contextlib.suppress(RuntimeError):  # runtime already started
-            tf.config.threading.set_intra_op_parallelism_threads(threads)
-            tf.config.threading.set_inter_op_parallelism_threads(max(2, threads))
-    gpus = tf.config.list_physical_devices("GPU")
-    for gpu in gpus:
-        with contextlib.suppress(RuntimeError):
-            tf.config.experimental.set_memory_growth(gpu, True)
-    if not gpus:
-        _log.info("sparkdl worker: no GPU visible, training on the CPU")
-    return gpus
 
 
 def _tensorflow_started() -> bool:

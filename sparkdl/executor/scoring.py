@@ -9,8 +9,9 @@ over the feature columns) are built as Arrow arrays from numpy (nulls where a ro
 null feature), never row by row.
 
 Each Python worker loads a model once and keeps it for later batches and tasks (a
-small LRU keyed by the model's digest); its first load imports Keras as the driver
-said (:mod:`sparkdl.contract.tf_logs`).
+small LRU keyed by the model's digest); its first load imports Keras on the driver's
+backend (``payload.backend``, :mod:`sparkdl.executor.backends`), as quietly as the
+driver said (:mod:`sparkdl.contract.tf_logs`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import pyarrow as pa
 
 from sparkdl.contract.payload import Column, ScoringPayload, check_row_widths
 from sparkdl.contract.tf_logs import TensorFlowLogs
+from sparkdl.executor.backends import backend_for
 from sparkdl.executor.blocks import Block, convert, row_widths, slice_block
 
 __all__ = ["check_widths", "evaluate", "load_model", "predict"]
@@ -98,7 +100,8 @@ def check_widths(batch: pa.RecordBatch, inputs: Sequence[Column], payload: Scori
 
 def load_model(payload: ScoringPayload, *, compile: bool = False) -> Any:
     """The payload's model, loaded once per Python worker and kept (LRU of 4); the
-    worker's first load imports Keras (and TensorFlow) as ``payload.tf_logs`` says."""
+    worker's first load imports Keras on ``payload.backend``, as ``payload.tf_logs``
+    says."""
     safe = payload.safe_mode
     key = f"{payload.digest}:{'compiled' if compile else 'plain'}:{'safe' if safe else 'any'}"
     with _cache_lock:
@@ -107,7 +110,8 @@ def load_model(payload: ScoringPayload, *, compile: bool = False) -> Any:
             return _cache[key]
     import cloudpickle
 
-    (payload.tf_logs or TensorFlowLogs()).load(lambda: importlib.import_module("keras"))
+    logs = payload.tf_logs or TensorFlowLogs()
+    backend_for(payload.backend).load(logs, lambda: importlib.import_module("keras"))
     from sparkdl.contract.keras_io import model_from_bytes
 
     custom = cloudpickle.loads(payload.custom_objects) if payload.custom_objects else None
@@ -140,13 +144,12 @@ def _predict(
     from sparkdl.executor.feed import model_input
 
     rows = len(block[inputs[0].name])
-    backend = _backend(payload)
     chunks: list[list[np.ndarray]] = [[] for _ in payload.outputs]
     for start in range(0, rows, payload.batch_size):
         stop = min(start + payload.batch_size, rows)
         piece = slice_block(block, start, stop)
         xs = [
-            model_input(piece[column.name], shape, sparse, backend, tensor=True)
+            model_input(piece[column.name], shape, sparse, payload.backend, tensor=True)
             for column, shape, sparse in zip(
                 inputs, payload.input_shapes, takes_sparse, strict=True
             )
@@ -212,7 +215,7 @@ def _evaluate(
         payload.batch_size,
         weight,
         output_shapes,
-        backend=_backend(payload),
+        backend=payload.backend,
     )
     rows = 0
 
@@ -235,10 +238,6 @@ def _evaluate(
         "label_shapes": [list(shape) for shape in output_shapes],
     }
     return rows, {str(k): float(v) for k, v in result.items()}, states
-
-
-def _backend(payload: ScoringPayload) -> str:
-    return payload.tf_logs.backend if payload.tf_logs else "tensorflow"
 
 
 def _first_width(first: pa.RecordBatch, name: str) -> int:

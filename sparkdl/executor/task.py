@@ -25,11 +25,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import BarrierTaskContext, TaskContext
 
-from sparkdl.contract.backends import prepare
 from sparkdl.contract.payload import RESULT_SCHEMA, VALIDATION, Column, WorkerPayload
 from sparkdl.contract.reports import WorkerReport
 from sparkdl.errors import ServiceError
 from sparkdl.executor import gpu
+from sparkdl.executor.backends import backend_for
 from sparkdl.executor.cache import PartitionCache
 from sparkdl.executor.channel import Channel, open_channel
 from sparkdl.executor.hosting import Hosted
@@ -74,7 +74,7 @@ def _train_task(
     _reset_peak_rss()
     worker = ctx.partitionId()
     gpu_ids = gpu.assign_gpus(ctx) or []  # before TensorFlow starts
-    prepare(payload.plan.tf_logs.backend)  # a worker without the backend fails here
+    backend_for(payload.plan.backend).prepare()  # a worker without it fails here
     importer = _import_in_background(payload)
     progress = _Progress(started, worker, attempt=int(ctx.taskAttemptId()))
     if payload.hosting is None:
@@ -117,7 +117,7 @@ def _import_in_background(payload: WorkerPayload) -> threading.Thread:
     """Imports TensorFlow and Keras (the executor modules) in a thread, while the
     partition is read: the import dominates a cold worker."""
     importer = threading.Thread(
-        target=payload.plan.tf_logs.load,
+        target=backend_for(payload.plan.backend).load,
         args=(payload.plan.tf_logs, import_executor),
         name="sparkdl-import",
         daemon=True,

@@ -36,14 +36,13 @@ from sparkdl.contract.keras_io import (
 from sparkdl.contract.payload import WorkerPayload
 from sparkdl.contract.plan import FitPlan
 from sparkdl.contract.reports import WorkerReport
-from sparkdl.executor import gpu
+from sparkdl.executor.backends import backend_for
 from sparkdl.executor.cache import PartitionCache
 from sparkdl.executor.callback import SyncCallback
 from sparkdl.executor.channel import Channel, PushPath, open_pusher
 from sparkdl.executor.feed import Feed
 from sparkdl.executor.precision import loss_scaled, mixed_precision_model
 from sparkdl.executor.rate import ScaledRate
-from sparkdl.executor.weight_access import WeightAccess
 from sparkdl.server.state.replicas import FULL
 from sparkdl.sync.modes import Standing
 from sparkdl.sync.schedule import Schedule, steps_for
@@ -70,7 +69,7 @@ def train(
         joined: The service's answer to the join.
     """
     plan = payload.plan
-    gpus = gpu.configure(plan.tf_logs.backend, plan.threads)
+    gpus = backend_for(plan.backend).configure(plan.threads)
     model = _build_model(payload, worker)
     # With compression the first pull starts this task's copy of the center (full).
     weights, version = channel.pull(0, replica=FULL if plan.compression else None)
@@ -79,7 +78,7 @@ def train(
     schedule = _schedule(plan, held_in, joined["rows"])
     standing = channel.standing(joined, schedule, barrier=plan.mode.barrier)
     epoch, skip, synced = _resume(payload, model, schedule, standing)
-    access = WeightAccess(model)
+    access = backend_for(plan.backend).weight_access(model)
     pusher = open_pusher(
         channel,
         plan.merge,
@@ -255,7 +254,7 @@ def payload_feed(payload: WorkerPayload, cache: PartitionCache) -> Feed:
         batch_size=payload.plan.batch_size,
         weight=weight,
         output_shapes=payload.label_shapes or None,
-        backend=payload.plan.tf_logs.backend,
+        backend=payload.plan.backend,
     )
 
 

@@ -13,11 +13,11 @@ import pyarrow as pa
 import pytest
 
 from sparkdl.contract.payload import Column
+from sparkdl.executor.backends import backend_for
 from sparkdl.executor.cache import PartitionCache
 from sparkdl.executor.callback import SyncCallback
 from sparkdl.executor.feed import Feed
 from sparkdl.executor.pusher import Pusher
-from sparkdl.executor.weight_access import WeightAccess
 from sparkdl.protocol.client import ServiceClient
 from sparkdl.server.state.store import WeightStore
 from sparkdl.server.web.service import ParameterService
@@ -50,7 +50,12 @@ def _fit(store: WeightStore, merge: Merge, *, overlap: bool, epochs: int = EPOCH
         center, version = client.pull(0)
         model.set_weights(center)
         pusher = Pusher(
-            client, merge, WeightAccess(model), center=center, version=version, overlap=overlap
+            client,
+            merge,
+            backend_for(keras.backend.backend()).weight_access(model),
+            center=center,
+            version=version,
+            overlap=overlap,
         )
         steps = steps_for(ROWS, BATCH)
         rounds = store.mode.rounds_per_epoch(steps, [steps], FREQUENCY)

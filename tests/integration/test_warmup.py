@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from sparkdl.contract.backends import training_backend
 from sparkdl.contract.tf_logs import TensorFlowLogs
 from sparkdl.driver import warmup
 from sparkdl.driver.warmup import WarmUp, warm_up
@@ -84,7 +85,7 @@ def test_a_background_import_holds_back_other_threads_imports(
     if filtered:  # as in a fresh worker, where TensorFlow is not loaded yet
         monkeypatch.delitem(sys.modules, "tensorflow", raising=False)
     logs = TensorFlowLogs("3", filtered=True) if filtered else TensorFlowLogs()
-    importer = warmup._start_import("slow_sentinel", logs)
+    importer = warmup._start_import("slow_sentinel", logs, training_backend())
     time.sleep(0.1)  # the slow import is under way
     loaded: dict[str, float] = {}
     other = threading.Thread(target=lambda: loaded.update(t=_load("other_sentinel")))
@@ -95,7 +96,7 @@ def test_a_background_import_holds_back_other_threads_imports(
     assert warmup._imported["slow_sentinel"] is True
     assert loaded["t"] >= slow.ended > slow.started
     # imported once per process
-    assert warmup._start_import("slow_sentinel", logs) is importer
+    assert warmup._start_import("slow_sentinel", logs, training_backend()) is importer
     err = capfd.readouterr().err
     assert "a line of the module" in err
     assert ("oneDNN" in err) is not filtered, err

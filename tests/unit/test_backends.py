@@ -1,5 +1,5 @@
-"""sparkdl.contract.backends: the driver's backend, and a worker's checks before it imports
-Keras."""
+"""sparkdl.contract.backends: the driver's backend; sparkdl.executor.backends: a worker's
+checks before it imports Keras, and the one interface over what differs."""
 
 from __future__ import annotations
 
@@ -8,9 +8,14 @@ import sys
 import keras
 import pytest
 
-from sparkdl.contract.backends import BackendError, check_supported, driver_backend, prepare
-from sparkdl.contract.tf_logs import TensorFlowLogs
+from sparkdl.contract.backends import (
+    BackendError,
+    check_supported,
+    driver_backend,
+    training_backend,
+)
 from sparkdl.errors import ConfigError
+from sparkdl.executor.backends import backend_for
 
 pytestmark = [pytest.mark.compat]  # both backends: run in every stack of the matrix
 
@@ -28,9 +33,9 @@ def test_backends_sparkdl_does_not_train_on_are_refused_with_the_fix(backend: st
 def test_a_worker_that_imported_keras_on_another_backend_says_so() -> None:
     other = "jax" if keras.backend.backend() == "tensorflow" else "tensorflow"
     with pytest.raises(BackendError, match=r"spark\.python\.worker\.reuse=false"):
-        prepare(other, environ={})
+        backend_for(other).prepare(environ={})
     environ: dict[str, str] = {}
-    prepare(keras.backend.backend(), environ=environ)  # the same backend: nothing to do
+    backend_for(keras.backend.backend()).prepare(environ=environ)  # the same backend: nothing to do
     assert environ == {}
 
 
@@ -40,7 +45,7 @@ def test_a_worker_without_the_package_names_it_and_the_extra(monkeypatch) -> Non
     monkeypatch.delitem(sys.modules, "keras")
     monkeypatch.setattr(sys, "path", [p for p in sys.path if not _has(p, "jax")])
     with pytest.raises(BackendError, match=r"no 'jax' package.*'sparkdl-keras\[jax\]'"):
-        prepare("jax", environ={})
+        backend_for("jax").prepare(environ={})
 
 
 def _has(path: str, package: str) -> bool:
@@ -53,7 +58,7 @@ def test_a_fresh_worker_gets_the_backend_and_jax_shares_its_gpu(monkeypatch) -> 
     backend = keras.backend.backend()  # installed here; each stack of the matrix runs one
     monkeypatch.delitem(sys.modules, "keras")
     environ: dict[str, str] = {}
-    prepare(backend, environ=environ)
+    backend_for(backend).prepare(environ=environ)
     expected = {"KERAS_BACKEND": backend}
     if backend == "jax":  # no preallocation of most of the GPU
         expected["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
@@ -61,8 +66,38 @@ def test_a_fresh_worker_gets_the_backend_and_jax_shares_its_gpu(monkeypatch) -> 
 
 
 def test_the_plan_carries_the_backend_to_the_workers() -> None:
-    logs = TensorFlowLogs.resolve(local=True, gpus=False, environ={}, backend="jax")
-    assert logs.backend == "jax" and logs.level == "3"
+    from sparkdl.config import TrainConfig
+    from sparkdl.contract.plan import FitPlan
+
+    plan = FitPlan.resolve(TrainConfig(), num_workers=2, rows=100, threads=1, service_host="h")
+    assert plan.backend == training_backend() == keras.backend.backend()
+    assert plan.describe(None)["backend"] == f"Keras on {plan.backend} (the driver's)"
+
+
+@pytest.mark.parametrize("name", ["tensorflow", "jax"])
+def test_picking_a_backend_imports_none(name: str) -> None:
+    """The factory and a backend's preparation load no backend package (nor Keras): a
+    fresh interpreter picks either and finds none loaded."""
+    import subprocess
+
+    code = (
+        "import sys\n"
+        "from sparkdl.contract.backends import BackendError\n"
+        "from sparkdl.executor.backends import backend_for\n"
+        f"backend = backend_for({name!r})\n"
+        "try:\n"
+        "    backend.prepare(environ={})\n"
+        "except BackendError:\n"  # its package is not installed here
+        "    pass\n"
+        "loaded = [m for m in ('tensorflow', 'jax', 'keras') if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_another_backend_name_is_refused_by_the_factory() -> None:
+    with pytest.raises(ConfigError, match="'torch' backend"):
+        backend_for("torch")
 
 
 def test_a_model_from_a_newer_keras_names_both_versions_and_the_upgrade() -> None:

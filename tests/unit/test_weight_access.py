@@ -4,6 +4,7 @@ import keras
 import numpy as np
 import pytest
 
+from sparkdl.executor.backends import backend_for
 from sparkdl.executor.weight_access import WeightAccess
 
 
@@ -21,9 +22,14 @@ def _model() -> keras.Model:
     return model
 
 
+def _access(model: keras.Model) -> WeightAccess:
+    """What a worker uses (the TensorFlow backend's one op per variable)."""
+    return backend_for(keras.backend.backend()).weight_access(model)
+
+
 def test_reads_and_writes_what_keras_does() -> None:
     model = _model()
-    access = WeightAccess(model)
+    access = _access(model)
     assert access.fast
     for got, want in zip(access.get(), model.get_weights(), strict=True):
         np.testing.assert_array_equal(got, want)
@@ -36,7 +42,7 @@ def test_reads_and_writes_what_keras_does() -> None:
 
 def test_read_is_a_snapshot_and_write_copies() -> None:
     model = _model()
-    access = WeightAccess(model)
+    access = _access(model)
     before = access.get()
     kept = [w.copy() for w in before]
     x = np.random.default_rng(0).normal(size=(64, 5)).astype(np.float32)
@@ -58,7 +64,7 @@ def test_read_is_a_snapshot_and_write_copies() -> None:
 
 def test_the_model_trains_on_from_written_weights() -> None:
     model = _model()
-    access = WeightAccess(model)
+    access = _access(model)
     x = np.random.default_rng(1).normal(size=(32, 5)).astype(np.float32)
     model.fit(x, x[:, :3], epochs=1, verbose=0)
     start = [np.zeros_like(w) for w in model.get_weights()]
@@ -68,6 +74,6 @@ def test_the_model_trains_on_from_written_weights() -> None:
 
 
 def test_wrong_count_is_refused() -> None:
-    access = WeightAccess(_model())
+    access = _access(_model())
     with pytest.raises(ValueError, match="weight arrays"):
         access.set(access.get()[:-1])

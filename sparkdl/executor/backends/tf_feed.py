@@ -4,7 +4,8 @@ Dense batches cross from the Python generator to TensorFlow up to :data:`GROUP` 
 time (stacked; ``tf.data`` unstacks them), so the generator's per-element cost, paid
 under the GIL next to the training step, is spread over many steps. Every pipeline
 runs with ``tf.data``'s autotuner off (:func:`untuned`). Only a TensorFlow worker
-imports this module.
+imports this module (:class:`~sparkdl.executor.backends.tensorflow.TensorFlowBackend`);
+it reads a feed through :class:`~sparkdl.executor.backends.base.BatchLayout`.
 
 Example:
     >>> from sparkdl.contract.payload import Column
@@ -15,15 +16,13 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
 from sparkdl.contract.payload import Column
-
-if TYPE_CHECKING:
-    from sparkdl.executor.feed import Feed
+from sparkdl.executor.backends.base import BatchLayout
 
 __all__ = ["GROUP", "GROUP_BYTES", "counted", "endless", "signature", "spec", "streamed", "untuned"]
 
@@ -33,19 +32,19 @@ GROUP = 16
 GROUP_BYTES = 4 << 20
 
 
-def endless(feed: Feed, make: Callable[[], Iterator[Any]]) -> tf.data.Dataset:
+def endless(feed: BatchLayout, make: Callable[[], Iterator[Any]]) -> tf.data.Dataset:
     """The batches of ``make()`` (endless epochs), prefetched."""
     return untuned(_generated(feed, make).prefetch(2))
 
 
-def counted(feed: Feed, make: Callable[[], Iterator[Any]], batches: int) -> tf.data.Dataset:
+def counted(feed: BatchLayout, make: Callable[[], Iterator[Any]], batches: int) -> tf.data.Dataset:
     """The ``batches`` batches of ``make()``, of known length (Keras warns when a
     dataset of unknown length ends), prefetched."""
     data = _generated(feed, make).apply(tf.data.experimental.assert_cardinality(batches))
     return untuned(data.prefetch(2))
 
 
-def streamed(feed: Feed, make: Callable[[], Iterator[Any]]) -> tf.data.Dataset:
+def streamed(feed: BatchLayout, make: Callable[[], Iterator[Any]]) -> tf.data.Dataset:
     """The batches of ``make()``, already in the feed's structure, as they come."""
     return untuned(tf.data.Dataset.from_generator(make, output_signature=signature(feed)))
 
@@ -97,7 +96,7 @@ def _stacked(spec: tf.TensorSpec) -> tf.TensorSpec:
     return tf.TensorSpec((None, *spec.shape), spec.dtype)
 
 
-def signature(feed: Feed) -> tuple[Any, ...]:
+def signature(feed: BatchLayout) -> tuple[Any, ...]:
     """The ``(x, y)`` (or ``(x, y, w)``) type specs of one of the feed's batches."""
     x = _one([spec(c, s, sparse=p) for c, s, p in feed.input_slots()])
     y = _one([spec(c, shape, sparse=False) for c, shape in feed.output_slots()])
@@ -106,7 +105,7 @@ def signature(feed: Feed) -> tuple[Any, ...]:
     return x, y, tf.TensorSpec((None,), tf.float32)
 
 
-def _generated(feed: Feed, make: Callable[[], Iterator[Any]]) -> tf.data.Dataset:
+def _generated(feed: BatchLayout, make: Callable[[], Iterator[Any]]) -> tf.data.Dataset:
     """A dataset of the batches ``make()`` yields, dense ones grouped."""
     columns = [*feed.inputs, *feed.outputs, *([feed.weight] if feed.weight else [])]
     row_bytes = sum(4 * max(c.width, 1) for c in columns)
