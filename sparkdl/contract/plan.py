@@ -21,28 +21,36 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sparkdl.contract.backends import training_backend
 from sparkdl.contract.tf_logs import TensorFlowLogs
 from sparkdl.errors import ConfigError
-from sparkdl.sync.codecs import Compression, resolve_compression
+from sparkdl.sync.codecs import Compression
 from sparkdl.sync.merges import Merge, merge_class
 from sparkdl.sync.modes import Mode, mode_class
-from sparkdl.sync.outer import DEFAULT_LEARNING_RATE as DEFAULT_OUTER_RATE
-from sparkdl.sync.outer import DEFAULT_MOMENTUM as DEFAULT_OUTER_MOMENTUM
 from sparkdl.sync.outer import OuterOptimizer
 from sparkdl.sync.recipe import LearningRateRecipe, resolve_scaling
 from sparkdl.sync.schedule import steps_for, train_rows
+from sparkdl.sync.settings import FitSettings
 
 _log = logging.getLogger("sparkdl.driver.fit")
 
 if TYPE_CHECKING:
-    from sparkdl.config import SyncConfig, TrainConfig
+    from sparkdl.config import TrainConfig
 
 __all__ = ["DEFAULT_CACHE_BUDGET", "FitPlan", "format_resolved"]
 
 #: Bytes of its partition a worker keeps in memory under ``data_cache="auto"`` when
 #: nothing caps Python's memory (:func:`sparkdl.driver.cluster.cache_budget` resolves it).
 DEFAULT_CACHE_BUDGET = 1 << 30
+
+
+def _as_given(*, default: Any = dataclasses.MISSING) -> Any:
+    """A field of :class:`FitPlan` that takes the user's setting of the same name as it
+    is (:meth:`FitPlan.resolve` copies every such field from the config)."""
+    return field(default=default, metadata={"as_given": True})
+
+
+def _given(f: dataclasses.Field[Any]) -> bool:
+    return bool(f.metadata.get("as_given"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,24 +65,19 @@ class FitPlan:
         lr_recipe: The workers' learning rate against the model's (``lr_scaling``,
             ``warmup_epochs``; :mod:`sparkdl.sync.recipe`).
         num_workers: Spark tasks that train.
-        epochs: The epoch the fit ends at.
+        epochs, batch_size, shuffle, seed, mixed_precision, request_timeout,
+            request_retries, round_timeout, backup_workers, port, data_cache: The
+            settings of those names as the user gave them, copied by
+            :meth:`resolve` (each is described where it is declared:
+            :class:`~sparkdl.config.TrainConfig`).
         initial_epoch: Epochs done before this fit (a resumed fit starts after them).
-        batch_size: Rows per step on each worker.
         frequency: Batches between syncs, or ``None`` for epoch ends only.
         whole_epoch: Whether a push spans a whole epoch of a worker (at an even split).
         overlap: Workers push in the background and fold the answer in later.
-        shuffle: Shuffle each worker's rows every epoch.
-        seed: Base seed, or ``None``.
         validation_split: Fraction of each worker's rows held out (0 when validation
             data is given).
         threads: TensorFlow intra-op threads per worker.
-        mixed_precision: Workers compute in float16 with float32 variables.
-        request_timeout: Seconds per service call.
-        request_retries: Retries per service call.
-        round_timeout: Seconds a synchronous round waits for missing workers.
-        backup_workers: Workers a synchronous round may close without.
         service_host: Address the service binds to and workers call.
-        port: The service's port; 0 picks a free one.
         service_tls: The service speaks HTTPS (``TrainConfig.service_tls`` resolved).
         service_placement: ``"driver"`` or ``"cluster"`` (``TrainConfig.
             service_placement`` resolved: :mod:`sparkdl.executor.hosting`).
@@ -83,12 +86,9 @@ class FitPlan:
         outer: The service's outer optimizer (:mod:`sparkdl.sync.outer`), or ``None``.
         fragments: Fragments synced in turn (``sync_fragments``): each is one of the
             service's shards.
-        data_cache: ``"auto"``, ``"memory"`` or ``"disk"`` (``TrainConfig.data_cache``).
         cache_budget: Bytes of its partition an ``"auto"`` worker keeps in memory.
         tf_logs: How workers load TensorFlow: its C++ log level, and whether its
             load-time lines are filtered (:mod:`sparkdl.contract.tf_logs`).
-        backend: The Keras backend the workers run, the driver's
-            (:func:`~sparkdl.contract.backends.training_backend`).
     """
 
     mode: Mode
@@ -96,32 +96,31 @@ class FitPlan:
     compression: Compression | None = None
     lr_recipe: LearningRateRecipe = field(default_factory=LearningRateRecipe)
     num_workers: int
-    epochs: int
+    epochs: int = _as_given()
     initial_epoch: int = 0
-    batch_size: int
+    batch_size: int = _as_given()
     frequency: int | None
     whole_epoch: bool
     overlap: bool
-    shuffle: bool
-    seed: int | None
+    shuffle: bool = _as_given()
+    seed: int | None = _as_given()
     validation_split: float
     threads: int
-    mixed_precision: bool
-    request_timeout: float
-    request_retries: int
-    round_timeout: float
-    backup_workers: int
+    mixed_precision: bool = _as_given()
+    request_timeout: float = _as_given()
+    request_retries: int = _as_given()
+    round_timeout: float = _as_given()
+    backup_workers: int = _as_given()
     service_host: str
-    port: int
+    port: int = _as_given()
     service_tls: bool = False
     service_placement: str = "driver"
     service_shards: int = 1
     outer: OuterOptimizer | None = None
     fragments: int = 1
-    data_cache: str = "auto"
+    data_cache: str = _as_given(default="auto")
     cache_budget: int = DEFAULT_CACHE_BUDGET
     tf_logs: TensorFlowLogs = field(default_factory=TensorFlowLogs)
-    backend: str = "tensorflow"
 
     @classmethod
     def resolve(
@@ -164,85 +163,42 @@ class FitPlan:
         Raises:
             ConfigError: ``backup_workers`` leaves no worker for a round.
         """
-        sync, run = config.sync, config.run
-        _check_backups(sync.backup_workers, num_workers)
-        mode = mode_class(sync.mode)()
-        frequency = sync.resolved_frequency
-        split = 0.0 if validation_data else float(run.validation_split)
-        per_worker = train_rows(math.ceil(rows / max(num_workers, 1)), split)
-        whole_epoch = frequency is None or frequency >= steps_for(per_worker, run.batch_size)
-        scaling = resolve_scaling(sync.lr_scaling, optimizer)
-        merge = _merge(sync, scaling, num_workers, mode.barrier, whole_epoch)
-        outer = _outer(sync)
-        amplifies = outer is not None and (outer.momentum > 0 or outer.learning_rate > 1)
-        if amplifies and not mode.barrier and getattr(merge, "scale", None) == 1.0:
-            fix = (
-                "Lower delta_scale"
-                if sync.delta_scale is not None
-                else "Keep lr_scaling='auto' (deltas divided by num_workers) or set delta_scale"
-            )
-            if num_workers > 1:
-                _log.warning(
-                    "outer_optimizer=%r amplifies each asynchronous delta, which is added "
-                    "in full here (delta_scale=1): with %d workers the center may "
-                    "overshoot. %s.",
-                    sync.outer_optimizer,
-                    num_workers,
-                    fix,
-                )
-        if sync.sync_fragments > 1 and whole_epoch:
-            _log.warning(
-                "sync_fragments=%d: with frequency=%s a worker makes no sync within an "
-                "epoch (about %d batches), so every sync carries every fragment and the "
-                "fragments only add requests. Sync more often than once an epoch.",
-                sync.sync_fragments,
-                sync.frequency,
-                steps_for(per_worker, run.batch_size),
-            )
-        tls = config.service.service_tls  # None: on unless the master is local
+        _check_backups(config.backup_workers, num_workers)
+        split = 0.0 if validation_data else float(config.validation_split)
+        settings = _settings(config, num_workers, rows, split, optimizer)
+        mode = mode_class(config.mode).resolve(settings)
+        merge = merge_class(str(config.merge)).resolve(settings)
+        outer = None if config.outer_optimizer is None else OuterOptimizer.resolve(settings)
+        _warn_outer_amplifies(config, settings, merge, outer)
+        _warn_fragments_in_whole_epochs(config, settings, rows, split)
+        tls = config.service_tls  # None: on unless the master is local
         return cls(
+            **{f.name: getattr(config, f.name) for f in dataclasses.fields(cls) if _given(f)},
             mode=mode,
             merge=merge,
-            compression=resolve_compression(sync.compression, sync.compression_ratio, num_workers),
+            compression=None if config.compression is None else Compression.resolve(settings),
             lr_recipe=LearningRateRecipe.of_resolved(
-                sync.lr_scaling,
-                scaling,
-                sync.warmup_epochs,
+                config.lr_scaling,
+                settings.lr_scaling,
+                config.warmup_epochs,
                 lr_factor=merge.lr_factor(num_workers, mode.barrier),
                 optimizer=optimizer,
             ),
             num_workers=num_workers,
-            epochs=run.epochs,
             initial_epoch=initial_epoch,
-            batch_size=run.batch_size,
-            frequency=frequency,
-            whole_epoch=whole_epoch,
-            overlap=sync.resolved_overlap,
-            shuffle=run.shuffle,
-            seed=run.seed,
+            frequency=config.sync.resolved_frequency,
+            whole_epoch=settings.whole_epoch,
+            overlap=config.sync.resolved_overlap,
             validation_split=split,
             threads=config.threads_per_worker or threads,
-            mixed_precision=config.mixed_precision,
-            request_timeout=config.request_timeout,
-            request_retries=config.request_retries,
-            round_timeout=config.round_timeout,
-            backup_workers=sync.backup_workers,
             service_host=config.service_host or service_host,
-            port=config.port,
             service_tls=not local_master if tls is None else tls,
             service_placement=service_placement,
-            service_shards=_shards(
-                max(config.service.service_shards, sync.sync_fragments),
-                service_placement,
-                num_workers,
-                "sync_fragments" if sync.sync_fragments > 1 else "service_shards",
-            ),
+            service_shards=_shards(config, service_placement, num_workers),
             outer=outer,
-            fragments=sync.sync_fragments,
-            data_cache=config.scaling.data_cache,
+            fragments=config.sync_fragments,
             cache_budget=cache_budget,
             tf_logs=tf_logs or TensorFlowLogs(),
-            backend=training_backend(),
         )
 
     @property
@@ -291,7 +247,7 @@ class FitPlan:
             sync += f", a round closes without the last {self.backup_workers} worker(s)"
         lines = {
             "workers": f"{self.num_workers}, {mode.name} / {merge.name}, sync {sync}",
-            "backend": f"Keras on {self.backend} (the driver's)",
+            "backend": f"Keras on {self.tf_logs.backend} (the driver's)",
             "learning rate": self.lr_recipe.explain(learning_rate),
         }
         merged = merge.describe(mode.barrier)
@@ -322,26 +278,71 @@ class FitPlan:
         return lines
 
 
-def _outer(sync: Any) -> OuterOptimizer | None:
-    """The outer optimizer the settings ask for (DiLoCo's rate and momentum by default)."""
-    if sync.outer_optimizer is None:
-        return None
-    return OuterOptimizer(
-        sync.outer_optimizer,
-        learning_rate=(
-            DEFAULT_OUTER_RATE if sync.outer_learning_rate is None else sync.outer_learning_rate
-        ),
-        momentum=DEFAULT_OUTER_MOMENTUM if sync.outer_momentum is None else sync.outer_momentum,
+def _settings(
+    config: TrainConfig, num_workers: int, rows: int, split: float, optimizer: str
+) -> FitSettings:
+    """What the fit's mode, merge, codecs and outer optimizer are resolved from: the
+    settings (``lr_scaling`` resolved for the model's ``optimizer``), the workers, whether
+    pushes merge in rounds and whether one spans a whole epoch of a worker."""
+    frequency = config.sync.resolved_frequency
+    per_worker = train_rows(math.ceil(rows / max(num_workers, 1)), split)
+    whole_epoch = frequency is None or frequency >= steps_for(per_worker, config.batch_size)
+    return FitSettings(
+        {**config.to_dict(), "lr_scaling": resolve_scaling(config.lr_scaling, optimizer)},
+        num_workers=num_workers,
+        synchronous=mode_class(config.mode).barrier,
+        whole_epoch=whole_epoch,
     )
 
 
-def _shards(shards: int, placement: str, num_workers: int, setting: str) -> int:
-    """The service's shards (``setting``: ``service_shards`` or ``sync_fragments``,
-    whose fragments are the shards), checked against where the service runs.
+def _warn_outer_amplifies(
+    config: TrainConfig, settings: FitSettings, merge: Merge, outer: OuterOptimizer | None
+) -> None:
+    """Warns when an outer optimizer amplifies asynchronous deltas added in full."""
+    amplifies = outer is not None and (outer.momentum > 0 or outer.learning_rate > 1)
+    in_full = getattr(merge, "scale", None) == 1.0
+    if not (amplifies and in_full and not settings.synchronous and settings.num_workers > 1):
+        return
+    fix = (
+        "Lower delta_scale"
+        if config.delta_scale is not None
+        else "Keep lr_scaling='auto' (deltas divided by num_workers) or set delta_scale"
+    )
+    _log.warning(
+        "outer_optimizer=%r amplifies each asynchronous delta, which is added "
+        "in full here (delta_scale=1): with %d workers the center may "
+        "overshoot. %s.",
+        config.outer_optimizer,
+        settings.num_workers,
+        fix,
+    )
+
+
+def _warn_fragments_in_whole_epochs(
+    config: TrainConfig, settings: FitSettings, rows: int, split: float
+) -> None:
+    """Warns when ``sync_fragments`` has no sync within an epoch to spread over."""
+    if config.sync_fragments > 1 and settings.whole_epoch:
+        per_worker = train_rows(math.ceil(rows / max(settings.num_workers, 1)), split)
+        _log.warning(
+            "sync_fragments=%d: with frequency=%s a worker makes no sync within an "
+            "epoch (about %d batches), so every sync carries every fragment and the "
+            "fragments only add requests. Sync more often than once an epoch.",
+            config.sync_fragments,
+            config.frequency,
+            steps_for(per_worker, config.batch_size),
+        )
+
+
+def _shards(config: TrainConfig, placement: str, num_workers: int) -> int:
+    """The service's shards (``service_shards``, or ``sync_fragments``, whose fragments
+    are the shards), checked against where the service runs.
 
     Raises:
         ConfigError: More shards in the cluster than workers to host them.
     """
+    shards = max(config.service_shards, config.sync_fragments)
+    setting = "sync_fragments" if config.sync_fragments > 1 else "service_shards"
     if shards > num_workers and placement == "cluster":
         raise ConfigError(
             f"{setting}={shards} with service_placement='cluster' needs a worker "
@@ -363,22 +364,6 @@ def _check_backups(backup_workers: int, num_workers: int) -> None:
             f"backup_workers={backup_workers} must be smaller than the number of "
             f"workers ({num_workers}): a round needs at least one worker."
         )
-
-
-def _merge(
-    sync: SyncConfig, scaling: str | None, num_workers: int, synchronous: bool, whole_epoch: bool
-) -> Merge:
-    """The fit's merge. One that divides its pushes when the recipe makes up for it
-    (asynchronous delta) sees ``scaling``, what ``"auto"`` resolved to for this model's
-    optimizer."""
-    return merge_class(str(sync.merge)).resolve(
-        num_workers=num_workers,
-        synchronous=synchronous,
-        whole_epoch=whole_epoch,
-        settings=sync
-        if scaling == sync.lr_scaling
-        else dataclasses.replace(sync, lr_scaling=scaling, warmup_epochs=0.0),
-    )
 
 
 def format_resolved(lines: dict[str, str]) -> str:

@@ -59,6 +59,7 @@ import numpy as np
 from sparkdl.errors import ConfigError, SparkDLError
 from sparkdl.sync.merges import float_limit, is_float
 from sparkdl.sync.registry import Registry
+from sparkdl.sync.settings import FitSettings
 
 __all__ = [
     "CODECS",
@@ -99,9 +100,16 @@ class Codec(abc.ABC):
     name: ClassVar[str] = ""
 
     @classmethod
-    def resolve(cls, *, ratio: float) -> Codec:
-        """The codec with its settings (``compression_ratio``) resolved on the driver."""
+    def resolve(cls, settings: FitSettings) -> Codec:
+        """The codec of pushes with its settings resolved on the driver (a codec with
+        settings reads them by name, as top-k reads ``compression_ratio``)."""
         return cls()
+
+    def answer_codec(self, settings: FitSettings) -> Codec:
+        """The codec of the service's answers: this one, unless the center's change
+        between two answers needs more room than one push (top-k: :class:`Compression`).
+        """
+        return self
 
     def encode(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         """The wire arrays of ``arrays`` (each array's parts, in order)."""
@@ -192,6 +200,18 @@ class Compression:
     push: Codec
     answer: Codec
 
+    @classmethod
+    def resolve(cls, settings: FitSettings) -> Compression:
+        """Both directions' codecs of ``settings.compression`` (a codec's name).
+
+        Example:
+            >>> settings = FitSettings({"compression": "fp16"}, num_workers=2)
+            >>> Compression.resolve(settings).answer
+            Float16()
+        """
+        push = codec_class(settings.compression).resolve(settings)
+        return cls(push, push.answer_codec(settings))
+
 
 @dataclass(frozen=True)
 class Whole(Codec):
@@ -233,22 +253,23 @@ def resolve_codec(name: str | None, ratio: float) -> Codec | None:
         >>> resolve_codec("topk", 0.05)
         TopK(ratio=0.05)
     """
-    return None if name is None else codec_class(name).resolve(ratio=ratio)
+    if name is None:
+        return None
+    return codec_class(name).resolve(FitSettings({"compression_ratio": ratio}))
 
 
 def resolve_compression(name: str | None, ratio: float, num_workers: int) -> Compression | None:
-    """Both directions' codecs for ``compression=name`` over ``num_workers`` workers.
+    """Both directions' codecs for ``compression=name`` over ``num_workers`` workers
+    (:meth:`Compression.resolve` of those settings).
 
     Example:
         >>> resolve_compression("topk", 0.01, 4).answer
         TopK(ratio=0.04)
     """
-    push = resolve_codec(name, ratio)
-    if push is None:
+    if name is None:
         return None
-    if isinstance(push, TopK):
-        return Compression(push, TopK(ratio=min(MAX_RATIO, ratio * max(num_workers, 1))))
-    return Compression(push, push)
+    values = {"compression": name, "compression_ratio": ratio}
+    return Compression.resolve(FitSettings(values, num_workers=num_workers))
 
 
 class _Sixteen(Codec):
@@ -340,8 +361,12 @@ class TopK(Codec):
             )
 
     @classmethod
-    def resolve(cls, *, ratio: float) -> Codec:
-        return cls(ratio=ratio)
+    def resolve(cls, settings: FitSettings) -> Codec:
+        return cls(ratio=settings.compression_ratio)
+
+    def answer_codec(self, settings: FitSettings) -> Codec:
+        # Between two answers to a worker the center moves by every worker's pushes.
+        return TopK(ratio=min(MAX_RATIO, self.ratio * max(settings.num_workers, 1)))
 
     def k(self, size: int) -> int:
         """Values kept of an array of ``size``."""

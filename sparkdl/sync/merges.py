@@ -59,6 +59,7 @@ import numpy as np
 
 from sparkdl.errors import ConfigError
 from sparkdl.sync.registry import Registry
+from sparkdl.sync.settings import FitSettings
 
 __all__ = [
     "MERGES",
@@ -142,6 +143,10 @@ class Merge(abc.ABC):
     #: weights with the answer (error feedback). Elastic averaging needs none: a worker
     #: moves by what the center received, and the rest stays in its next difference.
     error_feedback: ClassVar[bool] = True
+    #: Whether an outer optimizer (:mod:`sparkdl.sync.outer`) may step on the change
+    #: this merge makes: a mean of the workers' progress. Elastic averaging has an
+    #: outer step of its own (``alpha``).
+    supports_outer_optimizer: ClassVar[bool] = True
 
     @property
     def pushes_weights(self) -> bool:
@@ -180,21 +185,13 @@ class Merge(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def resolve(
-        cls,
-        *,
-        num_workers: int,
-        synchronous: bool,
-        whole_epoch: bool,
-        settings: Any,
-    ) -> Merge:
+    def resolve(cls, settings: FitSettings) -> Merge:
         """The merge with its settings resolved for one fit (on the driver).
 
         Args:
-            num_workers: Workers of the fit.
-            synchronous: Whether pushes are merged in rounds.
-            whole_epoch: Whether a push spans a whole epoch of a worker.
-            settings: The user's :class:`~sparkdl.config.SyncConfig`.
+            settings: The fit's settings and facts (:mod:`sparkdl.sync.settings`):
+                ``num_workers``, ``synchronous``, ``whole_epoch`` and the settings the
+                merge reads by name.
         """
 
     # ------------------------------------------------------------ worker half
@@ -302,11 +299,10 @@ class Average(Merge):
     relative: bool = False
 
     @classmethod
-    def resolve(
-        cls, *, num_workers: int, synchronous: bool, whole_epoch: bool, settings: Any
-    ) -> Average:
-        relative = not synchronous or getattr(settings, "compression", None) is not None
-        return cls(share=1.0 / max(num_workers, 1), relative=relative)
+    def resolve(cls, settings: FitSettings) -> Average:
+        compressed = getattr(settings, "compression", None) is not None
+        relative = not settings.synchronous or compressed
+        return cls(share=1.0 / max(settings.num_workers, 1), relative=relative)
 
     @property
     def pushes_weights(self) -> bool:
@@ -414,12 +410,11 @@ class Delta(Merge):
             )
 
     @classmethod
-    def resolve(
-        cls, *, num_workers: int, synchronous: bool, whole_epoch: bool, settings: Any
-    ) -> Delta:
+    def resolve(cls, settings: FitSettings) -> Delta:
+        num_workers, whole_epoch = settings.num_workers, settings.whole_epoch
         workers = max(num_workers, 1)
         rule = settings.lr_scaling  # the rule "auto" resolved to for this model
-        if synchronous:
+        if settings.synchronous:
             scale, reason = 1.0, ""  # the service averages the round's deltas
         elif settings.delta_scale is not None:
             scale = float(settings.delta_scale)
@@ -530,18 +525,17 @@ class Elastic(Merge):
 
     name: ClassVar[str] = "elastic"
     error_feedback: ClassVar[bool] = False
+    supports_outer_optimizer: ClassVar[bool] = False
     alpha: float = ELASTIC_BETA
     #: Where ``alpha`` comes from, in words (:meth:`describe`); not compared.
     reason: str = field(default="", compare=False, repr=False)
 
     @classmethod
-    def resolve(
-        cls, *, num_workers: int, synchronous: bool, whole_epoch: bool, settings: Any
-    ) -> Elastic:
+    def resolve(cls, settings: FitSettings) -> Elastic:
         alpha = settings.elastic_alpha
         if alpha is not None:
             return cls(alpha=float(alpha), reason=f"elastic_alpha={float(alpha):g}")
-        workers = max(num_workers, 1)
+        workers = max(settings.num_workers, 1)
         return cls(
             alpha=ELASTIC_BETA / workers,
             reason=f"elastic_alpha=None: {ELASTIC_BETA:g}/{workers} workers",

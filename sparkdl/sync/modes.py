@@ -32,6 +32,7 @@ from typing import ClassVar, NamedTuple
 from sparkdl.sync.merges import Average, Delta
 from sparkdl.sync.registry import Registry
 from sparkdl.sync.schedule import Schedule, rounds_per_epoch
+from sparkdl.sync.settings import FitSettings
 
 __all__ = [
     "DEFAULT_ROUND_TIMEOUT",
@@ -78,6 +79,17 @@ class Mode(abc.ABC):
     can_overlap: ClassVar[bool] = True
     #: Whether every worker takes part in every round (a barrier stage).
     barrier: ClassVar[bool] = False
+
+    @classmethod
+    def resolve(cls, settings: FitSettings) -> Mode:
+        """The mode for one fit, built on the driver as every extension point is
+        (:mod:`sparkdl.sync.settings`); the built-in modes hold no settings.
+
+        Example:
+            >>> Hogwild.resolve(FitSettings())
+            Hogwild()
+        """
+        return cls()
 
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self)

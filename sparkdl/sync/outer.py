@@ -51,11 +51,11 @@ import numpy as np
 
 from sparkdl.errors import ConfigError
 from sparkdl.sync.merges import is_float
+from sparkdl.sync.settings import FitSettings
 
 __all__ = [
     "DEFAULT_LEARNING_RATE",
     "DEFAULT_MOMENTUM",
-    "OUTER_MERGES",
     "OUTER_OPTIMIZERS",
     "OuterOptimizer",
     "OuterState",
@@ -63,9 +63,6 @@ __all__ = [
 
 #: ``outer_optimizer`` values (``None``: no outer optimizer).
 OUTER_OPTIMIZERS: tuple[str, ...] = ("sgd", "nesterov")
-#: The merges an outer optimizer works with: those whose change is a mean of the
-#: workers' progress (elastic averaging has an outer step of its own, ``alpha``).
-OUTER_MERGES: tuple[str, ...] = ("average", "delta")
 #: DiLoCo's outer learning rate and momentum (Douillard et al. 2023).
 DEFAULT_LEARNING_RATE = 0.7
 DEFAULT_MOMENTUM = 0.9
@@ -87,6 +84,23 @@ class OuterOptimizer:
 
     def __post_init__(self) -> None:
         check(self.kind, self.learning_rate, self.momentum)
+
+    @classmethod
+    def resolve(cls, settings: FitSettings) -> OuterOptimizer:
+        """The optimizer ``settings.outer_optimizer`` names, DiLoCo's learning rate and
+        momentum where ``outer_learning_rate`` or ``outer_momentum`` is ``None``.
+
+        Example:
+            >>> OuterOptimizer.resolve(FitSettings(
+            ...     {"outer_optimizer": "sgd", "outer_learning_rate": None, "outer_momentum": 0.5}))
+            OuterOptimizer(kind='sgd', learning_rate=0.7, momentum=0.5)
+        """
+        rate, momentum = settings.outer_learning_rate, settings.outer_momentum
+        return cls(
+            settings.outer_optimizer,
+            learning_rate=DEFAULT_LEARNING_RATE if rate is None else rate,
+            momentum=DEFAULT_MOMENTUM if momentum is None else momentum,
+        )
 
     @property
     def identity(self) -> bool:

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from sparkdl import ConfigError, TrainConfig
-from sparkdl.config import SyncConfig
 from sparkdl.executor.pusher import Pusher
 from sparkdl.server.state.errors import StoreError
 from sparkdl.server.state.replicas import FULL, Replicas
@@ -28,6 +27,7 @@ from sparkdl.sync.codecs import (
     resolve_compression,
 )
 from sparkdl.sync.merges import Average, Delta, Elastic, Update
+from sparkdl.sync.settings import FitSettings
 
 CODECS: list[Codec] = [Float16(), BFloat16(), TopK(ratio=0.01), Sign(), Int4()]
 SPECS = [(np.dtype(np.float32), (40, 30)), (np.dtype(np.float32), (30,)), (np.dtype(np.int64), ())]
@@ -307,7 +307,7 @@ def test_a_relative_average_averages_differences_onto_the_center() -> None:
         Update(worker=1, arrays=[np.array([0, 3.0, 0], np.float32), np.array([9])], samples=3),
     ]
     merge = Average.resolve(
-        num_workers=2, synchronous=True, whole_epoch=False, settings=SyncConfig(compression="sign")
+        FitSettings(TrainConfig(compression="sign").to_dict(), num_workers=2, synchronous=True)
     )
     assert merge.relative and merge.additive
     merged = merge.combine(center, ups)
@@ -316,7 +316,7 @@ def test_a_relative_average_averages_differences_onto_the_center() -> None:
     stepped = merge.apply(center, ups[1], version=0)
     np.testing.assert_allclose(stepped[0], [10.0, 11.5, 10.0])
     assert not Average.resolve(
-        num_workers=2, synchronous=True, whole_epoch=False, settings=SyncConfig()
+        FitSettings(TrainConfig().to_dict(), num_workers=2, synchronous=True)
     ).relative
 
 

@@ -6,13 +6,12 @@ import pytest
 from sparkdl.config import TrainConfig
 from sparkdl.errors import ConfigError
 from sparkdl.sync.merges import Average, Delta, Elastic, Update, merge_class
+from sparkdl.sync.settings import FitSettings
 
 
 def resolve(name: str, num_workers: int = 1, **settings: object):  # type: ignore[no-untyped-def]
     config = TrainConfig(mode="asynchronous", merge=name, **settings)  # type: ignore[arg-type]
-    return merge_class(name).resolve(
-        num_workers=num_workers, synchronous=False, whole_epoch=False, settings=config.sync
-    )
+    return merge_class(name).resolve(FitSettings(config.to_dict(), num_workers=num_workers))
 
 
 def test_average_is_weighted_by_samples() -> None:
@@ -125,7 +124,7 @@ def test_async_average_adds_its_share_of_what_the_worker_learned_since_its_copy(
     assert out[0].tolist() == [5.0]
     # Synchronous rounds start from one center: workers push their weights.
     config = TrainConfig(merge="average")
-    sync = Average.resolve(num_workers=2, synchronous=True, whole_epoch=False, settings=config.sync)
+    sync = Average.resolve(FitSettings(config.to_dict(), num_workers=2, synchronous=True))
     assert not sync.relative and sync.pushes_weights
     assert sync.outgoing(local, seen)[0].tolist() == [3.0]
 

@@ -17,6 +17,7 @@ from sparkdl.sync import merges
 from sparkdl.sync.merges import Merge, Update
 from sparkdl.sync.modes import Asynchronous, Hogwild, Standing, Synchronous
 from sparkdl.sync.schedule import EpochEnd, Schedule
+from sparkdl.sync.settings import FitSettings
 from tests.stores import joined
 
 
@@ -30,7 +31,7 @@ def median() -> Iterator[type[Merge]]:
         name: ClassVar[str] = "median"
 
         @classmethod
-        def resolve(cls, **context: Any) -> Median:
+        def resolve(cls, settings: FitSettings) -> Median:
             return cls()
 
         def combine(self, center: Sequence[np.ndarray], updates: Sequence[Update]) -> list:

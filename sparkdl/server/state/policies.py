@@ -4,7 +4,9 @@ A :class:`~sparkdl.sync.modes.Mode` (in :mod:`sparkdl.sync`, shared with the wor
 says how pushes are scheduled: its traits and its worker half. Its service half lives
 here, inside the parameter service, as the :class:`~sparkdl.server.state.store.WeightStore`'s
 per-mode policy, composed of the steps of its
-:class:`~sparkdl.server.state.training.TrainingState`: a synchronous round collects one push per
+:class:`~sparkdl.server.state.training.TrainingState` (what a policy may use of it is
+:class:`PushSteps`, so this module needs nothing of the training state's own): a
+synchronous round collects one push per
 worker and merges when its quorum pushed; asynchronous merges each push at once under
 the lock; hogwild keeps only the bookkeeping under the lock and adds the push into the
 live center with none.
@@ -23,29 +25,69 @@ Example:
 from __future__ import annotations
 
 import abc
+import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar, Protocol
 
 import numpy as np
 
 from sparkdl.errors import ConfigError
+from sparkdl.server.state.center import Center
+from sparkdl.server.state.control import ControlChannel
 from sparkdl.server.state.errors import StoreError
-from sparkdl.sync.merges import Update
+from sparkdl.server.state.ledger import WorkerLedger, WorkerRecord
+from sparkdl.server.state.rounds import Rounds
+from sparkdl.sync.merges import Merge, Update
 from sparkdl.sync.modes import Asynchronous, Hogwild, Mode, Synchronous
+from sparkdl.sync.outer import OuterState
 from sparkdl.sync.registry import Registry
-
-if TYPE_CHECKING:
-    from sparkdl.server.state.training import TrainingState
 
 __all__ = [
     "POLICIES",
     "AsynchronousPolicy",
     "HogwildPolicy",
     "PushPolicy",
+    "PushSteps",
     "SynchronousPolicy",
     "policy_for",
     "register",
 ]
+
+
+class PushSteps(Protocol):
+    """What a policy uses of the store: its parts and the steps across them, each run
+    with :attr:`lock` held (:class:`~sparkdl.server.state.training.TrainingState`)."""
+
+    lock: threading.Condition
+    num_workers: int
+    merge: Merge
+    center: Center
+    rounds: Rounds
+    ledger: WorkerLedger
+    control: ControlChannel
+    outer: OuterState | None
+    #: Summed magnitudes of hogwild steps admitted but not yet added in.
+    in_flight: list[float]
+
+    def screen(self, update: Update, seq: int, attempt: int) -> bool:
+        """Checks a push; returns whether ``seq`` repeats."""
+
+    def admit(self, worker: int, seq: int | None, attempt: int) -> tuple[WorkerRecord, bool]:
+        """Fences old attempts; returns the worker's record and whether ``seq`` repeats."""
+
+    def record(
+        self, record: WorkerRecord, update: Update, *, seq: int, applied: bool = True
+    ) -> None:
+        """Records a push in the ledger, and its epoch logs in the history."""
+
+    def pending_round(self) -> list[float]:
+        """Summed magnitudes of the open synchronous round's pushes, per array."""
+
+    def merge_round(self) -> None:
+        """Merges the open synchronous round into the next version."""
+
+    def new_generation(self, worker: int, attempt: int) -> None:
+        """Spark retried the barrier stage: fence the old attempts, drop the open round."""
 
 
 class PushPolicy(abc.ABC):
@@ -60,7 +102,7 @@ class PushPolicy(abc.ABC):
         return f"{type(self).__name__}()"
 
     @abc.abstractmethod
-    def push(self, store: TrainingState, update: Update, *, seq: int, attempt: int) -> int:
+    def push(self, store: PushSteps, update: Update, *, seq: int, attempt: int) -> int:
         """Takes one push; returns the version whose weights answer it.
 
         The route answers once that version is visible (a synchronous round may still
@@ -70,14 +112,14 @@ class PushPolicy(abc.ABC):
             StoreError: The push is refused; nothing changed.
         """
 
-    def epoch_quorum(self, store: TrainingState) -> int:
+    def epoch_quorum(self, store: PushSteps) -> int:
         """Reports that close an epoch."""
         return store.num_workers
 
-    def rejoin(self, store: TrainingState, worker: int, attempt: int) -> None:  # noqa: B027
+    def rejoin(self, store: PushSteps, worker: int, attempt: int) -> None:  # noqa: B027
         """A worker joins (again); called with the lock held before it is admitted."""
 
-    def join_complete(self, store: TrainingState) -> bool:
+    def join_complete(self, store: PushSteps) -> bool:
         """Whether a join may be answered (the lock is held)."""
         return True
 
@@ -117,7 +159,7 @@ class SynchronousPolicy(PushPolicy):
 
     name: ClassVar[str] = Synchronous.name
 
-    def push(self, store: TrainingState, update: Update, *, seq: int, attempt: int) -> int:
+    def push(self, store: PushSteps, update: Update, *, seq: int, attempt: int) -> int:
         worker, round_no = update.worker, update.base_version
         with store.lock:
             store.control.check_aborted()
@@ -147,14 +189,14 @@ class SynchronousPolicy(PushPolicy):
                 store.merge_round()
         return round_no + 1
 
-    def epoch_quorum(self, store: TrainingState) -> int:
+    def epoch_quorum(self, store: PushSteps) -> int:
         return store.rounds.quorum
 
-    def rejoin(self, store: TrainingState, worker: int, attempt: int) -> None:
+    def rejoin(self, store: PushSteps, worker: int, attempt: int) -> None:
         if worker in store.rounds.joined and attempt > store.ledger.newest_attempt(worker):
             store.new_generation(worker, attempt)
 
-    def join_complete(self, store: TrainingState) -> bool:
+    def join_complete(self, store: PushSteps) -> bool:
         return len(store.rounds.joined) >= store.num_workers
 
 
@@ -168,7 +210,7 @@ class AsynchronousPolicy(PushPolicy):
 
     name: ClassVar[str] = Asynchronous.name
 
-    def push(self, store: TrainingState, update: Update, *, seq: int, attempt: int) -> int:
+    def push(self, store: PushSteps, update: Update, *, seq: int, attempt: int) -> int:
         with store.lock:
             store.control.check_aborted()
             duplicate = store.screen(update, seq, attempt)
@@ -193,18 +235,18 @@ class AsynchronousPolicy(PushPolicy):
         self._apply_unlocked(store, update, version - 1)
         return version
 
-    def _pending(self, store: TrainingState) -> Callable[[], list[float]] | None:
+    def _pending(self, store: PushSteps) -> Callable[[], list[float]] | None:
         """What :meth:`~sparkdl.server.state.center.Center.reserve` adds to a recomputed
         bound: nothing, the center holds every admitted push."""
         return None
 
-    def _apply_locked(self, store: TrainingState, update: Update, version: int) -> None:
+    def _apply_locked(self, store: PushSteps, update: Update, version: int) -> None:
         after = store.merge.apply(store.center.weights, update, version)
         if store.outer is not None:  # refused before anything changes
             after = store.outer.apply_push(store.center.weights, after, store.center.check_outer)
         store.center.commit(after)
 
-    def _apply_unlocked(self, store: TrainingState, update: Update, version: int) -> None:
+    def _apply_unlocked(self, store: PushSteps, update: Update, version: int) -> None:
         """Hogwild's step outside the lock; nothing here."""
 
 
@@ -224,15 +266,15 @@ class HogwildPolicy(AsynchronousPolicy):
     name: ClassVar[str] = Hogwild.name
     live_center: ClassVar[bool] = True
 
-    def _pending(self, store: TrainingState) -> Callable[[], list[float]] | None:
+    def _pending(self, store: PushSteps) -> Callable[[], list[float]] | None:
         return lambda: list(store.in_flight)  # steps admitted, still being added
 
-    def _apply_locked(self, store: TrainingState, update: Update, version: int) -> None:
+    def _apply_locked(self, store: PushSteps, update: Update, version: int) -> None:
         store.center.bump()  # only the count: the step is taken outside the lock
         for i, m in enumerate(update.magnitudes):
             store.in_flight[i] += m
 
-    def _outer_step(self, store: TrainingState, update: Update, version: int) -> None:
+    def _outer_step(self, store: PushSteps, update: Update, version: int) -> None:
         """Hogwild's outer step: from one reading of the center (the adds of other
         pushes go on meanwhile), checked, then added in place. The push is already
         counted, so a step past the dtype's range aborts the fit."""
@@ -258,7 +300,7 @@ class HogwildPolicy(AsynchronousPolicy):
             else:
                 np.add(c, step.astype(c.dtype, copy=False), out=c)
 
-    def _apply_unlocked(self, store: TrainingState, update: Update, version: int) -> None:
+    def _apply_unlocked(self, store: PushSteps, update: Update, version: int) -> None:
         try:
             if store.outer is None or store.outer.optimizer.identity:
                 store.merge.apply_in_place(store.center.weights, update, version)

@@ -168,16 +168,7 @@ class TrainingState(abc.ABC):
         #: The outer optimizer's state read with the weights of an epoch last served.
         self._served_outer: tuple[list[np.ndarray], int] | None = None
         #: The outer optimizer's state (momentum beside the center), or None.
-        self.outer: OuterState | None = (
-            outer.state(
-                self.center.weights,
-                num_workers=num_workers,
-                arrays=outer_state[0] if outer_state else None,
-                pushes=outer_state[1] if outer_state else 0,
-            )
-            if outer is not None
-            else None
-        )
+        self.outer = _outer_state(outer, self.center, num_workers, outer_state)
         #: Each worker's copy of the center when updates are compressed, else None.
         self.replicas = (
             Replicas(compression, merge, self.center.weights, newest_attempt=self.newest_attempt)
@@ -400,6 +391,20 @@ class TrainingState(abc.ABC):
         )
         self.rounds.timed_out_rounds += 1
         self.merge_round()
+
+
+def _outer_state(
+    outer: OuterOptimizer | None,
+    center: Center,
+    num_workers: int,
+    saved: tuple[Sequence[np.ndarray], int] | None,
+) -> OuterState | None:
+    """The outer optimizer's state beside ``center``: fresh, or ``saved`` (a checkpoint's
+    or a snapshot's arrays and push count); ``None`` without an outer optimizer."""
+    if outer is None:
+        return None
+    arrays, pushes = saved if saved else (None, 0)
+    return outer.state(center.weights, num_workers=num_workers, arrays=arrays, pushes=pushes)
 
 
 def _summed(updates: Sequence[Update], arrays: int) -> list[float]:
