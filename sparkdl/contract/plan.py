@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sparkdl.contract.backends import training_backend
 from sparkdl.contract.tf_logs import TensorFlowLogs
 from sparkdl.errors import ConfigError
 from sparkdl.sync.codecs import Compression
@@ -89,6 +90,8 @@ class FitPlan:
         cache_budget: Bytes of its partition an ``"auto"`` worker keeps in memory.
         tf_logs: How workers load TensorFlow: its C++ log level, and whether its
             load-time lines are filtered (:mod:`sparkdl.contract.tf_logs`).
+        backend: The Keras backend the workers run, the driver's
+            (:func:`~sparkdl.contract.backends.training_backend`).
     """
 
     mode: Mode
@@ -121,6 +124,7 @@ class FitPlan:
     data_cache: str = _as_given(default="auto")
     cache_budget: int = DEFAULT_CACHE_BUDGET
     tf_logs: TensorFlowLogs = field(default_factory=TensorFlowLogs)
+    backend: str = "tensorflow"
 
     @classmethod
     def resolve(
@@ -199,6 +203,7 @@ class FitPlan:
             fragments=config.sync_fragments,
             cache_budget=cache_budget,
             tf_logs=tf_logs or TensorFlowLogs(),
+            backend=training_backend(),
         )
 
     @property
@@ -247,7 +252,7 @@ class FitPlan:
             sync += f", a round closes without the last {self.backup_workers} worker(s)"
         lines = {
             "workers": f"{self.num_workers}, {mode.name} / {merge.name}, sync {sync}",
-            "backend": f"Keras on {self.tf_logs.backend} (the driver's)",
+            "backend": f"Keras on {self.backend} (the driver's)",
             "learning rate": self.lr_recipe.explain(learning_rate),
         }
         merged = merge.describe(mode.barrier)
