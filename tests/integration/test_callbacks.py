@@ -120,6 +120,7 @@ def test_a_raising_callback_stops_the_fit_with_its_error(digits) -> None:
         ).fit(train_df)
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 @pytest.mark.compat
 def test_checkpoints_resume_a_stopped_fit(digits, tmp_path) -> None:
     import json

@@ -228,6 +228,7 @@ def assert_port_released(port: int) -> None:
         s.bind(("127.0.0.1", port))  # raises if the service still held it
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_service_port_is_released_after_a_normal_fit(good) -> None:
     port = free_port()
     fitted = fit(good, port=port)
@@ -273,6 +274,7 @@ def test_a_taken_port_fails_the_fit_and_leaves_no_thread_building(good, monkeypa
     assert not alive, alive
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_nan_loss_is_a_clear_error(spark) -> None:
     big = [[1e30, 1e30, 1e30]] * 40
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
@@ -284,6 +286,7 @@ def test_nan_loss_is_a_clear_error(spark) -> None:
         fit(df, model=model)
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_scoring_checks_row_widths_with_the_fits_messages(spark) -> None:
     """26 values per row into a 13-feature model: once two rows' predictions each."""
     from sparkdl import KerasModel

@@ -14,6 +14,7 @@ pytestmark = [pytest.mark.spark]
 MB = 1 << 20
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_parquet_with_validation_spills_to_disk_past_the_budget(
     spark, digits, tmp_path, monkeypatch
 ) -> None:
@@ -110,6 +111,7 @@ def test_disk_mode_worker_memory_does_not_grow_with_the_partition(spark) -> None
     assert growth < 300 * MB, (growth / MB, [p / MB for p in peaks])  # ...not its memory
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_wide_dense_vectors_are_cached_as_float_rows(spark) -> None:
     """4,096-wide DenseVectors (an image flattened by VectorAssembler) go dense: float32
     rows, not CSR with an index beside every value; scoring agrees with Keras."""

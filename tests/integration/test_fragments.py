@@ -21,6 +21,7 @@ def pushed(fitted) -> int:  # type: ignore[no-untyped-def]
     return sum(w["push_bytes"] for w in fitted.fit_report["workers"])
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_synchronous_fragments_push_one_part_a_sync_and_train(digits) -> None:
     train_df, _, (_, x_test, _, y_test) = digits
     whole = fit(train_df)

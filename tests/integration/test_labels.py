@@ -37,6 +37,7 @@ def _fit_and_compare(spark, model, x, y, rows, schema, *, label_col="label", epo
     return fitted
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_one_hot_labels_with_categorical_crossentropy(spark) -> None:
     x, _, y, _ = digits_arrays()
     onehot = np.eye(10, dtype=np.float32)[y]
@@ -52,6 +53,7 @@ def test_one_hot_labels_with_categorical_crossentropy(spark) -> None:
     assert fitted.history["accuracy"][-1] > 0.7  # learning (Adam 1e-3, 5 epochs)
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_multi_label_sigmoid_outputs(spark) -> None:
     x = RNG.normal(size=(400, 8)).astype(np.float32)
     y = (x[:, :4] > 0).astype(np.float32)  # four independent yes/no labels
@@ -62,6 +64,7 @@ def test_multi_label_sigmoid_outputs(spark) -> None:
     _fit_and_compare(spark, model, x, y, rows, "features array<float>, label array<float>")
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_class_ids_per_position_for_a_sequence_model(spark) -> None:
     tokens = RNG.integers(0, V, (300, T))
     keras.utils.set_random_seed(0)
@@ -80,6 +83,7 @@ def test_class_ids_per_position_for_a_sequence_model(spark) -> None:
     )
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_labels_take_their_outputs_shape_flat_or_nested(spark) -> None:
     x = RNG.normal(size=(300, T)).astype(np.float32)
     y = np.stack([x, -x], axis=-1)  # (T, 2) per row
@@ -101,6 +105,7 @@ def test_labels_take_their_outputs_shape_flat_or_nested(spark) -> None:
         KerasEstimator(model=model, num_workers=2).fit(wrong)
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_several_target_columns_for_one_output(spark) -> None:
     x = RNG.normal(size=(300, 6)).astype(np.float32)
     y = np.stack([x[:, 0] + x[:, 1], x[:, 2] - x[:, 3]], axis=1)

@@ -52,6 +52,7 @@ def _check(got: dict[str, list[float]], want: dict[str, float], prefix: str) -> 
             assert abs(merged - value) < 1e-4, (prefix + key, epoch, merged, value)
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 @pytest.mark.parametrize("mode", ["synchronous", "asynchronous"])
 def test_training_metrics_are_exact_over_skewed_partitions(spark, mode: str) -> None:
     """Each worker holds one side of the label's deciding feature: averaging the

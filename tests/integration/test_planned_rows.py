@@ -105,6 +105,7 @@ def test_validation_rows_are_not_planned_as_training_rows(spark, table, mode: st
     assert "val_loss" in fitted.history
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_a_partition_that_grows_after_the_scan_stops_the_fit(spark, tmp_path) -> None:
     """A DataFrame whose partitions hold more rows at each evaluation: the training job's
     workers hold more than the scan counted, and the fit stops naming the cause."""

@@ -54,6 +54,7 @@ def _scores(stage: KerasModel, spark: Any) -> list[float]:
     return [float(r.prediction) for r in stage.transform(_rows(spark)).collect()]
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_a_lambda_layer_loads_only_with_safe_mode_off(spark: Any, tmp_path: Any) -> None:
     net = _lambda_model()
     path = str(tmp_path / "lambda")
@@ -68,6 +69,7 @@ def test_a_lambda_layer_loads_only_with_safe_mode_off(spark: Any, tmp_path: Any)
     np.testing.assert_allclose(_scores(trusted, spark), want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_pickled_custom_objects_are_not_unpickled_in_safe_mode(spark: Any, tmp_path: Any) -> None:
     net = _custom_model()
     custom = cloudpickle.dumps({"Doubling": Doubling})

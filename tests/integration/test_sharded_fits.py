@@ -28,6 +28,7 @@ def fit(train_df, shards: int, **settings):  # type: ignore[no-untyped-def]
         pytest.param("elastic", marks=pytest.mark.slow),
     ],
 )
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_synchronous_shards_give_the_weights_of_one_service(digits, merge) -> None:
     train_df, _, _ = digits
     one = fit(train_df, 1, merge=merge)

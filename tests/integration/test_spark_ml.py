@@ -117,6 +117,7 @@ class Scale(keras.layers.Layer):
         return x * self.factor
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 @pytest.mark.compat
 def test_model_and_estimator_with_a_custom_layer_save_and_load(digits, tmp_path) -> None:
     train_df, test_df, _ = digits
@@ -166,6 +167,7 @@ class TwoDense(keras.Model):
         return self.out(self.hidden(x))
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_a_subclassed_model_fits_scores_and_loads_unbuilt(digits, tmp_path) -> None:
     train_df, test_df, _ = digits
     keras.utils.set_random_seed(0)
@@ -193,6 +195,7 @@ def test_a_subclassed_model_fits_scores_and_loads_unbuilt(digits, tmp_path) -> N
     )
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_validation_data_and_validation_split_add_val_logs(digits) -> None:
     train_df, test_df, _ = digits
     fitted = KerasEstimator(
@@ -249,6 +252,7 @@ def test_transform_and_evaluate_match_keras_on_collected_rows(digits, spark) -> 
         assert abs(got[key] - float(value)) < 1e-4, (key, got[key], value)
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_a_model_trained_elsewhere_scores_in_a_pipeline(spark, tmp_path) -> None:
     """KerasModel.from_keras: a plain Keras model (or its .keras file), no fit here."""
     x_train, x_test, y_train, y_test = digits_arrays()
@@ -311,6 +315,7 @@ def test_a_model_with_an_unregistered_layer_scores_from_keras(spark) -> None:
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_two_input_recommender_and_two_output_model(spark) -> None:
     rng = np.random.default_rng(0)
     users, items = rng.integers(0, 20, 2000), rng.integers(0, 30, 2000)

@@ -81,6 +81,7 @@ def test_an_inheritable_thread_carries_the_job_group(spark) -> None:
     assert seen == ["sparkdl-test-group"] and spark_version() >= (3, 5)
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_a_row_with_a_null_feature_gets_a_null_prediction_of_several_outputs(spark) -> None:
     """A struct prediction (two outputs) is null for a row with a null feature on every
     PySpark (before 4.1 a pandas UDF cannot return a null struct by itself)."""

@@ -53,6 +53,7 @@ def test_digits_synchronous_reaches_accuracy(digits, frequency) -> None:
     np.testing.assert_allclose(preds, fitted.get_model().predict(x, verbose=0), atol=1e-5)
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_verbose_2_prints_a_line_per_epoch_and_verbose_1_a_bar(digits, capsys) -> None:
     train_df, _, _ = digits
     KerasEstimator(model=digits_model(), num_workers=2, epochs=2, seed=0, verbose=2).fit(train_df)
@@ -81,6 +82,7 @@ def test_verbose_2_prints_a_line_per_epoch_and_verbose_1_a_bar(digits, capsys) -
     assert "resolved" not in quiet.out
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 @pytest.mark.parametrize("small", [5, 0])
 def test_uneven_partitions_do_not_deadlock(spark, small) -> None:
     """Partitions of `small` and the rest: the short worker joins every round with 0 samples."""

@@ -28,6 +28,7 @@ def _accuracy(model: keras.Model) -> float:
     return float((model.predict(x_test, verbose=0).argmax(axis=1) == y_test).mean())
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_steps_per_execution_jit_compile_and_clipping_train(digits) -> None:
     train_df = digits[0]
     model = _model(
@@ -44,6 +45,7 @@ def test_steps_per_execution_jit_compile_and_clipping_train(digits) -> None:
     assert fitted.history["loss"][-1] < fitted.history["loss"][0]
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_a_learning_rate_schedule_counts_steps_across_syncs_and_resumes(digits, tmp_path) -> None:
     train_df = digits[0]
     x_train, _, y_train, _ = digits_arrays()
@@ -78,6 +80,7 @@ def test_a_learning_rate_schedule_counts_steps_across_syncs_and_resumes(digits, 
     assert abs(_accuracy(resumed.get_model()) - _accuracy(plain)) < 0.05
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_gradient_accumulation_trains_and_a_pretrained_count_goes_on(digits) -> None:
     train_df = digits[0]
     accumulating = KerasEstimator(

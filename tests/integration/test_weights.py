@@ -78,6 +78,7 @@ def test_class_weight_trains_as_in_keras(spark) -> None:
     assert fitted.history["loss"][-1] < fitted.history["loss"][0]
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_weight_col_weights_training_validation_and_evaluate(spark) -> None:
     x_train, x_test, y_train, y_test = digits_arrays()
     weights = np.where(y_test == 3, 2.0, 1.0)
@@ -128,6 +129,7 @@ def test_bad_weights_are_refused_before_training(spark) -> None:
             KerasEstimator(model=_model(), class_weight=bad_weights)
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_evaluate_merges_metric_states_exactly_over_partitions(spark) -> None:
     """AUC, precision and weighted metrics equal one evaluate over all rows."""
     from sklearn.metrics import roc_auc_score
