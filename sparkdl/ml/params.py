@@ -4,6 +4,9 @@ Spark ML tools (``Pipeline``, ``ParamGridBuilder``, ``CrossValidator``, persiste
 work on Params. Every training setting of :class:`~sparkdl.config.TrainConfig` is a
 Param named in Spark's camelCase (``batch_size`` -> ``batchSize``), next to the column
 Params and ``learningRate``; the snake_case constructor arguments set the same Params.
+Those Params are made here from the settings' declarations
+(:func:`~sparkdl.config.setting_fields`: name, default and description), never
+listed by hand, so a new setting is a Param, with its default and its doc, at once.
 
 Example:
     >>> param_name("batch_size"), param_name("epochs")

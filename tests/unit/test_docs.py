@@ -1,4 +1,4 @@
-"""The docs' generated settings reference is the docstring's, and every setting has one."""
+"""The docs' generated settings reference is the declarations', and every setting has one."""
 
 from __future__ import annotations
 
