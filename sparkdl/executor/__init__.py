@@ -13,4 +13,7 @@ One push, from the training loop outwards:
 * :mod:`sparkdl.executor.pusher`: turns the local weights into a push with the fit's
   merge, sends it (waiting, or in the background with ``overlap``) and folds the
   answer in.
+* :mod:`sparkdl.executor.channel`: the worker's one channel to the service, its
+  client and its pusher, whatever the number of the service's shards (the one place
+  here that tells one service from shards).
 """
