@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame
 
 from sparkdl.config import TrainConfig
 from sparkdl.contract import custom_objects, keras_io
-from sparkdl.driver import data, tracking
+from sparkdl.driver import data
 from sparkdl.driver.background import SETTLE_SECONDS
 from sparkdl.driver.fit import Fit
 from sparkdl.driver.warmup import warm_up
@@ -179,28 +179,17 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
         custom = custom_objects.collect(model, self.custom_objects)
         initial_epoch, history = (found.epoch, found.history) if found else (0, None)
         prepared, validation = self._prepare(dataset, model, config)
-        tracker = None
-        callbacks = list(self.callbacks)
-        if tracking.wanted(config.mlflow_run):
-            params = {**config.to_dict(), "params": model.count_params()}
-            tracker = tracking.Tracker(config.mlflow_run, params)
-            callbacks.append(tracker.callback())
-        try:
-            result = Fit(
-                prepared,
-                model,
-                config,
-                custom_objects=custom or None,
-                validation=validation,
-                callbacks=callbacks,
-                initial_epoch=initial_epoch,
-                history=history,
-                outer_state=found.outer if found else None,
-            ).run()
-        except BaseException:
-            if tracker:
-                tracker.fail()
-            raise
+        result = Fit(  # (its MLflow run too: sparkdl.driver.tracking)
+            prepared,
+            model,
+            config,
+            custom_objects=custom or None,
+            validation=validation,
+            callbacks=self.callbacks,
+            initial_epoch=initial_epoch,
+            history=history,
+            outer_state=found.outer if found else None,
+        ).run()
         fitted = KerasModel(
             model_bytes=result.model_bytes,
             features_col=self.features_col,
@@ -211,8 +200,6 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
             custom_objects=custom_objects.dumps(custom),
             fit_report=result.report.to_dict(),
         )
-        if tracker:
-            tracker.finish(fitted.get_model())
         return fitted
 
     def _prepare(

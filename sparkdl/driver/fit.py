@@ -40,7 +40,7 @@ from sparkdl.contract.metric_states import MetricStates
 from sparkdl.contract.payload import WorkerPayload
 from sparkdl.contract.plan import FitPlan, format_resolved
 from sparkdl.contract.reports import SERVICE_KEYS, FitReport
-from sparkdl.driver import cluster, data
+from sparkdl.driver import cluster, data, tracking
 from sparkdl.driver.background import Background
 from sparkdl.driver.followers import Followers
 from sparkdl.driver.interrupt import interrupt_raises
@@ -88,7 +88,8 @@ class Fit:
             with the training rows (marked), each worker caches its share apart and
             reports ``val_*`` logs on it every epoch.
         callbacks: Keras callbacks run on the driver
-            (:class:`sparkdl.driver.callbacks.DriverCallbacks`); checkpoints run there too.
+            (:class:`sparkdl.driver.callbacks.DriverCallbacks`); checkpoints run there
+            too, and MLflow's epoch logs with ``mlflow_run`` (:mod:`sparkdl.driver.tracking`).
         initial_epoch: Epochs done before (a resumed fit).
         history: Their logs (a resumed fit).
     """
@@ -132,12 +133,32 @@ class Fit:
             KeyboardInterrupt: Ctrl-C (SIGINT) during the fit: its Spark jobs were
                 cancelled, its service and threads stopped (:mod:`sparkdl.driver.interrupt`).
         """
+        tracker = self._tracker()
         try:
-            return self._run()
-        finally:
-            self._background.settle()
+            try:
+                result, trained = self._run()
+            finally:
+                self._background.settle()
+        except BaseException:
+            if tracker is not None:
+                tracker.fail()
+            raise
+        if tracker is not None:
+            tracker.finish(trained)
+        return result
 
-    def _run(self) -> FitResult:
+    def _tracker(self) -> tracking.Tracker | None:
+        """The fit's MLflow run (:mod:`sparkdl.driver.tracking`), its epoch logs one more
+        driver callback; ``None`` when the fit does not log to MLflow."""
+        config = self.config
+        if not tracking.wanted(config.mlflow_run):
+            return None
+        params = {**config.to_dict(), "params": self.model.count_params()}
+        tracker = tracking.Tracker(config.mlflow_run, params)
+        self.callbacks.append(tracker.callback())
+        return tracker
+
+    def _run(self) -> tuple[FitResult, keras.Model]:
         """The fit itself (:meth:`run`): plan, service, launch, follow, result."""
         started = time.perf_counter()
         tools = session_tools(self.prepared.frame.sparkSession)
@@ -182,13 +203,15 @@ class Fit:
             prepare_seconds=prepare_seconds,
             resolved=resolved,
         )
-        return FitResult(
+        trained = fitted_model()
+        result = FitResult(
             weights=weights,
-            model_bytes=_fitted_bytes(fitted_model(), weights, reports),
+            model_bytes=_fitted_bytes(trained, weights, reports),
             history=history,
             report=report,
             input_shapes=self.prepared.input_shapes,
         )
+        return result, trained
 
     def _fitted_model(self, followers: Followers, model_bytes: bytes) -> Callable[[], keras.Model]:
         """The model the fitted weights go into: the callbacks' master model, which
