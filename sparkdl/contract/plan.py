@@ -58,6 +58,12 @@ def _given(f: dataclasses.Field[Any]) -> bool:
 class FitPlan:
     """Everything a fit runs with besides the model and the data, resolved.
 
+    ``epochs``, ``batch_size``, ``shuffle``, ``seed``, ``mixed_precision``,
+    ``request_timeout``, ``request_retries``, ``round_timeout``, ``backup_workers``,
+    ``port`` and ``data_cache`` are the user's settings of those names as given, which
+    :meth:`resolve` copies (each is described where it is declared:
+    :class:`~sparkdl.config.TrainConfig`); the other fields are resolved.
+
     Attributes:
         mode: The mode object (its service and worker halves).
         merge: The merge object, its settings resolved (scale, alpha, share).
@@ -66,11 +72,6 @@ class FitPlan:
         lr_recipe: The workers' learning rate against the model's (``lr_scaling``,
             ``warmup_epochs``; :mod:`sparkdl.sync.recipe`).
         num_workers: Spark tasks that train.
-        epochs, batch_size, shuffle, seed, mixed_precision, request_timeout,
-            request_retries, round_timeout, backup_workers, port, data_cache: The
-            settings of those names as the user gave them, copied by
-            :meth:`resolve` (each is described where it is declared:
-            :class:`~sparkdl.config.TrainConfig`).
         initial_epoch: Epochs done before this fit (a resumed fit starts after them).
         frequency: Batches between syncs, or ``None`` for epoch ends only.
         whole_epoch: Whether a push spans a whole epoch of a worker (at an even split).
