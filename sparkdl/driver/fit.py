@@ -125,7 +125,9 @@ class Fit:
 
         The threads that rebuild the model while the workers train end first
         (:mod:`sparkdl.driver.background`): a script that exits after a failed fit would
-        otherwise crash or hang.
+        otherwise crash or hang. With ``mlflow_run`` (or MLflow's Keras autologging on)
+        the fit logs to an MLflow run (:mod:`sparkdl.driver.tracking`): the settings as
+        it starts, each epoch's logs, and the trained model as it ends, or ``FAILED``.
 
         Raises:
             ClusterError: The cluster has fewer task slots than a barrier stage needs.
@@ -239,10 +241,7 @@ class Fit:
     def _plan(self, tools: SessionTools) -> FitPlan:
         """The settings and the cluster's facts, resolved once."""
         config = self.config
-        followed = Followers.wanted(
-            callbacks=self.callbacks, checkpoint_dir=config.checkpoint_dir, verbose=config.verbose
-        )
-        where = placement(config, tools, followed=followed)
+        where = placement(config, tools, followed=self._followed())
         return FitPlan.resolve(
             config,
             num_workers=cluster.num_workers(
@@ -294,11 +293,7 @@ class Fit:
             history=self.history,
             gate_epochs=self._gated(),
             outer_state=self._outer_state(plan),
-            followed=Followers.wanted(
-                callbacks=self.callbacks,
-                checkpoint_dir=self.config.checkpoint_dir,
-                verbose=self.config.verbose,
-            ),
+            followed=self._followed(),
         )
 
     def _payload(self, plan: FitPlan, model_bytes: Any) -> WorkerPayload:
@@ -343,6 +338,14 @@ class Fit:
                 "use a new checkpoint_dir."
             )
         return found
+
+    def _followed(self) -> bool:
+        """Something on the driver follows the fit as it runs (callbacks, checkpoints,
+        progress)."""
+        config = self.config
+        return Followers.wanted(
+            callbacks=self.callbacks, checkpoint_dir=config.checkpoint_dir, verbose=config.verbose
+        )
 
     def _gated(self) -> bool:
         """Driver callbacks see each synchronous epoch before the workers go on."""
