@@ -5,6 +5,7 @@ to the accuracy a fit alone reaches (real Spark local[2], TensorFlow and HTTP)."
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -22,22 +23,37 @@ EPOCHS = 20
 
 def test_two_fits_at_once_from_two_threads_both_reach_accuracy(digits) -> None:
     """local[2] has two task slots: one synchronous fit (a barrier stage of one task)
-    and one asynchronous fit (an ordinary task) of one worker each, started together."""
+    and one asynchronous fit (an ordinary task) of one worker each, started together,
+    each with a driver callback (its followers: callbacks, Spark UI marks, canceller)."""
     train_df, _, (_, x_test, _, y_test) = digits
     settings = {
         "synchronous": {"mode": "synchronous", "seed": 0},
         "asynchronous": {"mode": "asynchronous", "merge": "delta", "frequency": 4, "seed": 1},
     }
     results: dict[str, Any] = {}
+    # Each fit's driver callback records the losses it sees: its own fit's only.
+    seen: dict[str, list[float]] = {name: [] for name in settings}
+    spans: dict[str, tuple[float, float]] = {}
     start = threading.Barrier(len(settings))
 
     def fit(name: str) -> None:
+        import keras
+
+        record = keras.callbacks.LambdaCallback(
+            on_epoch_end=lambda epoch, logs: seen[name].append(logs["loss"])
+        )
         try:
             estimator = KerasEstimator(
-                model=digits_model(), num_workers=1, epochs=EPOCHS, **settings[name]
+                model=digits_model(),
+                num_workers=1,
+                epochs=EPOCHS,
+                callbacks=[record],
+                **settings[name],
             )
             start.wait(timeout=120)
+            began = time.monotonic()
             results[name] = estimator.fit(train_df)
+            spans[name] = (began, time.monotonic())
         except BaseException as exc:  # reported below, in the test's thread
             results[name] = exc
 
@@ -51,6 +67,8 @@ def test_two_fits_at_once_from_two_threads_both_reach_accuracy(digits) -> None:
         if isinstance(result, BaseException):
             raise AssertionError(f"the {name} fit failed") from result
 
+    # The fits did run at once.
+    assert max(b for b, _ in spans.values()) < min(e for _, e in spans.values()), spans
     fitted = [results[name] for name in settings]
     reports = [model.fit_report for model in fitted]
     # Each its own job group and service.
@@ -60,6 +78,7 @@ def test_two_fits_at_once_from_two_threads_both_reach_accuracy(digits) -> None:
         assert report["service"]["epochs_done"] == EPOCHS
         assert len(report["workers"]) == 1 and report["workers"][0]["rows"] == 1437
         assert len(model.history["loss"]) == EPOCHS
+        assert seen[name] == pytest.approx(model.history["loss"]), name
         assert accuracy(model.get_model(), x_test, y_test) >= 0.95, name
     # Two models, each with its own weights.
     assert fitted[0] is not fitted[1]
