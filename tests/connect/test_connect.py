@@ -69,6 +69,7 @@ def test_synchronous_fit_scores_evaluates_saves_and_loads(digits, tmp_path, caps
     np.testing.assert_allclose(again, predictions, atol=1e-6)
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_callbacks_stop_the_fit_and_checkpoints_resume_it(digits, tmp_path) -> None:
     train_df, _, _ = digits
     seen: list[int] = []
@@ -124,6 +125,7 @@ class Scale(keras.layers.Layer):
         return {**super().get_config(), "factor": self.factor}
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_a_pipeline_with_a_custom_layer_saves_and_loads(digits, tmp_path) -> None:
     from pyspark.ml import Pipeline, PipelineModel
 

@@ -85,6 +85,7 @@ def test_a_slow_worker_does_not_slow_the_other(digits, mode) -> None:
     assert fast["last_push"] < slow["last_push"] - 1.0
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_asynchronous_workers_may_outnumber_task_slots(digits) -> None:
     train_df, _, (_, x_test, _, y_test) = digits
     fitted = KerasEstimator(

@@ -59,6 +59,7 @@ def _hold(marker_dir: str, seconds: float) -> Any:
     return run
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 @pytest.mark.spark
 def test_spark_confirms_only_a_running_task_of_the_groups_job(spark: Any, tmp_path: Any) -> None:
     sc = spark.sparkContext

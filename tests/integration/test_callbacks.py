@@ -202,6 +202,7 @@ def _jobs_of_group(spark, group: str) -> list[str]:  # type: ignore[no-untyped-d
     return found
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 @pytest.mark.parametrize("mode", ["synchronous", "asynchronous"])
 def test_spark_ui_names_the_fit_and_each_epoch(digits, spark, mode) -> None:
     train_df, _, _ = digits

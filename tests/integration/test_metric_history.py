@@ -75,6 +75,7 @@ def test_training_metrics_are_exact_over_skewed_partitions(spark, mode: str) -> 
     assert abs(averaged - fitted.history["auc"][-1]) > 0.02  # the test can tell
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_validation_metrics_are_exact(spark) -> None:
     x, y, w = _data(2, 600)
     xv, yv, wv = _data(3, 400)

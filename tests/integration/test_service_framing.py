@@ -65,6 +65,7 @@ def _statuses(answer: bytes) -> list[bytes]:
     return [line.split(b" ")[1] for line in answer.split(b"\r\n") if line.startswith(b"HTTP/1.")]
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_stalled_bodies_of_token_holders_hold_no_thread(service: ParameterService) -> None:
     """64 token holders stall mid-body beside 128 idle connections without the token:
     every honest request is answered, each stalled one gets 408 within 10 s, and none of

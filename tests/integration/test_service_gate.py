@@ -194,6 +194,7 @@ def test_silent_tls_clients_hold_no_thread() -> None:
                 sock.close()
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_long_polls_never_take_the_last_threads() -> None:
     store = WeightStore([np.zeros(4, np.float32)], num_workers=2, merge=Average())
     with ParameterService(store, host="127.0.0.1", threads=8) as running:

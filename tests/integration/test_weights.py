@@ -50,6 +50,7 @@ def _recall(model: keras.Model, x: np.ndarray, y: np.ndarray, cls: int) -> float
     return float((pred[y == cls] == cls).mean())
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 @pytest.mark.compat  # class weights: PySpark 4 expressions with 3.5 shims
 def test_class_weight_trains_as_in_keras(spark) -> None:
     x_train, x_test, y_train, y_test = digits_arrays()
