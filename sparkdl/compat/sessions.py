@@ -79,7 +79,8 @@ def session_tools(spark: SparkSession) -> SessionTools:
             "sparkdl trains over Spark Connect with PySpark 4.0 or later on the client. "
             "Received: a Spark Connect session of PySpark "
             f"{'.'.join(map(str, spark_version()))}. Upgrade the client "
-            '(pip install -U "sparkdl-keras[connect]") or use a classic session.'
+            '(pip install -U "pyspark[connect]>=4.0", the extra "sparkdl-keras[connect]") or '
+            "use a classic session."
         )
     return ConnectTools(spark)
 

@@ -334,12 +334,12 @@ class ScoringPayload:
         batch_size: Rows per model call.
         safe_mode: Keras's safe mode for the executors' load.
         tf_logs: How the executors load TensorFlow (:mod:`sparkdl.contract.tf_logs`).
-        backend: The Keras backend the executors load the model on, the driver's
-            (:func:`~sparkdl.contract.backends.training_backend`).
         outputs: ``transform``: ``(name, scalar)`` per model output, in order (a
             struct of them by name for several outputs).
         label_kinds: ``evaluate``: the kind of each output's label.
         weighted: ``evaluate``: the frame has the :data:`WEIGHT` column.
+        backend: The Keras backend the executors load the model on, the driver's
+            (:func:`~sparkdl.contract.backends.training_backend`).
     """
 
     model_bytes: Any
@@ -351,10 +351,10 @@ class ScoringPayload:
     batch_size: int
     safe_mode: bool = False
     tf_logs: TensorFlowLogs | None = None
-    backend: str = "tensorflow"
     outputs: list[tuple[str, bool]] = field(default_factory=list)
     label_kinds: list[str] = field(default_factory=list)
     weighted: bool = False
+    backend: str = "tensorflow"
 
     def columns(self) -> tuple[list[Column], list[Column], Column | None]:
         """How the feature (and, to evaluate, label and weight) columns are read; an

@@ -32,7 +32,7 @@ from sparkdl.sync.recipe import LearningRateRecipe, resolve_scaling
 from sparkdl.sync.schedule import steps_for, train_rows
 from sparkdl.sync.settings import FitSettings
 
-_log = logging.getLogger("sparkdl.driver.fit")
+_log = logging.getLogger("sparkdl.fit")  # the fit's documented logger
 
 if TYPE_CHECKING:
     from sparkdl.config import TrainConfig

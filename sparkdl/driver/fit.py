@@ -54,7 +54,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Fit", "FitResult"]
 
-_log = logging.getLogger(__name__)
+#: The fit's documented logger (the resolved settings, at INFO): its name predates the
+#: tier folders and stays.
+_log = logging.getLogger("sparkdl.fit")
 
 
 @dataclass
@@ -112,7 +114,9 @@ class Fit:
         self.config = config
         self.custom_objects = custom_objects
         self.validation = validation
-        self.callbacks = list(callbacks or [])
+        #: The user's callbacks; :meth:`run` adds its MLflow run's to a copy (``callbacks``).
+        self.given_callbacks = list(callbacks or [])
+        self.callbacks = list(self.given_callbacks)
         self.initial_epoch = initial_epoch
         self.history = history
         #: The outer optimizer's state from the checkpoint a fit resumes from.
@@ -136,6 +140,7 @@ class Fit:
                 cancelled, its service and threads stopped (:mod:`sparkdl.driver.interrupt`).
         """
         tracker = self._tracker()
+        self.callbacks = [*self.given_callbacks, *([tracker.callback()] if tracker else [])]
         try:
             try:
                 result, trained = self._run()
@@ -157,7 +162,6 @@ class Fit:
             return None
         params = {**config.to_dict(), "params": self.model.count_params()}
         tracker = tracking.Tracker(config.mlflow_run, params)
-        self.callbacks.append(tracker.callback())
         return tracker
 
     def _run(self) -> tuple[FitResult, keras.Model]:

@@ -2,8 +2,8 @@
 
 ``verbose=1`` shows a progress bar (``tqdm.auto``: a terminal bar, or a widget in a
 notebook) with the epoch, samples done of the total, the latest loss and samples/s;
-without tqdm installed (``pip install sparkdl-keras[progress]``) it prints lines as
-``verbose=2`` does: one line per finished epoch with its merged logs.
+without tqdm installed (``pip install tqdm``, the extra ``sparkdl-keras[progress]``) it
+prints lines as ``verbose=2`` does: one line per finished epoch with its merged logs.
 
 Example:
     >>> Progress.POLL_SECONDS

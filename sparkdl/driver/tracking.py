@@ -46,7 +46,8 @@ class Tracker:
             import mlflow
         except ImportError as exc:
             raise ConfigError(
-                "mlflow_run= needs MLflow: pip install 'sparkdl-keras[mlflow]'."
+                "mlflow_run= needs MLflow: pip install 'mlflow-skinny>=2.16' (the extra "
+                "'sparkdl-keras[mlflow]')."
             ) from exc
         self._mlflow = mlflow
         active = mlflow.active_run()

@@ -144,9 +144,10 @@ class Merge(abc.ABC):
     #: moves by what the center received, and the rest stays in its next difference.
     error_feedback: ClassVar[bool] = True
     #: Whether an outer optimizer (:mod:`sparkdl.sync.outer`) may step on the change
-    #: this merge makes: a mean of the workers' progress. Elastic averaging has an
-    #: outer step of its own (``alpha``).
-    supports_outer_optimizer: ClassVar[bool] = True
+    #: this merge makes: a mean of the workers' progress. Off unless a merge says so
+    #: (``average`` and ``delta`` do); elastic averaging has an outer step of its own
+    #: (``alpha``).
+    supports_outer_optimizer: ClassVar[bool] = False
 
     @property
     def pushes_weights(self) -> bool:
@@ -295,6 +296,7 @@ class Average(Merge):
     """
 
     name: ClassVar[str] = "average"
+    supports_outer_optimizer: ClassVar[bool] = True
     share: float = 1.0
     relative: bool = False
 
@@ -397,6 +399,7 @@ class Delta(Merge):
     """
 
     name: ClassVar[str] = "delta"
+    supports_outer_optimizer: ClassVar[bool] = True
     staleness: str = "none"
     scale: float = 1.0
     #: Where ``scale`` comes from, in words (:meth:`describe`); not compared.

@@ -110,8 +110,8 @@ class Backend(ABC):
             raise BackendError(
                 f"The driver's Keras runs on the {self.name!r} backend, but this executor's "
                 f"Python ({sys.executable}) has no {package!r} package. Install "
-                f"'{extra_for(self.name)}' on every executor (or the driver's backend's "
-                "package), or run Keras on a backend the executors have."
+                f"'{extra_for(self.name)}' on every executor, or the backend's own package "
+                f"(pip install {package}), or run Keras on a backend the executors have."
             )
         env["KERAS_BACKEND"] = self.name
         for key, value in self.environment.items():

@@ -91,7 +91,7 @@ SILENT_SECONDS = 30.0
 MAX_EPOCH_COPIES = 4
 
 #: The store's logger: the round and generation warnings keep the name they are filtered by.
-_log = logging.getLogger("sparkdl.server.state.store")
+_log = logging.getLogger("sparkdl.server.store")  # its name before the tier folders
 
 
 class TrainingState(abc.ABC):
