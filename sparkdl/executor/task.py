@@ -28,8 +28,8 @@ from pyspark import BarrierTaskContext, TaskContext
 from sparkdl.contract.payload import RESULT_SCHEMA, VALIDATION, Column, WorkerPayload
 from sparkdl.contract.reports import WorkerReport
 from sparkdl.errors import ServiceError
-from sparkdl.executor import gpu
 from sparkdl.executor.backends import backend_for
+from sparkdl.executor.backends import devices as gpu
 from sparkdl.executor.cache import PartitionCache
 from sparkdl.executor.channel import Channel, open_channel
 from sparkdl.executor.hosting import Hosted
