@@ -7,10 +7,6 @@ rows per worker among it. The driver follows the fit through its
 :class:`~sparkdl.driver.relay.Relay` (Spark poll jobs, started only when something on
 the driver follows the fit), and the job's result rows bring the service's history,
 status and weights back (:func:`~sparkdl.contract.payload.service_result`).
-
-Example:
-    >>> HostedService.__name__
-    'HostedService'
 """
 
 from __future__ import annotations

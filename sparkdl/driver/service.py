@@ -201,7 +201,7 @@ def open_service(
             plan,
             start,
             part,
-            merge if j == 0 else None,  # shard 0 keeps the fit's history
+            merge if j == 0 else None,  # shard 0 merges the epochs' metrics
             (outers[j], outer[1]) if outers and outer else None,
         )
         for j, part in enumerate(layout.split(weights))

@@ -73,7 +73,7 @@ class ServiceClient:
         attempt: This task's attempt number; a higher one supersedes the worker's
             earlier attempts on the service.
         tls_cert: The fit's certificate (PEM) for an ``https://`` service: the only
-            one this client trusts (:mod:`sparkdl.server.web.tls`).
+            one this client trusts (:mod:`sparkdl.protocol.tls`).
     """
 
     def __init__(

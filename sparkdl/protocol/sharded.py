@@ -12,8 +12,23 @@ What the answers carry for the fit (the stop flag, a learning rate) is the same 
 every shard (:class:`~sparkdl.server.state.sharded.ShardedStore` tells every shard).
 
 Example:
-    >>> ShardedClient.__name__
-    'ShardedClient'
+    >>> import numpy as np
+    >>> from sparkdl.protocol.client import ServiceClient
+    >>> from sparkdl.server.state.store import WeightStore
+    >>> from sparkdl.server.web.service import ParameterService
+    >>> from sparkdl.sync.merges import Average
+    >>> from sparkdl.sync.shards import ShardLayout
+    >>> weights = [np.arange(6, dtype=np.float32), np.ones(2, np.float32)]
+    >>> layout = ShardLayout.plan([((6,), "float32"), ((2,), "float32")], shards=2)
+    >>> stores = [WeightStore(p, num_workers=1, merge=Average()) for p in layout.split(weights)]
+    >>> with ParameterService(stores[0]) as a, ParameterService(stores[1]) as b:
+    ...     clients = [ServiceClient(s.url, s.token, worker=0) for s in (a, b)]
+    ...     client = ShardedClient(clients, layout)
+    ...     joined = client.join(rows=3)
+    ...     center, version = client.pull()  # each shard's part, joined whole
+    ...     client.close()
+    >>> [c.tolist() for c in center]
+    [[0.0, 1.0, 2.0, 3.0, 4.0, 5.0], [1.0, 1.0]]
 """
 
 from __future__ import annotations
@@ -96,9 +111,8 @@ class ShardedClient:
 
     def join(self, rows: int) -> dict[str, Any]:
         """Joins every shard; returns the answer of the shard where this worker stands
-        earliest (with fragments: furthest, see :meth:`fragment_version` and
-        :meth:`missed_closing`): a task that died between two shards' pushes resumes
-        before the push the others missed.
+        earliest (with fragments: furthest, see :meth:`standing`): a task that died
+        between two shards' pushes resumes before the push the others missed.
 
         In asynchronous modes every shard's pushes are then numbered from that shard's
         last one, so the shards that took the push take its replay as a retry, and

@@ -1,4 +1,5 @@
 """The parameter service's training state: the center, rounds, ledger, history, checkpoints.
 
-Plain Python and numpy: nothing here imports Flask or :mod:`sparkdl.server.web`.
+Nothing here imports Flask or :mod:`sparkdl.server.web` (Keras loads only inside the
+driver's checkpoint callback, :func:`sparkdl.server.state.checkpoints.checkpoint_callback`).
 """

@@ -3,7 +3,9 @@
 The state and the steps a push goes through live in
 :class:`~sparkdl.server.state.training.TrainingState` (its parts, each a small class of its own
 module: the center, rounds, the ledger, the history, the control channel); this class
-adds what the routes and the driver call, each method taking the lock itself. A push is
+adds what the routes call for the workers (what the driver's threads read and decide is
+:class:`~sparkdl.server.state.store_events.StoreEvents`, its base), each method taking the
+lock itself. A push is
 the policy of the fit's mode to run (:mod:`sparkdl.server.state.policies`). Nothing here knows
 about HTTP: a refused request raises :class:`StoreError` with the status to answer.
 
