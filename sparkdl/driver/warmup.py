@@ -10,7 +10,8 @@ import :mod:`sparkdl.executor.training` in their worker. The caller goes on at o
 modules loaded, or loading.
 
 A task does not hold its slot while its worker imports: it starts the import in a
-background thread of the worker and returns, so the fit's own first Spark job (the data
+background thread of the worker and returns (:mod:`sparkdl.executor.warmup`, named by
+:func:`sparkdl.contract.warmup_task.warm_function`), so the fit's own first Spark job (the data
 checks, a JVM job) runs beside the imports instead of queueing behind them. The thread
 holds Python's global import lock (:func:`sparkdl.compat.imports.global_import_lock`)
 for the whole import, so every other thread of that worker that imports a module not
@@ -47,20 +48,15 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 import logging
-import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
-from sparkdl.compat.imports import global_import_lock
 from sparkdl.compat.spark_versions import inheritable_thread
 from sparkdl.contract.backends import training_backend
 from sparkdl.contract.tf_logs import TensorFlowLogs
+from sparkdl.contract.warmup_task import WARMUP_SCHEMA, warm_function
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -272,8 +268,8 @@ def _start(tools: SessionTools, tasks: int, *, wait: bool, engine: bool) -> Warm
             # thread's jobs only, under the job group inherited from the caller.
             tools.describe(JOB_DESCRIPTION)
             frame = spark.range(tasks, numPartitions=tasks)
-            warm = _warm_partition(logs, backend, _EXECUTOR_MODULE, block=block)
-            rows = frame.mapInArrow(warm, "pid long, ok boolean").collect()
+            warm = warm_function(logs, backend, _EXECUTOR_MODULE, block=block)
+            rows = frame.mapInArrow(warm, WARMUP_SCHEMA).collect()
             ok = all(row.ok for row in rows)
             _log.debug("sparkdl warm-up of workers %s: ok=%s", [row.pid for row in rows], ok)
             if engine:
@@ -302,80 +298,3 @@ def _warm_engine(spark: SparkSession, partitions: int) -> None:
         (F.col("id") % 2).cast("int").alias(label_name(0)),
     )
     data_scan.summarize(rows.repartition(min(partitions, 2)), ["int"], 1)
-
-
-def _warm_partition(
-    logs: TensorFlowLogs, backend: str, module: str, *, block: bool
-) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The function each warm-up task runs in its Python worker: starts importing
-    ``module`` on the Keras ``backend`` (and waits for it when ``block``)."""
-
-    def warm(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for _ in batches:
-            pass
-        if block:
-            _start_import(module, logs, backend).join()
-            yield _answer(_import_ok(module))
-            return
-        # Everything this task still does imports its modules before the lock is
-        # taken (pyarrow loads some lazily), so that it ends at once.
-        answer = _answer(True)
-        yield answer
-        _start_import(module, logs, backend)
-
-    return warm
-
-
-def _answer(ok: bool) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pydict({"pid": [os.getpid()], "ok": [ok]})
-
-
-# Worker side: this process's background import, and how each import ended.
-_importer: threading.Thread | None = None
-_imported: dict[str, bool] = {}
-
-
-def _import_ok(module: str) -> bool:
-    """Whether this worker imported ``module``. A module-level function, so the task
-    function cloudpickle ships by value reads this worker's record through it, not the
-    copy of the driver's (empty) one a direct reference would carry."""
-    return _imported.get(module, False)
-
-
-def _start_import(module: str, logs: TensorFlowLogs, backend: str) -> threading.Thread:
-    """Starts importing ``module`` in a background thread of this worker (once).
-
-    Returns once the thread holds the import lock. The caller is in no import then, so
-    the thread never waits for a module lock this thread holds while this thread waits
-    for the import lock (a deadlock Python would not detect).
-    """
-    global _importer
-    if _importer is None or not (_importer.is_alive() or module in _imported):
-        locked = threading.Event()
-        _importer = threading.Thread(
-            target=_import_holding_lock,
-            args=(module, locked, logs, backend),
-            name="sparkdl-warm-import",
-            daemon=True,
-        )
-        _importer.start()
-        locked.wait()
-    return _importer
-
-
-def _import_holding_lock(
-    module: str, locked: threading.Event, logs: TensorFlowLogs, backend: str
-) -> None:
-    """Imports ``module`` holding the global import lock: no other thread of this
-    process imports anything new until it is done (see the module docstring)."""
-    with global_import_lock():
-        locked.set()
-        try:
-            # Runs on an executor: named by string, as the payload's task entries are.
-            imports = importlib.import_module("sparkdl.executor.imports")
-            backends = importlib.import_module("sparkdl.executor.backends")
-            backends.backend_for(backend).load(logs, lambda: imports.import_executor(module))
-            _imported[module] = True
-        except Exception:  # the fit's own import raises it again, in its task
-            _imported[module] = False
-            _log.debug("sparkdl warm-up import failed (ignored)", exc_info=True)

@@ -156,7 +156,7 @@ def test_the_relay_polls_every_shard_and_joins_their_weights(tmp_path, monkeypat
     import tempfile
 
     from sparkdl.contract import rendezvous as rv
-    from sparkdl.driver import relay
+    from sparkdl.executor import relay_poll
     from sparkdl.sync.shards import ShardLayout
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
@@ -179,7 +179,7 @@ def test_the_relay_polls_every_shard_and_joins_their_weights(tmp_path, monkeypat
             "query": {"known": 1, "released": 0, "stop": 1, "wait": 0.0},
             "fetched": -1,
         }
-        rows = relay.poll_rows(request).to_pylist()
+        rows = relay_poll.poll_rows(request).to_pylist()
     kinds = [r["kind"] for r in rows]
     assert kinds[0] == "status" and "weights" in kinds, rows[:1]
     status = json.loads(rows[0]["body"])

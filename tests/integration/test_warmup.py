@@ -19,6 +19,7 @@ from sparkdl.contract.tf_logs import TensorFlowLogs
 from sparkdl.driver import warmup
 from sparkdl.driver.warmup import WarmUp, warm_up
 from sparkdl.executor import imports
+from sparkdl.executor import warmup as worker_warmup
 
 #: A standard-library module with no side effects that no other code imports.
 SENTINEL = "pydoc_data.topics"
@@ -77,15 +78,15 @@ def test_a_background_import_holds_back_other_threads_imports(
     )
     (tmp_path / "other_sentinel.py").write_text("import time\nloaded = time.monotonic()\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(warmup, "_importer", None)
-    monkeypatch.setattr(warmup, "_imported", {})
+    monkeypatch.setattr(worker_warmup, "_importer", None)
+    monkeypatch.setattr(worker_warmup, "_imported", {})
     for name in ("slow_sentinel", "other_sentinel"):  # imported anew by each case
         monkeypatch.delitem(sys.modules, name, raising=False)
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")  # restored after the test
     if filtered:  # as in a fresh worker, where TensorFlow is not loaded yet
         monkeypatch.delitem(sys.modules, "tensorflow", raising=False)
     logs = TensorFlowLogs("3", filtered=True) if filtered else TensorFlowLogs()
-    importer = warmup._start_import("slow_sentinel", logs, training_backend())
+    importer = worker_warmup._start_import("slow_sentinel", logs, training_backend())
     time.sleep(0.1)  # the slow import is under way
     loaded: dict[str, float] = {}
     other = threading.Thread(target=lambda: loaded.update(t=_load("other_sentinel")))
@@ -93,10 +94,10 @@ def test_a_background_import_holds_back_other_threads_imports(
     other.join(10)
     importer.join(10)
     slow = sys.modules["slow_sentinel"]
-    assert warmup._imported["slow_sentinel"] is True
+    assert worker_warmup._imported["slow_sentinel"] is True
     assert loaded["t"] >= slow.ended > slow.started
     # imported once per process
-    assert warmup._start_import("slow_sentinel", logs, training_backend()) is importer
+    assert worker_warmup._start_import("slow_sentinel", logs, training_backend()) is importer
     err = capfd.readouterr().err
     assert "a line of the module" in err
     assert ("oneDNN" in err) is not filtered, err

@@ -151,6 +151,59 @@ def test_imports_run_one_way_between_tiers() -> None:
     assert not wrong, "\n".join(sorted(wrong))
 
 
+#: The only imports by string across the tiers' rule: a contract task entry names the
+#: executor module its task runs, so that the driver, which ships the entry, never
+#: imports the executor side.
+STRING_ENTRIES = {
+    ("sparkdl.contract.payload", "sparkdl.executor.task"),
+    ("sparkdl.contract.payload", "sparkdl.executor.scoring"),
+    ("sparkdl.contract.poll_task", "sparkdl.executor.relay_poll"),
+    ("sparkdl.contract.warmup_task", "sparkdl.executor.warmup"),
+}
+#: Where a module is imported by a name computed at run time: the package's lazy
+#: names, the executor's import of its training module, the command line's commands.
+COMPUTED_IMPORTS = {"sparkdl", "sparkdl.executor.imports", "sparkdl.tools.cli"}
+
+
+def string_imports() -> tuple[set[tuple[str, str]], set[str]]:
+    """Every ``importlib.import_module(...)`` and ``__import__(...)`` in sparkdl:
+    ``(module, target)`` of those naming a sparkdl module by a literal, and the
+    modules where one names it by a computed value."""
+    literal: set[tuple[str, str]] = set()
+    computed: set[str] = set()
+    for module, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call) or not node.args:
+                continue
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name not in {"import_module", "__import__"}:
+                continue
+            target = node.args[0]
+            if isinstance(target, ast.Constant) and isinstance(target.value, str):
+                if target.value.split(".")[0] == "sparkdl":
+                    literal.add((module, target.value))
+            else:
+                computed.add(module)
+    return literal, computed
+
+
+def test_string_imports_keep_the_tiers_rule() -> None:
+    """An import by string is an import: it keeps the tiers' rule, but for the contract's
+    task entries, which name the executor module their task runs."""
+    literal, computed = string_imports()
+    wrong = []
+    for module, target in sorted(literal):
+        source, to = tier(module), tier(target)
+        if source is None or to is None or to == source or (module, target) in STRING_ENTRIES:
+            continue
+        if to not in RULES[source]:
+            wrong.append(f"{module} ({source}) -> {target} ({to}), by string")
+    assert not wrong, "\n".join(wrong)
+    assert literal >= STRING_ENTRIES, sorted(STRING_ENTRIES - literal)  # no stale entry
+    assert computed <= COMPUTED_IMPORTS, sorted(computed - COMPUTED_IMPORTS)
+
+
 def test_no_import_cycle_type_level_imports_included() -> None:
     graph = import_graph()
     seen: dict[str, int] = {}

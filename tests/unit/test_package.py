@@ -1,10 +1,11 @@
 """``import sparkdl`` stays light: its public names load at first use; the executor side
 imports no driver module.
 
-A Spark worker that unpickles a function of :mod:`sparkdl.driver.warmup` imports the package;
-it must not load the estimator and ``pyspark.ml`` before it starts importing TensorFlow.
-A training task unpickles the payload and imports the task entry: imports run driver ->
-payload <- executor, never executor -> driver.
+A Spark worker that unpickles the warm-up's task function
+(:mod:`sparkdl.contract.warmup_task`) imports the package; it must not load the estimator
+and ``pyspark.ml`` before it starts importing TensorFlow. A training task unpickles the
+payload and imports the task entry: imports run driver -> payload <- executor, never
+executor -> driver. The relay's poll tasks and the warm-up's tasks alike.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ DRIVER = [
     "sparkdl.ml.persistence",
     "sparkdl.ml.predict",
     "sparkdl.driver.progress",
+    "sparkdl.driver.relay",
     "sparkdl.server.web.app",
     "sparkdl.server.web.parse",
     "sparkdl.server.state.policies",
@@ -116,6 +118,23 @@ def test_the_scoring_tasks_import_no_driver_module() -> None:
     scoring = ScoringPayload(b"", "digest", None, [(3,)], [False], [""], 8, outputs=[("y", True)])
     _check_fresh_task(predict_function(scoring), "sparkdl.executor.scoring")
     _check_fresh_task(evaluate_function(scoring), "sparkdl.executor.scoring")
+
+
+def test_the_relay_poll_task_imports_no_driver_module() -> None:
+    """The relay's poll task (``service_placement="cluster"``): its function and module."""
+    from sparkdl.contract.poll_task import poll_function
+
+    request = {"fit_id": "f", "token": "t", "timeout": 1, "query": {}, "fetched": None}
+    _check_fresh_task(poll_function(request), "sparkdl.executor.relay_poll")
+
+
+def test_the_warm_up_task_imports_no_driver_module() -> None:
+    """The warm-up's task: its function and the worker's side of the warm-up."""
+    from sparkdl.contract.tf_logs import TensorFlowLogs
+    from sparkdl.contract.warmup_task import warm_function
+
+    warm = warm_function(TensorFlowLogs(), "tensorflow", "sparkdl.executor.training", block=True)
+    _check_fresh_task(warm, "sparkdl.executor.warmup")
 
 
 def _check_fresh_task(function: object, module: str) -> None:
