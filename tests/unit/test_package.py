@@ -11,12 +11,13 @@ executor -> driver. The relay's poll tasks and the warm-up's tasks alike.
 from __future__ import annotations
 
 import ast
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import cloudpickle
+
+from tests.unit.test_layout import import_graph
 
 CHECK = """
 import sys
@@ -160,60 +161,16 @@ def test_sparkdl_has_no_import_cycle() -> None:
     under ``TYPE_CHECKING``), with a package's ``__init__`` counted: no cycle. (The
     payload's task functions name their executor modules by string, on purpose, so
     that the driver never imports them: that edge runs only on the executors.)"""
-    graph = _import_graph()
+    graph = import_graph(type_level=False)
     cycles = [c for c in _strongly_connected(graph) if len(c) > 1]
     assert not cycles, cycles
 
 
 def test_the_sync_protocol_imports_nothing_of_the_service() -> None:
     """``sync/`` is shared by the driver, the service and the executors."""
-    graph = _import_graph()
+    graph = import_graph(type_level=False)
     reach = {m: sorted(t for t in graph[m] if t.startswith("sparkdl.server")) for m in graph}
     assert not {m: t for m, t in reach.items() if m.startswith("sparkdl.sync") and t}
-
-
-def _import_graph() -> dict[str, set[str]]:
-    root = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "sparkdl")
-    paths: dict[str, str] = {}
-    for folder, _, files in os.walk(root):
-        for name in files:
-            if name.endswith(".py"):
-                path = os.path.join(folder, name)
-                rel = os.path.relpath(path, os.path.dirname(root))[:-3].replace(os.sep, ".")
-                paths[rel.removesuffix(".__init__")] = path
-    graph: dict[str, set[str]] = {}
-    for module, path in paths.items():
-        with open(path) as file:
-            tree = ast.parse(file.read())
-        package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
-        hidden = {
-            id(node)
-            for block in ast.walk(tree)
-            if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
-            for node in ast.walk(block)
-        }
-        targets: set[str] = set()
-        for node in ast.walk(tree):
-            if id(node) in hidden:
-                continue
-            if isinstance(node, ast.Import):
-                targets.update(a.name for a in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join([*parts, *([node.module] if node.module else [])])
-                targets.update(f"{base}.{a.name}" for a in node.names)
-                targets.add(base)
-        edges = set()
-        for target in targets:
-            parts = target.split(".")
-            for end in range(1, len(parts) + 1):  # a module imports its packages too
-                name = ".".join(parts[:end])
-                if name in paths and name != module and not module.startswith(name + "."):
-                    edges.add(name)
-        graph[module] = edges
-    return graph
 
 
 def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
