@@ -30,8 +30,8 @@ Every worker, once its partition is cached, enters :class:`Hosted`:
    (:func:`sparkdl.contract.payload.result_rows`) and stops them.
 
 If a host's Python process dies, Spark retries the whole barrier stage (its output
-feeds a shuffle: :func:`sparkdl.driver.fit._run_barrier_job`); the new attempt rejoins at step
-1 and resumes from the last epoch every shard closed and wrote.
+feeds a shuffle: :func:`sparkdl.driver.launcher.run_barrier_job`); the new attempt
+rejoins at step 1 and resumes from the last epoch every shard closed and wrote.
 
 Example:
     >>> _common_epoch([[[4, 5], [4]], [[], [5]]], shards=2)  # 2 workers, 2 shards
