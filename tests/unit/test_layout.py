@@ -38,7 +38,6 @@ RULES: dict[str, set[str]] = {
         "compat",
         "errors",
         "optimizers",
-        "server.web",
         "server.state",
     },
     "ml": {"driver", "contract", "config", "protocol", "sync", "compat", "errors", "optimizers"},
