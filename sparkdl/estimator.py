@@ -195,6 +195,7 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
             features_col=self.features_col,
             prediction_col=str(self.getOrDefault("predictionCol")),
             class_col=str(self.getOrDefault("classCol")),
+            label_col=self.getOrDefault("labelCol"),
             input_shapes=list(result.input_shapes),
             history=result.history,
             custom_objects=custom_objects.dumps(custom),

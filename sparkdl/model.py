@@ -56,6 +56,8 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         model_bytes: The model as a ``.keras`` archive.
         features_col: Feature column or list of numeric columns, as in training.
         prediction_col: Name of the output column.
+        label_col: The label column(s) :meth:`evaluate` reads unless told otherwise:
+            the estimator's ``label_col`` for a fitted model.
         class_col: Name of the arg-max class column; empty for none.
         input_shapes: Per-sample shape of each input (without the batch axis); read
             from the model when not given.
@@ -86,6 +88,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         features_col: str | Sequence[str] | dict[str, str] = "features",
         prediction_col: str = "prediction",
         class_col: str = "",
+        label_col: Any = "label",
         input_shapes: Sequence[tuple[int, ...]] | None = None,
         history: dict[str, list[float]] | None = None,
         custom_objects: bytes | None = None,
@@ -97,8 +100,9 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         self._set_column_defaults()
         self._setDefault(predictBatchSize=PREDICT_BATCH)
         features = features_col if isinstance(features_col, (str, dict)) else list(features_col)
-        columns = {"features_col": features, "prediction_col": prediction_col}
-        self._set(**split_settings(columns, {"featuresCol", "predictionCol"}))
+        labels = label_col if isinstance(label_col, (str, dict)) else list(label_col)
+        columns = {"features_col": features, "prediction_col": prediction_col, "label_col": labels}
+        self._set(**split_settings(columns, {"featuresCol", "predictionCol", "labelCol"}))
         self._set(classCol=class_col, predictBatchSize=batch_size)
         self.model_bytes = model_bytes
         self.history: dict[str, list[float]] = dict(history or {})
@@ -231,15 +235,20 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         self,
         dataset: DataFrame,
         *,
-        label_col: Any = "label",
+        label_col: Any = None,
+        features_col: Any = None,
         batch_size: int | None = None,
         weight_col: str | None = None,
     ) -> dict[str, float]:
         """Keras's ``evaluate`` over a DataFrame, run on the executors.
 
         Args:
-            dataset: Rows with the feature column(s) and ``label_col``.
-            label_col: The label column (a list or dict of columns for several outputs).
+            dataset: Rows with the feature column(s) and the label column(s).
+            label_col: The label column (a list or dict of columns for several
+                outputs); default: the model's ``labelCol``, which a fit sets to the
+                estimator's ``label_col`` (``"label"`` for :meth:`from_keras`).
+            features_col: The feature column(s); default: the model's ``featuresCol``
+                (the estimator's for a fitted model).
             batch_size: Rows per evaluation step (default: ``predictBatchSize``).
             weight_col: A numeric column of per-row weights (finite, >= 0): Keras's
                 ``evaluate(sample_weight=...)``, for the loss and ``weighted_metrics``.
@@ -260,7 +269,8 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
 
         model = self.get_model()
         keras_io.check_compiled(model)
-        features, sparse = self._features(dataset, model)
+        label_col = self.getOrDefault("labelCol") if label_col is None else label_col
+        features, sparse = self._features(dataset, model, features_col)
         labels = data.label_columns(dataset, label_col, keras_io.output_names(model))
         weight = data.weight_column(dataset, labels, weight_col, None)
         frame = dataset.select(
@@ -314,11 +324,15 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
             scored = scored.withColumn(class_col, classes)
         return scored
 
-    def _features(self, dataset: DataFrame, model: Any) -> tuple[list[Any], list[bool]]:
-        """The feature expressions for ``model`` and which of them stay sparse (as in
-        :func:`sparkdl.driver.data.prepare`, without its look at the rows: scoring densifies one
-        batch at a time, so it needs no Spark job to choose)."""
-        return data.model_features(dataset, model, self.features_col, sample=False)
+    def _features(
+        self, dataset: DataFrame, model: Any, features_col: Any = None
+    ) -> tuple[list[Any], list[bool]]:
+        """The feature expressions for ``model`` (from ``features_col``, default the
+        model's ``featuresCol``) and which of them stay sparse (as in
+        :func:`sparkdl.driver.data.prepare`, without its look at the rows: scoring
+        densifies one batch at a time, so it needs no Spark job to choose)."""
+        columns = self.features_col if features_col is None else features_col
+        return data.model_features(dataset, model, columns, sample=False)
 
     def _scoring(
         self, dataset: DataFrame, model: Any, sparse: list[bool], **fields: Any
@@ -339,6 +353,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
             safe_mode=self.safe_mode,
             tf_logs=tensorflow_logs(tools),
             backend=training_backend(),
+            input_structure=keras_io.input_structure(model),
             **fields,
         )
 
@@ -363,7 +378,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         return {
             "model": self.model_bytes,
             "state": persistence.dump_state(state),
-            "custom_objects": self.custom_objects,
+            "custom_objects": custom_objects_module.for_saving(self.custom_objects),
         }
 
     @classmethod

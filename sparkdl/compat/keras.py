@@ -36,7 +36,13 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["compile_arguments", "flatten_layers", "graph_model", "raw_learning_rate"]
+__all__ = [
+    "compile_arguments",
+    "flatten_layers",
+    "graph_model",
+    "input_struct",
+    "raw_learning_rate",
+]
 
 
 def flatten_layers(model: Any) -> list[Any]:
@@ -87,6 +93,23 @@ def compile_arguments(model: Any) -> dict[str, Any]:
     compiled = getattr(model, "_compile_config", None)
     config = getattr(compiled, "config", None)
     return dict(config) if isinstance(config, dict) else {}
+
+
+def input_struct(model: Any) -> Any:
+    """The structure a functional model was built on (``keras.Model(inputs=...)``): a
+    dict, list or tuple of its input tensors, or one tensor; ``None`` for a Sequential
+    or subclassed model.
+
+    Reaches ``Functional._inputs_struct``. The public ``model.input`` returns it for a
+    functional model but raises for a Sequential one that has not been called, and
+    ``model.inputs`` is flat: it cannot tell a dict of inputs (which Keras then accepts
+    only as a dict, or as a tuple in sorted-key order) from a list. When it is gone,
+    returns ``None``: batches are then fed as a tuple in ``model.inputs`` order, which
+    serves every model but a dict of inputs written in unsorted order.
+    """
+    if type(model).__name__ == "Sequential":
+        return None
+    return getattr(model, "_inputs_struct", None)
 
 
 def raw_learning_rate(optimizer: Any) -> Any:

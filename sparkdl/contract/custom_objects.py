@@ -40,7 +40,7 @@ import cloudpickle
 
 from sparkdl.compat.keras import compile_arguments, flatten_layers, raw_learning_rate
 
-__all__ = ["collect", "dumps"]
+__all__ = ["collect", "dumps", "for_saving"]
 
 _log = logging.getLogger(__name__)
 _REGISTRY_LOCK = threading.Lock()
@@ -88,6 +88,36 @@ def dumps(objects: dict[str, Any] | None) -> bytes | None:
         return None
     with _by_value(_own_modules(objects.values())):
         return bytes(cloudpickle.dumps(objects))
+
+
+def for_saving(pickled: bytes | None) -> bytes | None:
+    """What a saved stage keeps of pickled custom objects: those Keras's registry does
+    not know. A class or function registered with
+    ``@keras.saving.register_keras_serializable`` is found by its registered name
+    wherever its registering code runs, which is how Keras's own ``.keras`` files
+    expect to be loaded; pickling it would make loading run the pickle.
+
+    Example:
+        >>> for_saving(None) is None
+        True
+    """
+    if not pickled:
+        return None
+    objects: dict[str, Any] = cloudpickle.loads(pickled)  # this process's own pickle
+    kept = {name: obj for name, obj in objects.items() if not _registered(obj)}
+    return pickled if len(kept) == len(objects) else dumps(kept)
+
+
+def _registered(obj: Any) -> bool:
+    """Whether Keras's registry holds ``obj`` (its class or function) by its name."""
+    import keras
+
+    target = _target(obj)
+    try:
+        name = keras.saving.get_registered_name(target)
+        return bool(name) and keras.saving.get_registered_object(name) is target
+    except Exception:
+        return False
 
 
 # ---------------------------------------------------------------------- helpers

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sparkdl.compat.keras import raw_learning_rate
-from sparkdl.contract.payload import width_error
+from sparkdl.compat.keras import input_struct, raw_learning_rate
+from sparkdl.contract.payload import pack_inputs, width_error
 from sparkdl.errors import ConfigError, ModelError, SchemaError
 
 if TYPE_CHECKING:
@@ -37,14 +37,17 @@ if TYPE_CHECKING:
 
 __all__ = [
     "check_compiled",
+    "check_input_structure",
     "check_labels",
     "copy_model",
     "input_names",
+    "input_structure",
     "learning_rate",
     "model_from_bytes",
     "model_to_bytes",
     "output_names",
     "resolve_input_shape",
+    "written_order",
 ]
 
 _LOAD_LOCK = threading.Lock()
@@ -179,6 +182,96 @@ def input_names(model: keras.Model) -> list[str]:
         str(getattr(t, "name", f"input_{i}")).split(":")[0]
         for i, t in enumerate(getattr(model, "inputs", None) or [])
     ]
+
+
+def input_structure(model: Any) -> Any:
+    """The nested structure ``model``'s call takes its inputs in, as a template whose
+    leaves are input positions in ``model.inputs``; ``None`` where a tuple of the inputs
+    in that order is what it takes (one input, a list of inputs, a Sequential or
+    subclassed model).
+
+    A functional model built on a dict of inputs (``keras.Model({"b": b, "a": a}, out)``)
+    lists ``model.inputs`` in Keras's flat order (sorted keys) and accepts only a dict:
+    feeds pack each batch into this template (:func:`pack_inputs`).
+
+    Example:
+        >>> import keras
+        >>> b, a = keras.Input((3,), name="b"), keras.Input((2,), name="a")
+        >>> out = keras.layers.Concatenate()([a, b])
+        >>> input_structure(keras.Model({"b": b, "a": a}, out))
+        {'b': 1, 'a': 0}
+        >>> input_structure(keras.Model([b, a], out)) is None
+        True
+    """
+    struct = input_struct(model)
+    if struct is None or not isinstance(struct, (dict, list, tuple)):
+        return None
+    if not isinstance(struct, dict) and not any(isinstance(s, (dict, list, tuple)) for s in struct):
+        return None
+    import keras
+
+    positions = iter(range(len(keras.tree.flatten(struct))))
+    return _tuples(keras.tree.map_structure(lambda _: next(positions), struct))
+
+
+def _tuples(node: Any) -> Any:
+    """``node`` with its lists as tuples: ``tf.data`` takes a list for one tensor, and
+    Keras takes a tuple where the model was built on a list."""
+    if isinstance(node, dict):
+        return {k: _tuples(v) for k, v in node.items()}
+    if isinstance(node, (list, tuple)):
+        return tuple(_tuples(v) for v in node)
+    return node
+
+
+def written_order(model: Any) -> list[int]:
+    """The positions in ``model.inputs`` of the model's inputs in the order they were
+    written: a dict of inputs in its keys' order (``model.inputs`` sorts them), else
+    ``model.inputs``'s order. A list ``features_col`` follows it.
+
+    Example:
+        >>> import keras
+        >>> b, a = keras.Input((3,), name="b"), keras.Input((2,), name="a")
+        >>> written_order(keras.Model({"b": b, "a": a}, keras.layers.Concatenate()([a, b])))
+        [1, 0]
+    """
+    structure = input_structure(model)
+    count = len(getattr(model, "inputs", None) or [])
+    if structure is None:
+        return list(range(count))
+    order: list[int] = []
+
+    def visit(node: Any) -> None:
+        if isinstance(node, int):
+            order.append(node)
+        else:
+            for child in node.values() if isinstance(node, dict) else node:
+                visit(child)
+
+    visit(structure)
+    return order
+
+
+def check_input_structure(model: Any, shapes: Sequence[tuple[int, ...]]) -> None:
+    """Calls ``model`` on one zero row of each input, packed as the workers will feed
+    it, so that a structure the model does not take fails on the driver, before any
+    job (only for models whose inputs are a nested structure: :func:`input_structure`).
+
+    Raises:
+        SchemaError: The model does not take its inputs in that structure.
+    """
+    structure = input_structure(model)
+    if structure is None or any(sparse_inputs(model)):
+        return
+    zeros = [np.zeros((1, *shape), np.float32) for shape in shapes]
+    try:
+        model(pack_inputs(structure, zeros), training=False)
+    except Exception as exc:
+        raise SchemaError(
+            f"The model takes its inputs as {structure!r} (positions in model.inputs "
+            f"{input_names(model)}); a batch in that structure failed on the driver: "
+            f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
+        ) from exc
 
 
 def sparse_inputs(model: keras.Model) -> list[bool]:

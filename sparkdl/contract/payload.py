@@ -52,6 +52,7 @@ __all__ = [
     "evaluate_function",
     "feature_name",
     "label_name",
+    "pack_inputs",
     "predict_function",
     "ragged_rows_message",
     "result_rows",
@@ -229,6 +230,30 @@ class Hosting:
         return part, int(meta["pushes"])
 
 
+def pack_inputs(structure: Any, values: Sequence[Any]) -> Any:
+    """``values`` (one per model input, in ``model.inputs`` order) as the model takes
+    them: packed into :func:`~sparkdl.contract.keras_io.input_structure`'s template,
+    else the one value or a tuple.
+
+    Example:
+        >>> pack_inputs({"b": 1, "a": 0}, ["A", "B"])
+        {'b': 'B', 'a': 'A'}
+        >>> pack_inputs(None, ["A"]), pack_inputs(None, ["A", "B"])
+        ('A', ('A', 'B'))
+    """
+    if structure is None:
+        return values[0] if len(values) == 1 else tuple(values)
+    return _packed(structure, values)
+
+
+def _packed(node: Any, values: Sequence[Any]) -> Any:
+    if isinstance(node, int):
+        return values[node]
+    if isinstance(node, dict):
+        return {k: _packed(v, values) for k, v in node.items()}
+    return type(node)(_packed(v, values) for v in node)
+
+
 @dataclass(frozen=True)
 class WorkerPayload:
     """Everything a worker needs, as plain values.
@@ -264,6 +289,8 @@ class WorkerPayload:
             (:meth:`sparkdl.sync.shards.ShardLayout.to_json`); ``None`` for one service.
         shard_certs: Every shard's certificate, where each has its own (shards in
             the cluster, TLS on); empty: every shard speaks ``tls_cert``.
+        input_structure: The structure the model takes its inputs in
+            (:func:`~sparkdl.contract.keras_io.input_structure`); ``None``: a tuple.
     """
 
     plan: FitPlan
@@ -286,6 +313,7 @@ class WorkerPayload:
     shard_urls: tuple[str, ...] = ()
     shard_layout: dict[str, Any] | None = None
     shard_certs: tuple[bytes, ...] = ()
+    input_structure: Any = None
 
     def columns(self) -> tuple[list[Column], list[Column], Column | None]:
         """How the feature, label and weight columns are cached
@@ -340,6 +368,7 @@ class ScoringPayload:
         weighted: ``evaluate``: the frame has the :data:`WEIGHT` column.
         backend: The Keras backend the executors load the model on, the driver's
             (:func:`~sparkdl.contract.backends.training_backend`).
+        input_structure: As :class:`WorkerPayload`'s.
     """
 
     model_bytes: Any
@@ -355,6 +384,7 @@ class ScoringPayload:
     label_kinds: list[str] = field(default_factory=list)
     weighted: bool = False
     backend: str = "tensorflow"
+    input_structure: Any = None
 
     def columns(self) -> tuple[list[Column], list[Column], Column | None]:
         """How the feature (and, to evaluate, label and weight) columns are read; an

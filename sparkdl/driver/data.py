@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,12 +27,19 @@ from pyspark.ml.functions import vector_to_array
 from pyspark.ml.linalg import VectorUDT
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, BooleanType, DataType, FloatType, NumericType
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    DataType,
+    FloatType,
+    NumericType,
+    StringType,
+)
 
 from sparkdl.compat.spark_versions import array_argmax, try_int
 from sparkdl.contract import keras_io
 from sparkdl.contract.payload import WEIGHT, feature_name, label_name
-from sparkdl.driver.data_scan import DataSummary, summarize
+from sparkdl.driver.data_scan import DataSummary, Sources, summarize
 from sparkdl.errors import SchemaError
 
 __all__ = [
@@ -133,11 +141,13 @@ def prepare(
         scan_values=validate,
         sparse=sparse,
         weight_source=weight_col if weight is not None else None,
+        sources=_sources(df, model, features_col, label_col),
     )
     shapes = tuple(
         keras_io.resolve_input_shape(model, width, i) for i, width in enumerate(summary.widths)
     )
     label_shapes = _label_shapes(model, kinds, summary, bool(class_weight))
+    keras_io.check_input_structure(model, shapes)
     return Prepared(
         frame,
         summary,
@@ -260,11 +270,12 @@ def model_features(
         SchemaError: The columns do not match the model's inputs.
     """
     names = keras_io.input_names(model)
+    order = keras_io.written_order(model)
     if decided is not None:
-        return feature_columns(df, features_col, names, sparse=list(decided))
+        return feature_columns(df, features_col, names, sparse=list(decided), order=order)
     wants = [keras_io.prefers_sparse(model, i, SPARSE_MIN_WIDTH) for i in range(len(names))]
     takes = keras_io.sparse_inputs(model) or [False] * len(names)
-    features, sparse = feature_columns(df, features_col, names, sparse=wants)
+    features, sparse = feature_columns(df, features_col, names, sparse=wants, order=order)
     for i, keep in enumerate(sparse):
         if keep and sample and not takes[i] and _mostly_dense(df.select(features[i])):
             features[i], sparse[i] = vector_to_array(features[i], dtype="float32"), False
@@ -277,16 +288,20 @@ def feature_columns(
     input_names: Sequence[str],
     *,
     sparse: Sequence[bool] = (),
+    order: Sequence[int] = (),
 ) -> tuple[list[Column], list[bool]]:
     """One expression per model input, and whether it stays sparse.
 
     Args:
         df: The input DataFrame.
         features: For a one-input model, what :func:`feature_column` takes. For a model
-            with several inputs, a list of columns (one per input, in order) or a dict
+            with several inputs, a list of columns (one per input, in the order the
+            model's inputs were written: a dict of inputs in its keys' order) or a dict
             from input name to column.
-        input_names: The model's input names, in order.
+        input_names: The model's input names, in ``model.inputs`` order.
         sparse: Per input, whether an ML vector column should stay sparse.
+        order: The positions in ``input_names`` of the inputs as written
+            (:func:`~sparkdl.contract.keras_io.written_order`); empty: that order.
 
     Returns:
         The expressions (``array<float>``, or the ML vectors themselves) and, per input,
@@ -304,7 +319,7 @@ def feature_columns(
             features = next(iter(features.values()))
         columns = [features]
     else:
-        columns = list(_per_slot(features, input_names, "features_col", "input"))
+        columns = _per_slot(features, input_names, "features_col", "input", order)
     wants = list(sparse) or [False] * len(columns)
     keep = [w and _is_vector(df, c) for c, w in zip(columns, wants, strict=True)]
     return [feature_column(df, c, sparse=k) for c, k in zip(columns, keep, strict=True)], keep
@@ -330,7 +345,12 @@ def label_columns(
     return [label_column(df, c) for c in _per_slot(labels, output_names, "label_col", "output")]
 
 
-def _per_slot(given: Any, names: Sequence[str], setting: str, what: str) -> list[str]:
+def _per_slot(
+    given: Any, names: Sequence[str], setting: str, what: str, order: Sequence[int] = ()
+) -> list[str]:
+    """One column per slot from a dict by name or a list in ``order`` (positions in
+    ``names`` as the user wrote them; empty: ``names``'s order)."""
+    written = list(order) or list(range(len(names)))
     if isinstance(given, dict):
         missing = [n for n in names if n not in given]
         extra = sorted(set(given) - set(names))
@@ -341,12 +361,14 @@ def _per_slot(given: Any, names: Sequence[str], setting: str, what: str) -> list
             )
         columns = [given[n] for n in names]
     elif isinstance(given, (list, tuple)) and len(given) == len(names):
-        columns = list(given)
+        columns = [""] * len(names)
+        for column, slot in zip(given, written, strict=True):
+            columns[slot] = column
     else:
         raise SchemaError(
-            f"The model has {len(names)} {what}s {list(names)}: pass {setting} as a list of "
-            f"{len(names)} columns (in that order) or a dict from {what} name to column. "
-            f"Received: {given!r}"
+            f"The model has {len(names)} {what}s {[names[i] for i in written]}: pass "
+            f"{setting} as a list of {len(names)} columns (in that order) or a dict from "
+            f"{what} name to column. Received: {given!r}"
         )
     for column in columns:
         if not isinstance(column, str):
@@ -381,13 +403,105 @@ def feature_column(df: DataFrame, features: str | Sequence[str], *, sparse: bool
             return F.array(F.col(_quote(features)).cast("float"))
         raise ColumnTypeError(
             f"Expected features_col {features!r} to be array<numeric>, an ML Vector, or a "
-            f"numeric column. Received: {dtype.simpleString()}. Convert it (for example with "
-            "VectorAssembler or StringIndexer) or pass a list of numeric column names."
+            f"numeric column. Received: {dtype.simpleString()}. {_conversion(features, dtype)}"
         )
     names = list(features)
     if not names:
         raise SchemaError("Expected features_col to name at least one column. Received: []")
     return _numeric_array(df, names, "features_col")
+
+
+def _sources(df: DataFrame, model: Any, features_col: Any, label_col: Any) -> Sources:
+    """The user's columns behind each prepared column, for the data scan's messages."""
+    names = keras_io.input_names(model)
+    if len(names) <= 1:
+        single = (
+            next(iter(features_col.values())) if isinstance(features_col, dict) else features_col
+        )
+        inputs = [single]
+    else:
+        inputs = _per_slot(
+            features_col, names, "features_col", "input", keras_io.written_order(model)
+        )
+    outputs_names = keras_io.output_names(model)
+    if len(outputs_names) <= 1:
+        label = next(iter(label_col.values())) if isinstance(label_col, dict) else label_col
+        label = label[0] if isinstance(label, (list, tuple)) and len(label) == 1 else label
+        outputs = [label]
+    else:
+        outputs = _per_slot(label_col, outputs_names, "label_col", "output")
+    keyed = [
+        *((f"f{i}", c) for i, c in enumerate(inputs)),
+        *((f"y{j}", c) for j, c in enumerate(outputs)),
+    ]
+    tensors = getattr(model, "inputs", None) or []
+    shapes = [tuple(t.shape[1:]) for t in tensors] if len(tensors) == len(inputs) else []
+    widths = tuple(
+        math.prod(shape) if shape and all(d is not None for d in shape) else None
+        for shape in shapes
+    )
+    return Sources(
+        names={key: _described(c) for key, c in keyed},
+        fixes={key: drop_statement(df, c) for key, c in keyed},
+        widths=widths,
+        columns={key: c for key, c in keyed if isinstance(c, str) and _is_array(df, c)},
+    )
+
+
+def _described(columns: Any) -> str:
+    return f"column {columns!r}" if isinstance(columns, str) else f"columns {list(columns)!r}"
+
+
+def _is_array(df: DataFrame, name: str) -> bool:
+    return isinstance(df.schema[name].dataType, ArrayType) if name in df.columns else False
+
+
+def _conversion(name: str, dtype: DataType) -> str:
+    """How to turn a column of ``dtype`` into one a model can take, as a statement
+    that works when pasted (with ``import pyspark.sql.functions as F``)."""
+    column = repr(name)
+    if isinstance(dtype, ArrayType) and isinstance(dtype.elementType, ArrayType):
+        return (
+            "Flatten the nested arrays (the flat row fills the model's shaped input): "
+            f"df = df.withColumn({column}, F.flatten({column}))"
+        )
+    if isinstance(dtype, StringType):
+        return (
+            "If it holds numbers as text, cast it: "
+            f"df = df.withColumn({column}, F.col({column}).cast('double')); if it holds "
+            "categories, index them (pyspark.ml.feature.StringIndexer) and feed the index."
+        )
+    return "Convert it to numbers, or pass a list of numeric column names."
+
+
+def drop_statement(df: DataFrame, columns: str | Sequence[str]) -> str:
+    """A statement that drops the rows with a null or NaN in ``columns`` (any value of
+    an array or vector), as pasted after ``import pyspark.sql.functions as F``.
+
+    Example:
+        >>> from pyspark.sql import SparkSession
+        >>> spark = SparkSession.builder.getOrCreate()
+        >>> frame = spark.createDataFrame([([1.0], 2.0)], "x array<double>, y double")
+        >>> drop_statement(frame, "x")
+        "df = df.filter(F.forall(F.col('x'), lambda v: v.isNotNull() & ~F.isnan(v)))"
+        >>> drop_statement(frame, "y")
+        "df = df.dropna(subset=['y'])"
+    """
+    if not isinstance(columns, str):
+        return f"df = df.dropna(subset={list(columns)!r})"
+    dtype = _column_type(df, columns, "column")
+    ref = _quote(columns) if any(c in columns for c in ".`") else columns
+    column = f"F.col({ref!r})"
+    if isinstance(dtype, VectorUDT):
+        return (
+            f"df = df.filter(F.forall(vector_to_array({column}), lambda v: ~F.isnan(v)))"
+            "  # from pyspark.ml.functions import vector_to_array"
+        )
+    if isinstance(dtype, ArrayType):
+        if isinstance(dtype.elementType, ArrayType):
+            column = f"F.flatten({column})"
+        return f"df = df.filter(F.forall({column}, lambda v: v.isNotNull() & ~F.isnan(v)))"
+    return f"df = df.dropna(subset=[{columns!r}])"
 
 
 def label_column(df: DataFrame, label: str) -> tuple[Column, str]:

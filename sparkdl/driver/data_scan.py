@@ -18,7 +18,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql import Column, DataFrame
@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 from sparkdl.contract.payload import WEIGHT, feature_name, label_name, ragged_rows_message
 from sparkdl.errors import SchemaError
 
-__all__ = ["DataSummary", "check_weights", "summarize"]
+__all__ = ["DataSummary", "Sources", "check_weights", "summarize"]
 
 #: The scan's group column, and the prefixes of its aggregates combined by min and max.
 _PARTITION = "partition"
@@ -92,6 +92,7 @@ def summarize(
     scan_values: bool = True,
     sparse: Sequence[bool] = (),
     weight_source: str | None = None,
+    sources: Sources | None = None,
 ) -> DataSummary:
     """Scans the prepared data once and checks it: rows, nulls, NaNs, ragged widths.
 
@@ -111,6 +112,8 @@ def summarize(
             width is the vectors' size and only stored values are looked at.
         weight_source: The weight column's name when ``prepared`` has :data:`WEIGHT`
             (every weight is checked: finite and >= 0).
+        sources: The user's columns behind the prepared ones, for the messages: their
+            names, the statement that drops their bad rows, and each input's width.
 
     Raises:
         SchemaError: The data is empty, or has nulls, NaNs or rows of differing width,
@@ -125,17 +128,25 @@ def summarize(
     rows = int(stats["rows"])
     if rows == 0:
         raise SchemaError("The DataFrame is empty: there are no rows to train on.")
-    problems = _problems(stats, inputs, len(kinds))
+    sources = sources or Sources()
+    problems = _problems(stats, inputs, len(kinds), sources)
     if problems:
+        fixes = sorted({fix for _, fix in problems if fix})
+        how = (
+            "Drop them before fit (import pyspark.sql.functions as F):\n  " + "\n  ".join(fixes)
+            if fixes
+            else "Drop them (df.dropna(), or a filter on isnan)"
+        )
         raise SchemaError(
-            f"Found {', '.join(problems)} among {rows} rows. Drop them "
-            "(df.dropna(), or a filter on isnan) or impute them before fit."
+            f"Found {', '.join(p for p, _ in problems)} among {rows} rows. {how}\nor impute them."
         )
     if stats.get("w_bad"):
         raise SchemaError(_bad_weights_message(int(stats["w_bad"]), rows, weight_source))
     for i in range(inputs):
         if stats[f"f_min{i}"] != stats[f"f_max{i}"]:
-            raise SchemaError(ragged_rows_message(int(stats[f"f_min{i}"]), int(stats[f"f_max{i}"])))
+            raise SchemaError(
+                _ragged(prepared, i, stats, sources, sparse=bool(sparse and sparse[i]))
+            )
     for j, kind in enumerate(kinds):
         if kind == "array" and stats[f"y_min_w{j}"] != stats[f"y_max_w{j}"]:
             raise SchemaError(
@@ -181,22 +192,101 @@ def _partition_rows(groups: list[Any]) -> tuple[int, ...]:
     return tuple(counts.get(p, 0) for p in range(max(counts, default=-1) + 1))
 
 
-def _problems(stats: dict[str, Any], inputs: int, outputs: int) -> list[str]:
-    """The scan's nulls and NaNs, per input and output, in words."""
+@dataclass(frozen=True)
+class Sources:
+    """The user's columns behind the prepared ones, as the scan's messages name them.
+
+    Attributes:
+        names: Per prepared column (``"f0"``, ``"y0"``...), the user's column(s) in
+            words (``"column 'x'"``).
+        fixes: Per prepared column, a statement that drops the rows with a null or
+            NaN there (:func:`sparkdl.driver.data.drop_statement`).
+        widths: Per input, the values a row must have to fit the model (``None``:
+            any one width).
+        columns: Per prepared column made of one user column, that column's name.
+    """
+
+    names: dict[str, str] = field(default_factory=dict)
+    columns: dict[str, str] = field(default_factory=dict)
+    fixes: dict[str, str] = field(default_factory=dict)
+    widths: tuple[int | None, ...] = ()
+
+    def name(self, key: str, fallback: str) -> str:
+        return self.names.get(key, fallback)
+
+
+def _problems(
+    stats: dict[str, Any], inputs: int, outputs: int, sources: Sources
+) -> list[tuple[str, str | None]]:
+    """The scan's nulls and NaNs, per input and output, in words, each with its fix."""
     problems = []
     for i in range(inputs):
-        where = f" (input {i})" if inputs > 1 else ""
+        where = f" ({sources.name(f'f{i}', f'input {i}')})" if inputs > 1 else ""
+        fix = sources.fixes.get(f"f{i}")
         if stats[f"f_null{i}"]:
-            problems.append(f"{stats[f'f_null{i}']} row(s) with null features{where}")
+            problems.append((f"{stats[f'f_null{i}']} row(s) with null features{where}", fix))
         if stats.get(f"f_nan{i}"):
-            problems.append(f"{stats[f'f_nan{i}']} row(s) with NaN or null feature values{where}")
+            text = f"{stats[f'f_nan{i}']} row(s) with NaN or null feature values{where}"
+            problems.append((text, fix))
     for j in range(outputs):
-        where = f" (output {j})" if outputs > 1 else ""
+        where = f" ({sources.name(f'y{j}', f'output {j}')})" if outputs > 1 else ""
+        fix = sources.fixes.get(f"y{j}")
         if stats[f"y_null{j}"]:
-            problems.append(f"{stats[f'y_null{j}']} row(s) with a null label{where}")
+            problems.append((f"{stats[f'y_null{j}']} row(s) with a null label{where}", fix))
         if stats.get(f"y_nan{j}"):
-            problems.append(f"{stats[f'y_nan{j}']} row(s) with a NaN label{where}")
+            problems.append((f"{stats[f'y_nan{j}']} row(s) with a NaN label{where}", fix))
     return problems
+
+
+def _ragged(
+    prepared: DataFrame, index: int, stats: dict[str, Any], sources: Sources, *, sparse: bool
+) -> str:
+    """The message for rows of unequal width in input ``index``: its column, how many
+    rows differ from the width the model takes (or the narrowest), and the index of the
+    first (as ``df.collect()`` lists the rows). One more Spark job, on this path only."""
+    smallest, largest = int(stats[f"f_min{index}"]), int(stats[f"f_max{index}"])
+    message = ragged_rows_message(smallest, largest)
+    if sparse:  # a vector column's width is its size: not counted again here
+        return message
+    widths = sources.widths
+    expected = widths[index] if index < len(widths) and widths[index] else smallest
+    width = F.size(F.col(feature_name(index)))
+    low_bits = (1 << 33) - 1  # monotonically_increasing_id: partition << 33 | position
+    # The id is made for every row (a nondeterministic expression under when() would
+    # count only the rows it is evaluated on), then kept for the bad ones.
+    groups = (
+        prepared.select(
+            F.spark_partition_id().alias(_PARTITION),
+            F.monotonically_increasing_id().alias("id"),
+            (width != expected).alias("bad"),
+        )
+        .groupBy(_PARTITION)
+        .agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.sum(F.col("bad").cast("int")).alias("bad"),
+            F.min(F.when(F.col("bad"), F.col("id"))).alias("id"),
+        )
+        .collect()
+    )
+    bad = sum(int(g["bad"] or 0) for g in groups)
+    firsts = [g for g in groups if g["id"] is not None]
+    if not firsts:
+        return message
+    first = min(firsts, key=lambda g: int(g[_PARTITION]))
+    before = sum(int(g["rows"]) for g in groups if int(g[_PARTITION]) < int(first[_PARTITION]))
+    row = before + (int(first["id"]) & low_bits)
+    column = sources.name(f"f{index}", "the features column")
+    raw = sources.columns.get(f"f{index}")
+    drop = (
+        f" (import pyspark.sql.functions as F):\n  df = df.filter(F.size({raw!r}) == {expected})"
+        if raw
+        else " with a filter on their size"
+    )
+    return (
+        f"{message} In {column}, {bad} row(s) do not have {expected} values; the first is "
+        f"row {row} (counting from 0, as df.collect() lists the rows). Pad them to one "
+        f"length, or drop them{drop}"
+    )
 
 
 def _summary_aggregates(

@@ -320,6 +320,7 @@ class Fit:
             label_shapes=list(prepared.label_shapes),
             initial_steps=keras_io.optimizer_steps(self.model),
             class_weighted=bool(self.config.class_weight),
+            input_structure=keras_io.input_structure(self.model),
         )
 
     def _outer_state(self, plan: FitPlan) -> tuple[list[np.ndarray], int] | None:

@@ -11,7 +11,7 @@ is lost (:func:`run_barrier_job`), or ordinary tasks, and turns a failed job int
 
 Example:
     >>> worker_error(RuntimeError("boom"), {1: "Traceback...\\nValueError: bad"}).args[0]
-    '1 worker(s) failed during training: ValueError: bad'
+    '1 worker(s) failed during training: worker 1: ValueError: bad'
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from sparkdl.contract.payload import RESULT_SCHEMA, VALIDATION, WorkerPayload, t
 from sparkdl.contract.reports import WorkerReport
 from sparkdl.driver.interrupt import run_job
 from sparkdl.errors import SparkDLError, WorkerError
+from sparkdl.protocol.failures import headline
 
 if TYPE_CHECKING:
     from sparkdl.compat.sessions import SessionTools
@@ -202,8 +203,12 @@ def worker_error(exc: Exception, failures: dict[int, str]) -> SparkDLError:
     """The error a failed training job raises on the driver, with the workers' traces."""
     ran_out = retries_ran_out(str(exc))
     if failures and ran_out is None:  # a fatal error a worker reported
-        first = next(iter(failures.values())).strip().splitlines()[-1]
-        return WorkerError(f"{len(failures)} worker(s) failed during training: {first}", failures)
+        worker, text = next(iter(failures.items()))
+        where, line = headline(text)
+        at = f"worker {worker}" + (f" ({where})" if where else "")
+        return WorkerError(
+            f"{len(failures)} worker(s) failed during training: {at}: {line}", failures
+        )
     trace, last = failure_summary(exc)
     if ran_out is None:
         return WorkerError(f"The training job failed: {last}", {-1: trace})

@@ -1,9 +1,12 @@
 """Progress of a fit on the driver, fed from the parameter service's status.
 
 ``verbose=1`` shows a progress bar (``tqdm.auto``: a terminal bar, or a widget in a
-notebook) with the epoch, samples done of the total, the latest loss and samples/s;
-without tqdm installed (``pip install tqdm``, the extra ``sparkdl-keras[progress]``) it
-prints lines as ``verbose=2`` does: one line per finished epoch with its merged logs.
+notebook) with the epoch, samples done of the total, the latest loss and samples/s.
+Where stderr is not a terminal (a log file, a job's output, CI) a bar would write
+every refresh into it: the same figures are written there as one line per finished
+epoch instead. Without tqdm installed (``pip install tqdm``, the extra
+``sparkdl-keras[progress]``) it prints lines as ``verbose=2`` does: one line per
+finished epoch with its merged logs.
 
 Example:
     >>> Progress.POLL_SECONDS
@@ -13,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import math
+import sys
 import threading
 import time
 from typing import Any
@@ -39,12 +43,18 @@ class Progress:
         self._epochs = epochs
         self._rows = rows
         self._bar: Any = None
+        #: verbose=1 away from a terminal: a line per epoch on stderr.
+        self._epoch_lines = False
         if verbose == 1:
             try:
                 from tqdm.auto import tqdm
             except ImportError:
                 tqdm = None
-            if tqdm is not None:
+            drawn = tqdm is not None and (
+                tqdm.__module__.startswith("tqdm.notebook") or _on_terminal()
+            )
+            self._epoch_lines = tqdm is not None and not drawn
+            if drawn:
                 # tqdm's own rate is the one rate shown ("12.3k samples/s").
                 self._bar = tqdm(
                     total=epochs * rows, unit=" samples", unit_scale=True, dynamic_ncols=True
@@ -78,12 +88,34 @@ class Progress:
             self._update_bar(status, seen)
             return
         history: dict[str, list[float]] = status["history"]
+        if self._epoch_lines:
+            self._epoch_lines_to(status, history, elapsed)
+            return
         while self._printed < status["epochs_done"]:
             i = self._printed
             metrics = " - ".join(f"{k}: {v[i]:.4f}" for k, v in history.items() if i < len(v))
             print(
                 f"Epoch {i + 1}/{self._epochs} - {self._rows} samples - {metrics} - "
                 f"{seen / elapsed if elapsed > 0 else math.nan:,.0f} samples/s",
+                flush=True,
+            )
+            self._printed += 1
+
+    def _epoch_lines_to(
+        self, status: dict[str, Any], history: dict[str, list[float]], elapsed: float
+    ) -> None:
+        """The bar's figures as a line on stderr per finished epoch."""
+        total = self._epochs * self._rows
+        while self._printed < status["epochs_done"]:
+            i = self._printed
+            done = min((i + 1) * self._rows, total)
+            loss = history.get("loss", [])
+            shown = f" - loss: {loss[i]:.4f}" if i < len(loss) else ""
+            rate = done / elapsed if elapsed > 0 else math.nan
+            print(
+                f"Epoch {i + 1}/{self._epochs} - {_size(done)}/{_size(total)} samples{shown}"
+                f" - {_size(rate)} samples/s",
+                file=sys.stderr,
                 flush=True,
             )
             self._printed += 1
@@ -97,3 +129,28 @@ class Progress:
         if losses:
             bar.set_postfix({"loss": f"{sum(losses) / len(losses):.4f}"}, refresh=False)
         bar.update(done - bar.n)
+
+
+def _on_terminal() -> bool:
+    """Whether stderr (where a bar draws) is a terminal."""
+    isatty = getattr(sys.stderr, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except ValueError:  # a closed stream
+        return False
+
+
+def _size(count: float) -> str:
+    """``count`` as tqdm's bar shows it: ``2.87k``, ``1.2M``, ``950``.
+
+    Example:
+        >>> _size(2874), _size(950), _size(1_234_567)
+        ('2.87k', '950', '1.23M')
+    """
+    if not math.isfinite(count):
+        return "?"
+    for unit in ("", "k", "M", "G"):
+        if abs(count) < 999.5:
+            return f"{count:.3g}{unit}" if unit else f"{count:.0f}"
+        count /= 1000
+    return f"{count:.3g}T"

@@ -69,6 +69,16 @@ class SyncCallback(keras.callbacks.Callback):
         self._resume: tuple[int, int] | None = None
         self._train_states: list[list[float]] | None = None
         self._validated = False
+        self._step = 0  # batches of the epoch done
+        self._testing = False
+
+    def position(self) -> str:
+        """Where training stands, for a failure's first line: ``"epoch 3 of 20, batch
+        12"`` (1-based: the batch being trained when it failed), or its validation."""
+        if not self.epochs_run:
+            return "before the first epoch"
+        where = f"epoch {self.epochs_run} of {self.last_epoch}"
+        return f"{where}, validation" if self._testing else f"{where}, batch {self._step + 1}"
 
     def resume(self, batches: int, syncs: int) -> None:
         """The next epoch starts with ``batches`` done and ``syncs`` made (a retry)."""
@@ -82,13 +92,15 @@ class SyncCallback(keras.callbacks.Callback):
         self._offset, self._done = batches, syncs
         self._sent = self.schedule.seen(batches)
         self._train_states, self._validated = None, False
+        self._step, self._testing = batches, False
 
     def on_test_begin(self, logs: dict[str, Any] | None = None) -> None:
+        self._testing = True
         # model.fit validates: the metrics still hold the epoch's training states.
         self._train_states, self._validated = MetricStates.read(self.model), True
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        step = self._offset + batch + 1
+        step = self._step = self._offset + batch + 1
         while self._done < self.schedule.due(step):
             self._sync(self.schedule.seen(step), logs or {}, None)
 

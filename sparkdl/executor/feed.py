@@ -26,7 +26,7 @@ per epoch, which costs more than a small partition's steps).
 
 Example:
     >>> import numpy as np
-    >>> from sparkdl.contract.payload import Column
+    >>> from sparkdl.contract.payload import Column, pack_inputs
     >>> x, y = Column("x", "dense", 2), Column("y", "int", 1)
     >>> feed = Feed(None, [x], [(2,)], [False], [y], batch_size=4, backend="jax")
     >>> batch = (np.ones((3, 2), np.float32), np.zeros(3, np.int32))
@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from sparkdl.contract.payload import Column
+from sparkdl.contract.payload import Column, pack_inputs
 from sparkdl.executor.backends import backend_for
 from sparkdl.executor.blocks import Block, Csr
 from sparkdl.executor.cache import PartitionCache, epoch_batches
@@ -68,6 +68,9 @@ class Feed:
             it); ``None``: flat arrays and scalars.
         backend: The name of the Keras backend that reads the batches
             (:func:`~sparkdl.executor.backends.backend_for`).
+        input_structure: The structure the model takes its inputs in
+            (:func:`~sparkdl.contract.keras_io.input_structure`); ``None``: one array,
+            or a tuple of them in ``model.inputs`` order.
     """
 
     cache: PartitionCache | None
@@ -79,6 +82,7 @@ class Feed:
     weight: Column | None = None
     output_shapes: Sequence[tuple[int, ...]] | None = None
     backend: str = "tensorflow"
+    input_structure: Any = None
 
     def train(
         self,
@@ -118,7 +122,7 @@ class Feed:
         as they come (a stream of unknown length: scoring a DataFrame).
 
         Example:
-            >>> from sparkdl.contract.payload import Column
+            >>> from sparkdl.contract.payload import Column, pack_inputs
             >>> x, y = Column("x", "dense", 2), Column("y", "int", 1)
             >>> feed = Feed(None, [x], [(2,)], [False], [y], batch_size=4)
             >>> batch = (np.ones((3, 2), np.float32), np.zeros(3, np.int32))
@@ -160,15 +164,16 @@ class Feed:
 
     def structure(self, block: Block) -> tuple[Any, ...]:
         """``(x, y)`` of a block, and ``w`` for a weighted feed: one value each, or a
-        tuple for several inputs or outputs."""
+        tuple for several outputs; ``x`` in the model's input structure."""
         xs = [
             model_input(block[c.name], shape, sparse, self.backend)
             for c, shape, sparse in self.input_slots()
         ]
         ys = [_label(block[c.name], shape) for c, shape in self.output_slots() if c.name in block]
+        x = pack_inputs(self.input_structure, xs)
         if self.weight is None:
-            return _one(xs), _one(ys)
-        return _one(xs), _one(ys), block[self.weight.name]
+            return x, _one(ys)
+        return x, _one(ys), block[self.weight.name]
 
 
 def sparse_batch(rows: Csr, backend: str, *, tensor: bool = False) -> Any:

@@ -141,6 +141,7 @@ def _predict(
     """Predicts ``block`` in chunks of ``batch_size`` rows; one array per output, one
     row per block row. A CSR input becomes the backend's sparse batch (``takes_sparse``: a
     sparse model input) or dense rows one chunk at a time."""
+    from sparkdl.contract.payload import pack_inputs
     from sparkdl.executor.feed import model_input
 
     rows = len(block[inputs[0].name])
@@ -154,7 +155,7 @@ def _predict(
                 inputs, payload.input_shapes, takes_sparse, strict=True
             )
         ]
-        out = model.predict_on_batch(xs[0] if len(xs) == 1 else xs)
+        out = model.predict_on_batch(pack_inputs(payload.input_structure, xs))
         values = list(out.values()) if isinstance(out, dict) else out
         values = values if isinstance(values, (list, tuple)) else [values]
         for acc, value in zip(chunks, values, strict=True):
@@ -216,6 +217,7 @@ def _evaluate(
         weight,
         output_shapes,
         backend=payload.backend,
+        input_structure=payload.input_structure,
     )
     rows = 0
 

@@ -43,6 +43,7 @@ from sparkdl.executor.channel import Channel, PushPath, open_pusher
 from sparkdl.executor.feed import Feed
 from sparkdl.executor.precision import loss_scaled, mixed_precision_model
 from sparkdl.executor.rate import ScaledRate
+from sparkdl.protocol import failures
 from sparkdl.server.state.replicas import FULL
 from sparkdl.sync.modes import Standing
 from sparkdl.sync.schedule import Schedule, steps_for
@@ -97,6 +98,9 @@ def train(
     try:
         _fit_epochs(model, sync, plan, worker, feed, validation, (epoch, skip, synced))
         sync.flush()  # the last push's answer (overlap)
+    except BaseException as exc:
+        failures.mark(exc, sync.position())  # the failure's first line says where
+        raise
     finally:
         pusher.close()
     return WorkerReport(
@@ -255,6 +259,7 @@ def payload_feed(payload: WorkerPayload, cache: PartitionCache) -> Feed:
         weight=weight,
         output_shapes=payload.label_shapes or None,
         backend=payload.plan.backend,
+        input_structure=payload.input_structure,
     )
 
 

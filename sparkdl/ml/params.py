@@ -89,14 +89,6 @@ class ColumnParams(Params):
         "as a double column of this name, as Spark's classifiers do",
         typeConverter=TypeConverters.toString,
     )
-
-    def _set_column_defaults(self) -> None:
-        self._setDefault(featuresCol="features", predictionCol="prediction", classCol="")
-
-
-class TrainingParams(ColumnParams):
-    """The label column, every TrainConfig setting, and ``learningRate``."""
-
     labelCol: Param[Any] = Param(
         param_parent(),
         "labelCol",
@@ -104,6 +96,16 @@ class TrainingParams(ColumnParams):
         "them for a model with several outputs",
         typeConverter=TypeConverters.identity,
     )
+
+    def _set_column_defaults(self) -> None:
+        self._setDefault(
+            featuresCol="features", predictionCol="prediction", classCol="", labelCol="label"
+        )
+
+
+class TrainingParams(ColumnParams):
+    """The label column, every TrainConfig setting, and ``learningRate``."""
+
     weightCol: Param[str] = Param(
         param_parent(),
         "weightCol",
@@ -121,7 +123,7 @@ class TrainingParams(ColumnParams):
     def _set_training_defaults(self) -> None:
         self._set_column_defaults()
         defaults = {SETTING_PARAMS[f.name]: f.default for f in setting_fields()}
-        self._setDefault(labelCol="label", weightCol="", learningRate=None, **defaults)
+        self._setDefault(weightCol="", learningRate=None, **defaults)
 
     def train_config(self) -> TrainConfig:
         """The :class:`TrainConfig` of the current Param values (validated)."""

@@ -33,7 +33,6 @@ import json
 import random
 import ssl
 import time
-import traceback
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -43,6 +42,7 @@ import numpy as np
 from sparkdl.compat.http_client import CoalescingConnection
 from sparkdl.errors import ServiceError, TrainingError
 from sparkdl.protocol import wire
+from sparkdl.protocol.failures import failure_text
 from sparkdl.protocol.tls import client_context
 from sparkdl.sync.schedule import Schedule
 
@@ -236,16 +236,17 @@ class ServiceClient:
         return self._request("GET", path)
 
     def report_failure(self, exc: BaseException, *, fatal: bool = True) -> None:
-        """Sends this worker's traceback to the service (best effort, never raises).
+        """Sends this worker's traceback to the service (best effort, never raises),
+        after its position in training where known
+        (:mod:`sparkdl.protocol.failures`).
 
         ``fatal=True`` aborts the fit (a retry would fail the same way); ``False``
         only records it while Spark retries the task.
         """
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         body = json.dumps(
             {
                 "worker": self.worker,
-                "traceback": text[-20_000:],
+                "traceback": failure_text(exc),
                 "attempt": self.attempt,
                 "fatal": fatal,
             }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 
@@ -243,6 +244,12 @@ def test_worker_exception_becomes_worker_error_and_service_stops(good) -> None:
     with pytest.raises(WorkerError, match="custom loss exploded on purpose") as err:
         fit(good, model=model, custom_objects={"_raising_loss": _raising_loss}, port=port)
     assert set(err.value.failures) <= {0, 1} and err.value.failures
+    # Its first line names the worker, where it stood and the exception itself.
+    assert re.match(
+        r"[12] worker\(s\) failed during training: worker [01] \(epoch 1 of \d+, batch 1\): "
+        r"ValueError: custom loss exploded on purpose",
+        str(err.value).splitlines()[0],
+    ), str(err.value)
     assert_port_released(port)
 
 

@@ -98,7 +98,9 @@ def test_registered_objects_load_safely_without_the_pickle(spark: Any, tmp_path:
     path = str(tmp_path / "registered")
     custom = cloudpickle.dumps({"Tripling": Tripling})
     KerasModel(model_bytes=model_to_bytes(net), custom_objects=custom).write().save(path)
-    loaded = KerasModel.load(path)  # safe: the pickle is left out, the registry serves
+    # A registered class is found by its name: nothing of it is pickled into the stage.
+    assert not (tmp_path / "registered" / "custom_objects.pkl").exists()
+    loaded = KerasModel.load(path)  # safe: the registry serves
     assert loaded.safe_mode is True
     # What the executors get is taken from this session's registry, not the pickle.
     assert loaded.custom_objects is not None

@@ -5,7 +5,7 @@
 * cheroot's socket reader / writer, connection, request and WSGI gateway, subclassed by
   :mod:`sparkdl.server.web.transport`, and their private ``_pyio`` buffers and selector,
   reached only through :mod:`sparkdl.compat.cheroot`;
-* Keras's ``_flatten_layers``, ``_compile_config``, ``_learning_rate`` and its
+* Keras's ``_flatten_layers``, ``_compile_config``, ``_learning_rate``, ``_inputs_struct`` and its
   ``Functional`` class
   (:mod:`sparkdl.compat.keras`);
 * TensorFlow's eager ``_context_handle`` (:mod:`sparkdl.compat.tensorflow`);
@@ -622,6 +622,24 @@ def test_keras_compile_arguments_are_the_live_objects() -> None:
         f"Trainer._compile_config: loss {args.get('loss')!r}, expected the object given"
     )
     assert args.get("metrics") == [metric]
+
+
+def test_keras_input_struct_is_the_structure_the_model_was_built_on() -> None:
+    import keras
+
+    b, a = keras.Input((3,), name="b"), keras.Input((2,), name="a")
+    out = keras.layers.Concatenate()([a, b])
+    built = compat_keras.input_struct(keras.Model({"b": b, "a": a}, out))
+    assert isinstance(built, dict) and list(built) == ["b", "a"], _keras_changed(
+        f"Functional._inputs_struct: {built!r}, expected the dict as written"
+    )
+    assert built["b"] is b
+    assert [t.name for t in keras.Model({"b": b, "a": a}, out).inputs] == ["a", "b"]
+    listed = compat_keras.input_struct(keras.Model([b, a], out))
+    assert isinstance(listed, list) and listed[0] is b, _keras_changed(
+        f"Functional._inputs_struct: {listed!r}, expected the list as written"
+    )
+    assert compat_keras.input_struct(keras.Sequential([keras.Input((3,))])) is None
 
 
 def test_keras_raw_learning_rate_keeps_a_schedule() -> None:

@@ -8,7 +8,7 @@ imports this module (:class:`~sparkdl.executor.backends.tensorflow.TensorFlowBac
 it reads a feed through :class:`~sparkdl.executor.backends.base.BatchLayout`.
 
 Example:
-    >>> from sparkdl.contract.payload import Column
+    >>> from sparkdl.contract.payload import Column, pack_inputs
     >>> spec(Column("y", "int", 1), (), sparse=False)
     TensorSpec(shape=(None,), dtype=tf.int32, name=None)
 """
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from sparkdl.contract.payload import Column
+from sparkdl.contract.payload import Column, pack_inputs
 from sparkdl.executor.backends.base import BatchLayout
 
 __all__ = ["GROUP", "GROUP_BYTES", "counted", "endless", "signature", "spec", "streamed", "untuned"]
@@ -98,7 +98,7 @@ def _stacked(spec: tf.TensorSpec) -> tf.TensorSpec:
 
 def signature(feed: BatchLayout) -> tuple[Any, ...]:
     """The ``(x, y)`` (or ``(x, y, w)``) type specs of one of the feed's batches."""
-    x = _one([spec(c, s, sparse=p) for c, s, p in feed.input_slots()])
+    x = pack_inputs(feed.input_structure, [spec(c, s, sparse=p) for c, s, p in feed.input_slots()])
     y = _one([spec(c, shape, sparse=False) for c, shape in feed.output_slots()])
     if feed.weight is None:
         return x, y
