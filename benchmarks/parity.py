@@ -84,14 +84,20 @@ def build(kind: str, optimizer: str, scale: float, seed: int) -> Any:
     return model
 
 
-def data(kind: str) -> tuple[Any, Any, Any, Any]:
+def data(kind: str, test_size: float = 0.2) -> tuple[Any, Any, Any, Any]:
     """``(x_train, x_test, y_train, y_test)`` for a model kind."""
     import numpy as np
+    from sklearn.model_selection import train_test_split
 
     if kind != "regression":
-        return digits_arrays(0)
+        if test_size == 0.2:
+            return digits_arrays(0)
+        from sklearn.datasets import load_digits
+
+        x, y = load_digits(return_X_y=True)
+        x = (x / 16.0).astype(np.float32)
+        return train_test_split(x, y, test_size=test_size, random_state=0, stratify=y)
     from sklearn.datasets import load_diabetes
-    from sklearn.model_selection import train_test_split
 
     x, y = load_diabetes(return_X_y=True)
     x = ((x - x.mean(0)) / x.std(0)).astype(np.float32)
@@ -118,6 +124,10 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--test-size", type=float, default=0.2, help="digits' held-out share")
+    parser.add_argument(
+        "--regression-epochs", type=int, default=100, help="epochs of the regression cells"
+    )
     parser.add_argument("--set", nargs="*", default=[], help="sparkdl settings, key=value")
     parser.add_argument("--out", default=None, help="write the cells as JSON here")
     args = parser.parse_args()
@@ -138,7 +148,7 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     cells = []
     for kind in args.models:
-        x_train, x_test, y_train, y_test = data(kind)
+        x_train, x_test, y_train, y_test = data(kind, args.test_size)
         if kind == "regression":  # a float target (arrow_frame's label is a class id)
             rows = [(r.tolist(), float(t)) for r, t in zip(x_train, y_train, strict=True)]
             frame = spark.createDataFrame(rows, "features array<float>, label double")
@@ -192,16 +202,17 @@ def _cell(
     x_train, x_test, y_train, y_test = arrays
     shape = (-1, 8, 8, 1) if kind == "cnn" else (len(x_train), -1)
     plain, ours, seconds = [], [], []
+    epochs = args.regression_epochs if kind == "regression" else args.epochs
     for seed in range(args.seeds):
         model = build(kind, optimizer, scale, seed)
-        model.fit(x_train.reshape(shape), y_train, epochs=args.epochs,
+        model.fit(x_train.reshape(shape), y_train, epochs=epochs,
                   batch_size=args.batch_size, verbose=0)  # fmt: skip
         plain.append(score(kind, model, x_test.reshape((len(x_test), *shape[1:])), y_test))
         started = time.perf_counter()
         fitted = estimator(
             model=build(kind, optimizer, scale, seed),
             num_workers=workers,
-            epochs=args.epochs,
+            epochs=epochs,
             batch_size=args.batch_size,
             seed=seed,
             **settings,

@@ -292,8 +292,9 @@ class SyncConfig:
         et al. 2017) or its square root (``"sqrt"``). The factor is ``num_workers`` for
         averaging and synchronous deltas, ``1 / delta_scale`` for asynchronous deltas
         (``num_workers`` by default) and ``num_workers + 1`` for elastic averaging.
-        ``"auto"`` (the default): ``"linear"`` for ``keras.optimizers.SGD``, ``"sqrt"``
-        for adaptive optimizers (Adam, RMSprop, LARS...), none for a
+        ``"auto"`` (the default): ``"linear"`` for ``keras.optimizers.SGD`` and, in
+        synchronous mode, for adaptive optimizers (Adam, RMSprop, LARS...) too;
+        ``"sqrt"`` for adaptive optimizers in asynchronous and hogwild modes; none for a
         ``LearningRateSchedule``. ``None``: the model's rate as it is.""",
     )
     warmup_epochs: float = setting(

@@ -188,6 +188,7 @@ class FitPlan:
                 config.warmup_epochs,
                 lr_factor=merge.lr_factor(num_workers, mode.barrier),
                 optimizer=optimizer,
+                synchronous=mode.barrier,
             ),
             num_workers=num_workers,
             initial_epoch=initial_epoch,
@@ -291,12 +292,16 @@ def _settings(
     settings (``lr_scaling`` resolved for the model's ``optimizer``), the workers, whether
     pushes merge in rounds and whether one spans a whole epoch of a worker."""
     frequency = config.sync.resolved_frequency
+    synchronous = mode_class(config.mode).barrier
     per_worker = train_rows(math.ceil(rows / max(num_workers, 1)), split)
     whole_epoch = frequency is None or frequency >= steps_for(per_worker, config.batch_size)
     return FitSettings(
-        {**config.to_dict(), "lr_scaling": resolve_scaling(config.lr_scaling, optimizer)},
+        {
+            **config.to_dict(),
+            "lr_scaling": resolve_scaling(config.lr_scaling, optimizer, synchronous=synchronous),
+        },
         num_workers=num_workers,
-        synchronous=mode_class(config.mode).barrier,
+        synchronous=synchronous,
         whole_epoch=whole_epoch,
     )
 

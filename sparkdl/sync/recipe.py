@@ -13,11 +13,17 @@ points (``benchmarks/large_batch.py``).
 (:meth:`~sparkdl.sync.merges.Merge.lr_factor`: ``num_workers`` for model averaging and
 synchronous deltas, ``1 / scale`` for asynchronous deltas, ``num_workers + 1`` for
 elastic averaging), the linear scaling rule of Goyal et al. 2017 ("Accurate, Large
-Minibatch SGD"); ``"sqrt"`` by its square root, the rule for adaptive optimizers
-(Adam's steps are normalised by the gradients' size; Hoffer et al. 2017, Malladi et
-al. 2022). ``"auto"``, the default, takes ``"linear"`` for ``keras.optimizers.SGD``
-(with or without momentum), ``"sqrt"`` for every other optimizer and leaves a
-``LearningRateSchedule`` as it is (with a warning that names the factor).
+Minibatch SGD"); ``"sqrt"`` by its square root, the rule for adaptive optimizers on
+large batches (Adam's steps are normalised by the gradients' size; Hoffer et al. 2017,
+Malladi et al. 2022). ``"auto"``, the default, takes ``"linear"`` for
+``keras.optimizers.SGD`` (with or without momentum) and, in synchronous mode, for every
+other optimizer too; ``"sqrt"`` for other optimizers in asynchronous and hogwild modes;
+and leaves a ``LearningRateSchedule`` as it is (with a warning that names the factor).
+Synchronous rounds average the workers' steps, so each must be k times longer for the
+center to move as far as one process: on digits at Keras's default rates, the square
+root left Adam and RMSprop 0.4-1.9 points short with 2 workers and up to 3.2 with 8,
+linear 0.8 or less (``benchmarks/parity.py``). Asynchronous pushes land one by one
+between hundreds of steps, where linear did worse on the teacher workload.
 ``warmup_epochs`` ramps the rate linearly from the user's rate to the scaled one over
 that many epochs (Goyal's gradual warm-up), so the first steps, where the weights move
 fastest, are not taken at the full rate.
@@ -37,6 +43,9 @@ Example:
     (0.45, 0.8)
     >>> LearningRateRecipe.resolve("auto", 0, lr_factor=4, optimizer="adaptive").factor
     2.0
+    >>> LearningRateRecipe.resolve(
+    ...     "auto", 0, lr_factor=4, optimizer="adaptive", synchronous=True).factor
+    4.0
 """
 
 from __future__ import annotations
@@ -50,6 +59,7 @@ from sparkdl.errors import ConfigError
 
 __all__ = [
     "AUTO",
+    "AUTO_SYNCHRONOUS",
     "LR_SCALINGS",
     "OPTIMIZER_KINDS",
     "LearningRateRecipe",
@@ -66,11 +76,14 @@ OPTIMIZER_KINDS: tuple[str, ...] = ("sgd", "adaptive", "scheduled")
 #: What ``lr_scaling="auto"`` (the default) is for each kind of optimizer; a schedule
 #: is left as it is (there is no number to scale).
 AUTO: dict[str, str | None] = {"sgd": "linear", "adaptive": "sqrt", "scheduled": None}
+#: ... and in synchronous mode, where an adaptive optimizer takes the linear rule too.
+AUTO_SYNCHRONOUS: dict[str, str | None] = {**AUTO, "adaptive": "linear"}
 
 #: Why ``lr_scaling="auto"`` picked its rule, for each kind of optimizer.
 _AUTO_WHY = {
     "sgd": "linear for SGD",
-    "adaptive": "sqrt for an adaptive optimizer",
+    "adaptive": "sqrt for an adaptive optimizer outside synchronous rounds",
+    "adaptive/synchronous": "linear in synchronous rounds, for an adaptive optimizer too",
     "scheduled": "'auto' leaves a LearningRateSchedule unscaled",
 }
 
@@ -101,6 +114,7 @@ class LearningRateRecipe:
         *,
         lr_factor: float,
         optimizer: str = "sgd",
+        synchronous: bool = False,
     ) -> LearningRateRecipe:
         """The recipe of ``lr_scaling`` and ``warmup_epochs`` (on the driver).
 
@@ -110,14 +124,17 @@ class LearningRateRecipe:
             lr_factor: How many times farther one process moves than the fit's center
                 at the same rate (:meth:`~sparkdl.sync.merges.Merge.lr_factor`).
             optimizer: The model's optimizer kind (one of :data:`OPTIMIZER_KINDS`).
+            synchronous: Whether pushes merge in barrier rounds (the mode's
+                ``barrier``).
         """
         check(scaling, warmup_epochs)
         return cls.of_resolved(
             scaling,
-            resolve_scaling(scaling, optimizer),
+            resolve_scaling(scaling, optimizer, synchronous=synchronous),
             warmup_epochs,
             lr_factor=lr_factor,
             optimizer=optimizer,
+            synchronous=synchronous,
         )
 
     @classmethod
@@ -129,6 +146,7 @@ class LearningRateRecipe:
         *,
         lr_factor: float,
         optimizer: str,
+        synchronous: bool = False,
     ) -> LearningRateRecipe:
         """The recipe of a checked ``lr_scaling`` whose ``"auto"`` is already resolved.
 
@@ -141,6 +159,7 @@ class LearningRateRecipe:
             warmup_epochs: The user's ``warmup_epochs``.
             lr_factor: The merge's factor (:meth:`~sparkdl.sync.merges.Merge.lr_factor`).
             optimizer: The model's optimizer kind (one of :data:`OPTIMIZER_KINDS`).
+            synchronous: Whether pushes merge in barrier rounds (for the reason).
 
         Example:
             >>> LearningRateRecipe.of_resolved(
@@ -161,11 +180,13 @@ class LearningRateRecipe:
                     lr_factor,
                     lr_factor,
                 )
+        why = _AUTO_WHY[
+            f"{optimizer}/synchronous" if synchronous and optimizer == "adaptive" else optimizer
+        ]
         if scaling is None:
-            why = "lr_scaling=None" if asked is None else _AUTO_WHY[optimizer]
-            return cls(reason=why)
+            return cls(reason="lr_scaling=None" if asked is None else why)
         factor = float(lr_factor) if scaling == "linear" else math.sqrt(lr_factor)
-        rule = f"lr_scaling={asked!r}" + (f": {_AUTO_WHY[optimizer]}" if asked == "auto" else "")
+        rule = f"lr_scaling={asked!r}" + (f": {why}" if asked == "auto" else "")
         merge = ("the square root of " if scaling == "sqrt" else "") + (
             f"the merge's factor {lr_factor:g}"
         )
@@ -238,8 +259,11 @@ class LearningRateRecipe:
             )
 
 
-def resolve_scaling(scaling: str | None, optimizer: str) -> str | None:
-    """``lr_scaling`` with ``"auto"`` resolved for the model's optimizer kind.
+def resolve_scaling(
+    scaling: str | None, optimizer: str, *, synchronous: bool = False
+) -> str | None:
+    """``lr_scaling`` with ``"auto"`` resolved for the model's optimizer kind and
+    whether pushes merge in barrier rounds (:data:`AUTO_SYNCHRONOUS`, else :data:`AUTO`).
 
     Raises:
         ConfigError: ``optimizer`` is not one of :data:`OPTIMIZER_KINDS`.
@@ -247,12 +271,16 @@ def resolve_scaling(scaling: str | None, optimizer: str) -> str | None:
     Example:
         >>> resolve_scaling("auto", "adaptive"), resolve_scaling("linear", "adaptive")
         ('sqrt', 'linear')
+        >>> resolve_scaling("auto", "adaptive", synchronous=True)
+        'linear'
     """
     if optimizer not in OPTIMIZER_KINDS:
         raise ConfigError(
             f"Expected the optimizer kind to be one of {OPTIMIZER_KINDS}. Received: {optimizer!r}"
         )
-    return AUTO[optimizer] if scaling == "auto" else scaling
+    if scaling != "auto":
+        return scaling
+    return (AUTO_SYNCHRONOUS if synchronous else AUTO)[optimizer]
 
 
 def check(scaling: Any, warmup_epochs: Any) -> None:

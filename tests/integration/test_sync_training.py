@@ -62,8 +62,8 @@ def test_verbose_2_prints_a_line_per_epoch_and_verbose_1_a_bar(digits, capsys) -
     # The fit says first what it resolved: the workers' rate against the compiled one.
     assert out.index("sparkdl fit, resolved:") < out.index("Epoch 1/2")
     assert (
-        "workers train at 0.004243 = the compiled 0.003 x 1.414 (lr_scaling='auto': sqrt for "
-        "an adaptive optimizer" in out
+        "workers train at 0.006 = the compiled 0.003 x 2 (lr_scaling='auto': linear in "
+        "synchronous rounds, for an adaptive optimizer too" in out
     )
     fitted = KerasEstimator(model=digits_model(), num_workers=2, epochs=2, seed=0, verbose=1).fit(
         train_df
@@ -75,7 +75,7 @@ def test_verbose_2_prints_a_line_per_epoch_and_verbose_1_a_bar(digits, capsys) -
     last = bar.replace("\r", "\n").strip().splitlines()[-1]
     assert last.count("samples/s") == 1, last
     assert "Epoch 1/2 -" not in captured.out and "sparkdl fit, resolved:" in captured.out
-    assert fitted.fit_report["resolved"]["learning rate"].startswith("workers train at 0.004243 ")
+    assert fitted.fit_report["resolved"]["learning rate"].startswith("workers train at 0.006 ")
     KerasEstimator(model=digits_model(), num_workers=2, epochs=1, seed=0, verbose=0).fit(train_df)
     quiet = capsys.readouterr()
     assert "Epoch" not in quiet.out and "Epoch" not in quiet.err

@@ -54,8 +54,8 @@ def test_deltas_added_in_full_need_no_scaling() -> None:
     [
         (keras.optimizers.SGD(0.1), 8.0),  # linear
         (keras.optimizers.SGD(0.1, momentum=0.9, nesterov=True), 8.0),
-        (keras.optimizers.Adam(1e-3), 8.0**0.5),  # sqrt
-        (keras.optimizers.RMSprop(1e-3), 8.0**0.5),
+        (keras.optimizers.Adam(1e-3), 8.0),  # linear in synchronous rounds
+        (keras.optimizers.RMSprop(1e-3), 8.0),
         (keras.optimizers.SGD(keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.9)), 1.0),
     ],
     ids=["sgd", "nesterov", "adam", "rmsprop", "schedule"],
@@ -72,6 +72,17 @@ def test_auto_is_the_default_and_picks_by_the_models_optimizer(optimizer, expect
     # A schedule is left as it is, and the warning names the factor to apply by hand.
     assert ("multiply the schedule's rates by 8" in caplog.text) == (kind == "scheduled")
     plan.lr_recipe.check_model(scheduled=kind == "scheduled")
+    # Asynchronous pushes: an adaptive optimizer keeps the square root.
+    asynchronous = FitPlan.resolve(
+        TrainConfig(mode="asynchronous"),
+        num_workers=8,
+        rows=8000,
+        threads=1,
+        service_host="h",
+        optimizer=kind,
+    )
+    want = expected**0.5 if kind == "adaptive" else expected
+    assert asynchronous.lr_recipe.factor == pytest.approx(want)
 
 
 def test_the_warm_up_ramps_from_the_models_rate_to_the_scaled_one() -> None:
