@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sparkdl.compat.spark import task_slots
+from sparkdl.compat.spark import quiet_task_failures, task_slots
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -155,6 +155,13 @@ class SessionTools:
         """The ``SparkContext``, or ``None`` (Spark Connect)."""
         return None
 
+    @contextlib.contextmanager
+    def quiet_task_failures(self) -> Iterator[None]:
+        """Inside, a failed task's Java stack trace is not logged on the driver, where
+        the session can (classic: :func:`sparkdl.compat.spark.quiet_task_failures`; a
+        Connect server logs in its own process)."""
+        yield
+
 
 class ClassicTools(SessionTools):
     """A classic session: its ``SparkContext`` answers."""
@@ -188,6 +195,11 @@ class ClassicTools(SessionTools):
 
     def cancel(self, group: str) -> None:
         self.sc.cancelJobGroup(group)
+
+    @contextlib.contextmanager
+    def quiet_task_failures(self) -> Iterator[None]:
+        with quiet_task_failures(self.sc):
+            yield
 
     def describe(self, description: str) -> None:
         self.sc.setLocalProperty("spark.job.description", description)

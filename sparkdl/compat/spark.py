@@ -11,7 +11,9 @@ through the Py4J handles of the ``SparkContext`` (``sc._jsc``, the JVM
 * :func:`hadoop_filesystem` and :func:`read_all_bytes`: Hadoop's ``FileSystem`` for a
   path, through which a saved model reaches any store Spark can write to;
 * :func:`status_store` and :func:`stage_tasks`: the driver's ``AppStatusStore`` (behind
-  Spark's UI), whose task list tells the parameter service which task attempts run.
+  Spark's UI), whose task list tells the parameter service which task attempts run;
+* :func:`quiet_task_failures`: the level of the log4j loggers that print a failed
+  task's Java stack trace on the driver, raised while a fit's job runs.
 
 Two private members of PySpark's ``Params``, which every third-party stage uses because
 PySpark offers nothing public for them: :func:`param_parent` (``Params._dummy()``, the
@@ -34,8 +36,11 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+import threading
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -47,6 +52,7 @@ __all__ = [
     "is_unsupported_barrier_chain",
     "param_parent",
     "params_metadata",
+    "quiet_task_failures",
     "read_all_bytes",
     "reset_uid",
     "retries_ran_out",
@@ -97,6 +103,60 @@ def run_empty_job(sc: SparkContext) -> None:
     """
     jsc: Any = sc._jsc
     jsc.emptyRDD().count()  # a job with no task: recorded, never queued
+
+
+#: Loggers that print a failed task's whole Java stack trace (the Python traceback
+#: inside) on the driver, and the level they get while a fit's job runs: the fit raises
+#: a WorkerError that names the cause first and holds each worker's traceback.
+_TASK_FAILURE_LOGGERS = {
+    "org.apache.spark.scheduler.TaskSetManager": "ERROR",  # WARN "Lost task ..." + trace
+    "org.apache.spark.executor.Executor": "FATAL",  # local mode: "Exception in task" + trace
+}
+_quiet_lock = threading.Lock()
+_quiet_users = 0
+_quiet_saved: dict[str, Any] = {}
+
+
+@contextlib.contextmanager
+def quiet_task_failures(sc: SparkContext) -> Iterator[None]:
+    """While inside, a failed task's Java stack trace is not logged on the driver.
+
+    Reaches log4j 2's ``LogManager`` and ``Configurator`` through ``sc._jvm``: PySpark's
+    only public handle, ``sc.setLogLevel``, sets the root level for everything. The
+    levels of :data:`_TASK_FAILURE_LOGGERS` are raised by the first fit to enter and put
+    back by the last to leave (fits may overlap); a failure to reach log4j changes
+    nothing (the traces then show, as before).
+    """
+    global _quiet_users
+    with _quiet_lock:
+        if _quiet_users == 0:
+            _quiet_saved.clear()
+            with contextlib.suppress(Exception):
+                for name, level in _TASK_FAILURE_LOGGERS.items():
+                    _quiet_saved[name] = _log_level(sc, name)
+                    _set_log_level(sc, name, level)
+        _quiet_users += 1
+    try:
+        yield
+    finally:
+        with _quiet_lock:
+            _quiet_users -= 1
+            if _quiet_users == 0:
+                with contextlib.suppress(Exception):
+                    for name, level in _quiet_saved.items():
+                        _set_log_level(sc, name, level)
+
+
+def _log_level(sc: SparkContext, name: str) -> str:
+    """A log4j logger's effective level (its own, or the one it inherits)."""
+    jvm: Any = sc._jvm
+    return str(jvm.org.apache.logging.log4j.LogManager.getLogger(name).getLevel().name())
+
+
+def _set_log_level(sc: SparkContext, name: str, level: str) -> None:
+    jvm: Any = sc._jvm
+    log4j = jvm.org.apache.logging.log4j
+    log4j.core.config.Configurator.setLevel(name, log4j.Level.toLevel(level))
 
 
 def hadoop_filesystem(sc: SparkContext, path: str) -> tuple[Any, Any]:

@@ -87,15 +87,16 @@ class JobLauncher:
             WorkerError: The job failed (each failed worker's traceback inside).
             KeyboardInterrupt: Ctrl-C: the fit's jobs were cancelled.
         """
-        reports, rows = run_job(
-            self.tools,
-            self.group,
-            self.name,
-            lambda: self._launch(payload, service, on_failure),
-            on_interrupt=lambda: service.events.abort(
-                "the fit was interrupted (KeyboardInterrupt)"
-            ),
-        )
+        with self.tools.quiet_task_failures():  # the WorkerError says it, traces inside
+            reports, rows = run_job(
+                self.tools,
+                self.group,
+                self.name,
+                lambda: self._launch(payload, service, on_failure),
+                on_interrupt=lambda: service.events.abort(
+                    "the fit was interrupted (KeyboardInterrupt)"
+                ),
+            )
         return reports, rows
 
     def frame(self) -> DataFrame:

@@ -20,6 +20,7 @@ from sparkdl.compat.spark import (
     failure_summary,
     hadoop_filesystem,
     is_unsupported_barrier_chain,
+    quiet_task_failures,
     read_all_bytes,
     retries_ran_out,
     run_empty_job,
@@ -245,3 +246,21 @@ def test_status_store_lists_the_tasks_of_a_job_group(spark) -> None:
     assert all(isinstance(task_id, int) for task_id, _, _ in tasks)
     assert len({task_id for task_id, _, _ in tasks}) == 2
     assert {status for _, _, status in tasks} == {"SUCCESS"}, changed(f"TaskData.status: {tasks}")
+
+
+def test_task_failure_traces_are_quiet_while_a_fit_runs_and_levels_come_back(spark) -> None:
+    from sparkdl.compat import spark as compat_spark
+
+    sc = spark.sparkContext
+    names = list(compat_spark._TASK_FAILURE_LOGGERS)
+    before = {name: compat_spark._log_level(sc, name) for name in names}
+    with quiet_task_failures(sc):
+        with quiet_task_failures(sc):  # a second fit at once
+            inside = {name: compat_spark._log_level(sc, name) for name in names}
+        still = {name: compat_spark._log_level(sc, name) for name in names}
+    after = {name: compat_spark._log_level(sc, name) for name in names}
+    assert inside == compat_spark._TASK_FAILURE_LOGGERS, changed(
+        f"log4j's Configurator.setLevel / LogManager.getLogger: {inside}"
+    )
+    assert still == inside  # the first fit still runs
+    assert after == before
