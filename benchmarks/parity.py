@@ -202,6 +202,7 @@ def _cell(
     x_train, x_test, y_train, y_test = arrays
     shape = (-1, 8, 8, 1) if kind == "cnn" else (len(x_train), -1)
     plain, ours, seconds = [], [], []
+    resolved = ""
     epochs = args.regression_epochs if kind == "regression" else args.epochs
     for seed in range(args.seeds):
         model = build(kind, optimizer, scale, seed)
@@ -209,14 +210,19 @@ def _cell(
                   batch_size=args.batch_size, verbose=0)  # fmt: skip
         plain.append(score(kind, model, x_test.reshape((len(x_test), *shape[1:])), y_test))
         started = time.perf_counter()
-        fitted = estimator(
-            model=build(kind, optimizer, scale, seed),
-            num_workers=workers,
-            epochs=epochs,
-            batch_size=args.batch_size,
-            seed=seed,
-            **settings,
-        ).fit(frame)
+        try:
+            fitted = estimator(
+                model=build(kind, optimizer, scale, seed),
+                num_workers=workers,
+                epochs=epochs,
+                batch_size=args.batch_size,
+                seed=seed,
+                **settings,
+            ).fit(frame)
+        except Exception as exc:  # a diverged fit (the loss became NaN) is a result too
+            print(f"{kind} {optimizer} {scale}x seed {seed}: {exc}"[:300], file=sys.stderr)
+            ours.append(float("nan"))
+            continue
         seconds.append(time.perf_counter() - started)
         test = x_test.reshape((len(x_test), *shape[1:]))
         ours.append(score(kind, fitted.get_model(), test, y_test))
@@ -239,7 +245,7 @@ def _cell(
         "sparkdl_runs": ours,
         "gap": gap,
         "within": within,
-        "fit_seconds": statistics.median(seconds),
+        "fit_seconds": statistics.median(seconds) if seconds else None,
         "resolved_rate": resolved,
     }
 

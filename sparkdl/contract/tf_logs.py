@@ -39,6 +39,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import sys
@@ -121,10 +122,22 @@ class TensorFlowLogs:
         """
         if self.level is not None and (self.filtered or LEVEL_VARIABLE not in os.environ):
             os.environ[LEVEL_VARIABLE] = self.level
+        self.quiet_python_warnings()
         if not self.filtered or "tensorflow" in sys.modules:
             return importer()
         with filtered_stderr(_level(self.level)):  # filtered: the level set just above
             return importer()
+
+    def quiet_python_warnings(self) -> None:
+        """On a worker whose stderr is the driver's terminal (``filtered``) at a level
+        that hides warnings (2 or 3), TensorFlow's Python logger gets the same: its
+        warnings (``tf.function`` retracing while a model scores, among them) are off
+        the terminal too, unless the user gave that logger a level of their own."""
+        if not self.filtered or _level(self.level) < 2:
+            return
+        logger = logging.getLogger("tensorflow")
+        if logger.level == logging.NOTSET:  # not set by the user (nor by TensorFlow)
+            logger.setLevel(logging.ERROR)
 
 
 @contextlib.contextmanager

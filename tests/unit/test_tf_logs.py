@@ -3,6 +3,7 @@ while TensorFlow loads, everything else written back."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -66,6 +67,29 @@ def test_an_executors_own_level_wins_on_a_cluster_and_the_drivers_on_a_local_mas
     assert os.environ[LEVEL_VARIABLE] == "1"
     TensorFlowLogs("3", filtered=True).load(lambda: None)  # a local master
     assert os.environ[LEVEL_VARIABLE] == "3"
+
+
+@pytest.mark.parametrize(
+    ("logs", "user_level", "expected"),
+    [
+        (TensorFlowLogs("3", filtered=True), logging.NOTSET, logging.ERROR),  # local master
+        (TensorFlowLogs("2", filtered=True), logging.NOTSET, logging.ERROR),
+        (TensorFlowLogs("1", filtered=True), logging.NOTSET, logging.NOTSET),  # warnings wanted
+        (TensorFlowLogs(), logging.NOTSET, logging.NOTSET),  # a cluster: its own log
+        (TensorFlowLogs("3", filtered=True), logging.INFO, logging.INFO),  # the user's
+    ],
+)
+def test_tensorflows_python_warnings_follow_the_level_on_a_local_master(
+    logs: TensorFlowLogs, user_level: int, expected: int
+) -> None:
+    logger = logging.getLogger("tensorflow")
+    saved = logger.level
+    try:
+        logger.setLevel(user_level)
+        logs.quiet_python_warnings()
+        assert logger.level == expected
+    finally:
+        logger.setLevel(saved)
 
 
 def test_the_level_quiet_tensorflow_sets_is_not_taken_for_the_users(
