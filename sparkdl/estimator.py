@@ -262,7 +262,7 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
         return {
             "model": keras_io.model_to_bytes(self.model),
             "state": None,
-            "custom_objects": custom_objects.dumps(
+            "custom_objects": custom_objects.dumps_for_saving(
                 custom_objects.collect(self.model, self.custom_objects)
             ),
         }

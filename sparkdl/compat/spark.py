@@ -133,7 +133,7 @@ def quiet_task_failures(sc: SparkContext) -> Iterator[None]:
             _quiet_saved.clear()
             with contextlib.suppress(Exception):
                 for name, level in _TASK_FAILURE_LOGGERS.items():
-                    _quiet_saved[name] = _log_level(sc, name)
+                    _quiet_saved[name] = _own_level(sc, name)
                     _set_log_level(sc, name, level)
         _quiet_users += 1
     try:
@@ -144,7 +144,7 @@ def quiet_task_failures(sc: SparkContext) -> Iterator[None]:
             if _quiet_users == 0:
                 with contextlib.suppress(Exception):
                     for name, level in _quiet_saved.items():
-                        _set_log_level(sc, name, level)
+                        _restore_log_level(sc, name, level)
 
 
 def _log_level(sc: SparkContext, name: str) -> str:
@@ -153,10 +153,31 @@ def _log_level(sc: SparkContext, name: str) -> str:
     return str(jvm.org.apache.logging.log4j.LogManager.getLogger(name).getLevel().name())
 
 
+def _own_level(sc: SparkContext, name: str) -> str | None:
+    """The level of the logger's own configuration; ``None`` when it has none (it
+    inherits, and ``sc.setLogLevel`` on the root reaches it)."""
+    jvm: Any = sc._jvm
+    config = jvm.org.apache.logging.log4j.LogManager.getContext(False).getConfiguration()
+    own = config.getLoggerConfig(name)
+    return str(own.getLevel().name()) if str(own.getName()) == name else None
+
+
 def _set_log_level(sc: SparkContext, name: str, level: str) -> None:
     jvm: Any = sc._jvm
     log4j = jvm.org.apache.logging.log4j
     log4j.core.config.Configurator.setLevel(name, log4j.Level.toLevel(level))
+
+
+def _restore_log_level(sc: SparkContext, name: str, level: str | None) -> None:
+    """Puts back what :func:`_own_level` read: the logger's own level, or no
+    configuration of its own (so that it inherits again)."""
+    if level is not None:
+        _set_log_level(sc, name, level)
+        return
+    jvm: Any = sc._jvm
+    context = jvm.org.apache.logging.log4j.LogManager.getContext(False)
+    context.getConfiguration().removeLogger(name)
+    context.updateLoggers()
 
 
 def hadoop_filesystem(sc: SparkContext, path: str) -> tuple[Any, Any]:

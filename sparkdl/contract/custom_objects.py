@@ -40,7 +40,7 @@ import cloudpickle
 
 from sparkdl.compat.keras import compile_arguments, flatten_layers, raw_learning_rate
 
-__all__ = ["collect", "dumps", "for_saving"]
+__all__ = ["collect", "dumps", "dumps_for_saving", "for_saving"]
 
 _log = logging.getLogger(__name__)
 _REGISTRY_LOCK = threading.Lock()
@@ -91,11 +91,13 @@ def dumps(objects: dict[str, Any] | None) -> bytes | None:
 
 
 def for_saving(pickled: bytes | None) -> bytes | None:
-    """What a saved stage keeps of pickled custom objects: those Keras's registry does
-    not know. A class or function registered with
-    ``@keras.saving.register_keras_serializable`` is found by its registered name
-    wherever its registering code runs, which is how Keras's own ``.keras`` files
-    expect to be loaded; pickling it would make loading run the pickle.
+    """What a saved stage keeps of pickled custom objects: all but those registered
+    from an importable module. A class or function registered with
+    ``@keras.saving.register_keras_serializable`` in a module is found by its
+    registered name wherever that module is imported, which is how Keras's own
+    ``.keras`` files expect to be loaded; pickling it would make loading run the
+    pickle. One registered in ``__main__`` (a script, a notebook) is kept: no import
+    in a new process would register it again.
 
     Example:
         >>> for_saving(None) is None
@@ -104,8 +106,20 @@ def for_saving(pickled: bytes | None) -> bytes | None:
     if not pickled:
         return None
     objects: dict[str, Any] = cloudpickle.loads(pickled)  # this process's own pickle
-    kept = {name: obj for name, obj in objects.items() if not _registered(obj)}
-    return pickled if len(kept) == len(objects) else dumps(kept)
+    return dumps_for_saving(objects) if objects else None
+
+
+def dumps_for_saving(objects: dict[str, Any] | None) -> bytes | None:
+    """:func:`dumps` of ``objects`` without those registered from an importable
+    module (:func:`for_saving`)."""
+    kept = {name: obj for name, obj in (objects or {}).items() if not _found_by_name(obj)}
+    return dumps(kept)
+
+
+def _found_by_name(obj: Any) -> bool:
+    """Registered with Keras from a module a new process can import."""
+    module = str(getattr(_target(obj), "__module__", "") or "")
+    return _registered(obj) and module != "__main__"
 
 
 def _registered(obj: Any) -> bool:

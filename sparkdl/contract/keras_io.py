@@ -252,10 +252,12 @@ def written_order(model: Any) -> list[int]:
     return order
 
 
-def check_input_structure(model: Any, shapes: Sequence[tuple[int, ...]]) -> None:
+def check_input_structure(model: Any) -> None:
     """Calls ``model`` on one zero row of each input, packed as the workers will feed
-    it, so that a structure the model does not take fails on the driver, before any
-    job (only for models whose inputs are a nested structure: :func:`input_structure`).
+    it, so that a structure the model does not take fails on the driver before any job
+    (only for models whose inputs are a nested structure, :func:`input_structure`,
+    with fully known input shapes and no sparse input). Other errors of that call are
+    left to the fit, which reports them with their context.
 
     Raises:
         SchemaError: The model does not take its inputs in that structure.
@@ -263,14 +265,20 @@ def check_input_structure(model: Any, shapes: Sequence[tuple[int, ...]]) -> None
     structure = input_structure(model)
     if structure is None or any(sparse_inputs(model)):
         return
+    shapes = [tuple(t.shape[1:]) for t in getattr(model, "inputs", None) or []]
+    if not shapes or any(d is None for shape in shapes for d in shape):
+        return
     zeros = [np.zeros((1, *shape), np.float32) for shape in shapes]
     try:
         model(pack_inputs(structure, zeros), training=False)
     except Exception as exc:
+        message = str(exc).strip() or repr(exc)
+        if "structure" not in message:
+            return  # not about the structure: the fit reports it where it happens
         raise SchemaError(
             f"The model takes its inputs as {structure!r} (positions in model.inputs "
             f"{input_names(model)}); a batch in that structure failed on the driver: "
-            f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
+            f"{type(exc).__name__}: {message.splitlines()[0]}"
         ) from exc
 
 

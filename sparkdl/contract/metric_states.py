@@ -173,7 +173,10 @@ class MetricStates:
             np.zeros((1, *shape), np.int32 if kind == "int" else np.float32)
             for kind, shape in zip(self.label_kinds, self.label_shapes, strict=True)
         ]
-        x = xs[0] if len(xs) == 1 else xs
+        from sparkdl.contract.keras_io import input_structure
+        from sparkdl.contract.payload import pack_inputs
+
+        x = pack_inputs(input_structure(model), xs)  # a dict of inputs as a dict
         y = ys[0] if len(ys) == 1 else ys
         weight = np.ones(1, np.float32)
         try:

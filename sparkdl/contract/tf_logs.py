@@ -132,7 +132,7 @@ class TensorFlowLogs:
         """On a worker whose stderr is the driver's terminal (``filtered``) at a level
         that hides warnings (2 or 3), TensorFlow's Python logger gets the same: its
         warnings (``tf.function`` retracing while a model scores, among them) are off
-        the terminal too, unless the user gave that logger a level of their own."""
+        the terminal too, unless the worker's logger has a level already."""
         if not self.filtered or _level(self.level) < 2:
             return
         logger = logging.getLogger("tensorflow")

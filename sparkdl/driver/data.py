@@ -127,6 +127,7 @@ def prepare(
         raise ColumnTypeError(f"Expected a pyspark.sql.DataFrame. Received: {type(df).__name__}")
     features, sparse = model_features(df, model, features_col, decided=sparse)
     labels = label_columns(df, label_col, keras_io.output_names(model))
+    keras_io.check_input_structure(model)  # before the scan's job
     weight = weight_column(df, labels, weight_col, class_weight, weighted)
     frame = df.select(
         *[f.alias(feature_name(i)) for i, f in enumerate(features)],
@@ -147,7 +148,6 @@ def prepare(
         keras_io.resolve_input_shape(model, width, i) for i, width in enumerate(summary.widths)
     )
     label_shapes = _label_shapes(model, kinds, summary, bool(class_weight))
-    keras_io.check_input_structure(model, shapes)
     return Prepared(
         frame,
         summary,
@@ -444,7 +444,7 @@ def _sources(df: DataFrame, model: Any, features_col: Any, label_col: Any) -> So
         names={key: _described(c) for key, c in keyed},
         fixes={key: drop_statement(df, c) for key, c in keyed},
         widths=widths,
-        columns={key: c for key, c in keyed if isinstance(c, str) and _is_array(df, c)},
+        columns={key: column_ref(c) for key, c in keyed if isinstance(c, str) and _is_array(df, c)},
     )
 
 
@@ -456,52 +456,77 @@ def _is_array(df: DataFrame, name: str) -> bool:
     return isinstance(df.schema[name].dataType, ArrayType) if name in df.columns else False
 
 
+def column_ref(name: str) -> str:
+    """``name`` as a pasted ``F.col(...)`` takes it: in backticks when Spark would read
+    a dot in it as a nested field.
+
+    Example:
+        >>> column_ref("x"), column_ref("a.b")
+        ('x', '`a.b`')
+    """
+    return _quote(name) if any(c in name for c in ".`") else name
+
+
 def _conversion(name: str, dtype: DataType) -> str:
     """How to turn a column of ``dtype`` into one a model can take, as a statement
     that works when pasted (with ``import pyspark.sql.functions as F``)."""
-    column = repr(name)
+    column = repr(column_ref(name))
     if isinstance(dtype, ArrayType) and isinstance(dtype.elementType, ArrayType):
         return (
             "Flatten the nested arrays (the flat row fills the model's shaped input): "
-            f"df = df.withColumn({column}, F.flatten({column}))"
+            f"df = df.withColumn({name!r}, F.flatten(F.col({column})))"
         )
     if isinstance(dtype, StringType):
         return (
             "If it holds numbers as text, cast it: "
-            f"df = df.withColumn({column}, F.col({column}).cast('double')); if it holds "
+            f"df = df.withColumn({name!r}, F.col({column}).cast('double')); if it holds "
             "categories, index them (pyspark.ml.feature.StringIndexer) and feed the index."
         )
-    return "Convert it to numbers, or pass a list of numeric column names."
+    return (
+        "Convert it to numbers (numeric columns assemble into a vector with "
+        "pyspark.ml.feature.VectorAssembler), or pass a list of numeric column names."
+    )
 
 
 def drop_statement(df: DataFrame, columns: str | Sequence[str]) -> str:
     """A statement that drops the rows with a null or NaN in ``columns`` (any value of
-    an array or vector), as pasted after ``import pyspark.sql.functions as F``.
+    an array or vector), as pasted after ``import pyspark.sql.functions as F``
+    (:func:`drop_statement_for` of the column's type)."""
+    if isinstance(columns, str):
+        return drop_statement_for(columns, _column_type(df, columns, "column"))
+    return drop_statement_for(list(columns), None)
+
+
+def drop_statement_for(columns: str | list[str], dtype: DataType | None) -> str:
+    """:func:`drop_statement` for one column of type ``dtype``, or numeric ``columns``.
 
     Example:
-        >>> from pyspark.sql import SparkSession
-        >>> spark = SparkSession.builder.getOrCreate()
-        >>> frame = spark.createDataFrame([([1.0], 2.0)], "x array<double>, y double")
-        >>> drop_statement(frame, "x")
+        >>> from pyspark.sql.types import ArrayType, DoubleType
+        >>> drop_statement_for("x", ArrayType(DoubleType()))
         "df = df.filter(F.forall(F.col('x'), lambda v: v.isNotNull() & ~F.isnan(v)))"
-        >>> drop_statement(frame, "y")
-        "df = df.dropna(subset=['y'])"
+        >>> drop_statement_for("y", DoubleType()), drop_statement_for(["a", "b"], None)
+        ("df = df.dropna(subset=['y'])", "df = df.dropna(subset=['a', 'b'])")
+        >>> drop_statement_for("a.b", DoubleType())
+        "df = df.filter(F.col('`a.b`').isNotNull() & ~F.isnan(F.col('`a.b`')))"
     """
-    if not isinstance(columns, str):
-        return f"df = df.dropna(subset={list(columns)!r})"
-    dtype = _column_type(df, columns, "column")
-    ref = _quote(columns) if any(c in columns for c in ".`") else columns
-    column = f"F.col({ref!r})"
+    names = [columns] if isinstance(columns, str) else list(columns)
+    if not isinstance(columns, str) or not isinstance(dtype, (VectorUDT, ArrayType)):
+        if all(column_ref(n) == n for n in names):
+            return f"df = df.dropna(subset={names!r})"
+        kept = " & ".join(
+            f"F.col({column_ref(n)!r}).isNotNull() & ~F.isnan(F.col({column_ref(n)!r}))"
+            for n in names
+        )
+        return f"df = df.filter({kept})"
+    column = f"F.col({column_ref(columns)!r})"
     if isinstance(dtype, VectorUDT):
         return (
             f"df = df.filter(F.forall(vector_to_array({column}), lambda v: ~F.isnan(v)))"
             "  # from pyspark.ml.functions import vector_to_array"
         )
-    if isinstance(dtype, ArrayType):
-        if isinstance(dtype.elementType, ArrayType):
-            column = f"F.flatten({column})"
-        return f"df = df.filter(F.forall({column}, lambda v: v.isNotNull() & ~F.isnan(v)))"
-    return f"df = df.dropna(subset=[{columns!r}])"
+    if isinstance(dtype.elementType, ArrayType):
+        column = f"F.flatten({column})"
+    return f"df = df.filter(F.forall({column}, lambda v: v.isNotNull() & ~F.isnan(v)))"
 
 
 def label_column(df: DataFrame, label: str) -> tuple[Column, str]:

@@ -203,7 +203,8 @@ class Sources:
             NaN there (:func:`sparkdl.driver.data.drop_statement`).
         widths: Per input, the values a row must have to fit the model (``None``:
             any one width).
-        columns: Per prepared column made of one user column, that column's name.
+        columns: Per prepared column made of one array column, that column as
+            ``F.col`` takes it (backticks around a name with a dot).
     """
 
     names: dict[str, str] = field(default_factory=dict)
@@ -278,7 +279,8 @@ def _ragged(
     column = sources.name(f"f{index}", "the features column")
     raw = sources.columns.get(f"f{index}")
     drop = (
-        f" (import pyspark.sql.functions as F):\n  df = df.filter(F.size({raw!r}) == {expected})"
+        f" (import pyspark.sql.functions as F):\n"
+        f"  df = df.filter(F.size(F.col({raw!r})) == {expected})"
         if raw
         else " with a filter on their size"
     )

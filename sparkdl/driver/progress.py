@@ -50,9 +50,7 @@ class Progress:
                 from tqdm.auto import tqdm
             except ImportError:
                 tqdm = None
-            drawn = tqdm is not None and (
-                tqdm.__module__.startswith("tqdm.notebook") or _on_terminal()
-            )
+            drawn = tqdm is not None and (_notebook_bar(tqdm) or _on_terminal())
             self._epoch_lines = tqdm is not None and not drawn
             if drawn:
                 # tqdm's own rate is the one rate shown ("12.3k samples/s").
@@ -129,6 +127,12 @@ class Progress:
         if losses:
             bar.set_postfix({"loss": f"{sum(losses) / len(losses):.4f}"}, refresh=False)
         bar.update(done - bar.n)
+
+
+def _notebook_bar(tqdm: Any) -> bool:
+    """Whether ``tqdm.auto`` chose the notebook widget (its class is a subclass of
+    ``tqdm.notebook``'s; a notebook's stderr is no terminal, yet it shows the widget)."""
+    return any(cls.__module__ == "tqdm.notebook" for cls in getattr(tqdm, "__mro__", ()))
 
 
 def _on_terminal() -> bool:

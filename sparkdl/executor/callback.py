@@ -100,9 +100,13 @@ class SyncCallback(keras.callbacks.Callback):
         self._train_states, self._validated = MetricStates.read(self.model), True
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        step = self._step = self._offset + batch + 1
+        step = self._offset + batch + 1
         while self._done < self.schedule.due(step):
             self._sync(self.schedule.seen(step), logs or {}, None)
+        self._step = step  # a failure in the syncs above names the batch just trained
+
+    def on_test_end(self, logs: dict[str, Any] | None = None) -> None:
+        self._testing = False
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         logs = logs or {}

@@ -254,6 +254,7 @@ def test_task_failure_traces_are_quiet_while_a_fit_runs_and_levels_come_back(spa
     sc = spark.sparkContext
     names = list(compat_spark._TASK_FAILURE_LOGGERS)
     before = {name: compat_spark._log_level(sc, name) for name in names}
+    own_before = {name: compat_spark._own_level(sc, name) for name in names}
     with quiet_task_failures(sc):
         with quiet_task_failures(sc):  # a second fit at once
             inside = {name: compat_spark._log_level(sc, name) for name in names}
@@ -264,3 +265,12 @@ def test_task_failure_traces_are_quiet_while_a_fit_runs_and_levels_come_back(spa
     )
     assert still == inside  # the first fit still runs
     assert after == before
+    # Each logger has again only the configuration it had (none: it inherits, and the
+    # root's level, which sc.setLogLevel sets, reaches it again).
+    assert {name: compat_spark._own_level(sc, name) for name in names} == own_before
+    sc.setLogLevel("INFO")
+    try:
+        inherited = [n for n in names if own_before[n] is None]
+        assert all(compat_spark._log_level(sc, n) == "INFO" for n in inherited)
+    finally:
+        sc.setLogLevel("ERROR")

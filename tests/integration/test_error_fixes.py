@@ -58,6 +58,7 @@ def _good() -> list[list[float]]:
     return rng.normal(size=(ROWS, WIDTH)).round(3).tolist()
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 @pytest.mark.parametrize(
     ("case", "schema"),
     [
@@ -92,6 +93,7 @@ def test_bad_array_values_are_dropped_by_the_named_filter(spark, case: str, sche
     assert _fit(fixed, shape=shape).history["loss"]
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_null_or_nan_in_numeric_columns_and_labels(spark) -> None:
     rows = [(*row, i % 2) for i, row in enumerate(_good())]
     rows[2] = (None, *rows[2][1:])
@@ -105,6 +107,7 @@ def test_null_or_nan_in_numeric_columns_and_labels(spark) -> None:
     assert _fit(fixed, features_col=["a", "b", "c", "d"]).history["loss"]
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_nan_in_a_vector_column(spark) -> None:
     values = _good()
     values[1][0] = math.nan

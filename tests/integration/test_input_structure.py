@@ -70,6 +70,7 @@ def test_dict_inputs_in_any_key_order_fit_transform_and_evaluate(frame, tmp_path
     np.testing.assert_allclose(sorted(again), sorted(want), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_a_list_of_columns_follows_the_order_the_inputs_were_written(frame) -> None:
     df, _ = frame
     model = _unsorted_dict_model()
@@ -83,6 +84,7 @@ def test_a_list_of_columns_follows_the_order_the_inputs_were_written(frame) -> N
         KerasModel.from_keras(model, features_col=["bv"]).transform(df)
 
 
+@pytest.mark.slow  # among the fast tier's slowest: runs in --all (fast tier <= 6 min)
 def test_nested_input_structure_trains_and_scores(frame) -> None:
     df, (_, _, _, y) = frame
     a_in, b_in, c_in = (keras.Input((n,), name=k) for n, k in [(2, "a"), (3, "b"), (1, "c")])
