@@ -40,6 +40,7 @@ __all__ = [
     "check_input_structure",
     "check_labels",
     "copy_model",
+    "declared_shapes",
     "input_names",
     "input_structure",
     "learning_rate",
@@ -252,6 +253,22 @@ def written_order(model: Any) -> list[int]:
     return order
 
 
+def declared_shapes(model: Any) -> list[tuple[int, ...] | None]:
+    """Per model input, its per-sample shape where the model declares every dimension
+    (``None`` for an input with an unknown one; ``[]`` for an unbuilt model).
+
+    Example:
+        >>> import keras
+        >>> declared_shapes(keras.Sequential([keras.Input((8, 8)), keras.layers.Flatten()]))
+        [(8, 8)]
+    """
+    shapes = [tuple(t.shape[1:]) for t in getattr(model, "inputs", None) or []]
+    return [
+        tuple(int(d) for d in shape) if all(d is not None for d in shape) else None
+        for shape in shapes
+    ]
+
+
 def check_input_structure(model: Any) -> None:
     """Calls ``model`` on one zero row of each input, packed as the workers will feed
     it, so that a structure the model does not take fails on the driver before any job
@@ -265,10 +282,10 @@ def check_input_structure(model: Any) -> None:
     structure = input_structure(model)
     if structure is None or any(sparse_inputs(model)):
         return
-    shapes = [tuple(t.shape[1:]) for t in getattr(model, "inputs", None) or []]
-    if not shapes or any(d is None for shape in shapes for d in shape):
+    shapes = declared_shapes(model)
+    if not shapes or any(shape is None for shape in shapes):
         return
-    zeros = [np.zeros((1, *shape), np.float32) for shape in shapes]
+    zeros = [np.zeros((1, *shape), np.float32) for shape in shapes if shape is not None]
     try:
         model(pack_inputs(structure, zeros), training=False)
     except Exception as exc:

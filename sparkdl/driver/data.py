@@ -142,7 +142,7 @@ def prepare(
         scan_values=validate,
         sparse=sparse,
         weight_source=weight_col if weight is not None else None,
-        sources=_sources(df, model, features_col, label_col),
+        sources=lambda: _sources(df, model, features_col, label_col),
     )
     shapes = tuple(
         keras_io.resolve_input_shape(model, width, i) for i, width in enumerate(summary.widths)
@@ -310,16 +310,7 @@ def feature_columns(
     Raises:
         SchemaError: The columns do not match the model's inputs.
     """
-    if len(input_names) <= 1:
-        if isinstance(features, dict):
-            if len(features) != 1:
-                raise SchemaError(
-                    f"The model has one input; features_col names {len(features)} inputs."
-                )
-            features = next(iter(features.values()))
-        columns = [features]
-    else:
-        columns = _per_slot(features, input_names, "features_col", "input", order)
+    columns = _feature_slots(features, input_names, order)
     wants = list(sparse) or [False] * len(columns)
     keep = [w and _is_vector(df, c) for c, w in zip(columns, wants, strict=True)]
     return [feature_column(df, c, sparse=k) for c, k in zip(columns, keep, strict=True)], keep
@@ -329,11 +320,9 @@ def label_columns(
     df: DataFrame, labels: Any, output_names: Sequence[str]
 ) -> list[tuple[Column, str]]:
     """One label expression and kind per model output (see :func:`feature_columns`)."""
+    slots = _label_slots(labels, output_names)
     if len(output_names) <= 1:
-        if isinstance(labels, dict) and len(labels) == 1:
-            labels = next(iter(labels.values()))
-        if isinstance(labels, (list, tuple)) and len(labels) == 1:
-            labels = labels[0]
+        labels = slots[0]
         if isinstance(labels, (list, tuple)) and labels and all(isinstance(c, str) for c in labels):
             return [_label_array(df, list(labels))]  # several targets of one output
         if not isinstance(labels, str):
@@ -342,7 +331,35 @@ def label_columns(
                 f"list of numeric columns (one target each). Received: {labels!r}"
             )
         return [label_column(df, labels)]
-    return [label_column(df, c) for c in _per_slot(labels, output_names, "label_col", "output")]
+    return [label_column(df, c) for c in slots]
+
+
+def _feature_slots(
+    features: Any, input_names: Sequence[str], order: Sequence[int] = ()
+) -> list[Any]:
+    """The user's column(s) behind each model input, in ``model.inputs`` order (what
+    :func:`feature_columns` takes)."""
+    if len(input_names) > 1:
+        return _per_slot(features, input_names, "features_col", "input", order)
+    if isinstance(features, dict):
+        if len(features) != 1:
+            raise SchemaError(
+                f"The model has one input; features_col names {len(features)} inputs."
+            )
+        features = next(iter(features.values()))
+    return [features]
+
+
+def _label_slots(labels: Any, output_names: Sequence[str]) -> list[Any]:
+    """The user's column(s) behind each model output (one output: a name, or a list of
+    numeric columns as its targets; checked by :func:`label_columns`)."""
+    if len(output_names) > 1:
+        return _per_slot(labels, output_names, "label_col", "output")
+    if isinstance(labels, dict) and len(labels) == 1:
+        labels = next(iter(labels.values()))
+    if isinstance(labels, (list, tuple)) and len(labels) == 1:
+        labels = labels[0]
+    return [labels]
 
 
 def _per_slot(
@@ -412,48 +429,37 @@ def feature_column(df: DataFrame, features: str | Sequence[str], *, sparse: bool
 
 
 def _sources(df: DataFrame, model: Any, features_col: Any, label_col: Any) -> Sources:
-    """The user's columns behind each prepared column, for the data scan's messages."""
-    names = keras_io.input_names(model)
-    if len(names) <= 1:
-        single = (
-            next(iter(features_col.values())) if isinstance(features_col, dict) else features_col
-        )
-        inputs = [single]
-    else:
-        inputs = _per_slot(
-            features_col, names, "features_col", "input", keras_io.written_order(model)
-        )
-    outputs_names = keras_io.output_names(model)
-    if len(outputs_names) <= 1:
-        label = next(iter(label_col.values())) if isinstance(label_col, dict) else label_col
-        label = label[0] if isinstance(label, (list, tuple)) and len(label) == 1 else label
-        outputs = [label]
-    else:
-        outputs = _per_slot(label_col, outputs_names, "label_col", "output")
+    """The user's columns behind each prepared column, for the data scan's messages
+    (built only when the scan has something to say: one read of the schema)."""
+    inputs = _feature_slots(
+        features_col, keras_io.input_names(model), keras_io.written_order(model)
+    )
+    outputs = _label_slots(label_col, keras_io.output_names(model))
     keyed = [
         *((f"f{i}", c) for i, c in enumerate(inputs)),
         *((f"y{j}", c) for j, c in enumerate(outputs)),
     ]
-    tensors = getattr(model, "inputs", None) or []
-    shapes = [tuple(t.shape[1:]) for t in tensors] if len(tensors) == len(inputs) else []
-    widths = tuple(
-        math.prod(shape) if shape and all(d is not None for d in shape) else None
-        for shape in shapes
-    )
+    types = {f.name: f.dataType for f in df.schema.fields}
+    widths = [math.prod(s) if s is not None else None for s in keras_io.declared_shapes(model)]
     return Sources(
         names={key: _described(c) for key, c in keyed},
-        fixes={key: drop_statement(df, c) for key, c in keyed},
-        widths=widths,
-        columns={key: column_ref(c) for key, c in keyed if isinstance(c, str) and _is_array(df, c)},
+        fixes={
+            key: drop_statement(c, types.get(c))
+            if isinstance(c, str)
+            else drop_statement(list(c), None)
+            for key, c in keyed
+        },
+        widths=tuple(widths) if len(widths) == len(inputs) else (),
+        columns={
+            key: column_ref(c)
+            for key, c in keyed
+            if isinstance(c, str) and isinstance(types.get(c), ArrayType)
+        },
     )
 
 
 def _described(columns: Any) -> str:
     return f"column {columns!r}" if isinstance(columns, str) else f"columns {list(columns)!r}"
-
-
-def _is_array(df: DataFrame, name: str) -> bool:
-    return isinstance(df.schema[name].dataType, ArrayType) if name in df.columns else False
 
 
 def column_ref(name: str) -> str:
@@ -488,25 +494,18 @@ def _conversion(name: str, dtype: DataType) -> str:
     )
 
 
-def drop_statement(df: DataFrame, columns: str | Sequence[str]) -> str:
-    """A statement that drops the rows with a null or NaN in ``columns`` (any value of
-    an array or vector), as pasted after ``import pyspark.sql.functions as F``
-    (:func:`drop_statement_for` of the column's type)."""
-    if isinstance(columns, str):
-        return drop_statement_for(columns, _column_type(df, columns, "column"))
-    return drop_statement_for(list(columns), None)
-
-
-def drop_statement_for(columns: str | list[str], dtype: DataType | None) -> str:
-    """:func:`drop_statement` for one column of type ``dtype``, or numeric ``columns``.
+def drop_statement(columns: str | list[str], dtype: DataType | None) -> str:
+    """A statement that drops the rows with a null or NaN in one column of type
+    ``dtype`` (any value of an array or vector) or in numeric ``columns``, as pasted
+    after ``import pyspark.sql.functions as F``.
 
     Example:
         >>> from pyspark.sql.types import ArrayType, DoubleType
-        >>> drop_statement_for("x", ArrayType(DoubleType()))
+        >>> drop_statement("x", ArrayType(DoubleType()))
         "df = df.filter(F.forall(F.col('x'), lambda v: v.isNotNull() & ~F.isnan(v)))"
-        >>> drop_statement_for("y", DoubleType()), drop_statement_for(["a", "b"], None)
+        >>> drop_statement("y", DoubleType()), drop_statement(["a", "b"], None)
         ("df = df.dropna(subset=['y'])", "df = df.dropna(subset=['a', 'b'])")
-        >>> drop_statement_for("a.b", DoubleType())
+        >>> drop_statement("a.b", DoubleType())
         "df = df.filter(F.col('`a.b`').isNotNull() & ~F.isnan(F.col('`a.b`')))"
     """
     names = [columns] if isinstance(columns, str) else list(columns)

@@ -17,7 +17,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,7 +92,7 @@ def summarize(
     scan_values: bool = True,
     sparse: Sequence[bool] = (),
     weight_source: str | None = None,
-    sources: Sources | None = None,
+    sources: Callable[[], Sources] | None = None,
 ) -> DataSummary:
     """Scans the prepared data once and checks it: rows, nulls, NaNs, ragged widths.
 
@@ -112,8 +112,9 @@ def summarize(
             width is the vectors' size and only stored values are looked at.
         weight_source: The weight column's name when ``prepared`` has :data:`WEIGHT`
             (every weight is checked: finite and >= 0).
-        sources: The user's columns behind the prepared ones, for the messages: their
-            names, the statement that drops their bad rows, and each input's width.
+        sources: Gives the user's columns behind the prepared ones, for the messages:
+            their names, the statement that drops their bad rows, and each input's
+            width (called only when there is something to say).
 
     Raises:
         SchemaError: The data is empty, or has nulls, NaNs or rows of differing width,
@@ -128,8 +129,8 @@ def summarize(
     rows = int(stats["rows"])
     if rows == 0:
         raise SchemaError("The DataFrame is empty: there are no rows to train on.")
-    sources = sources or Sources()
-    problems = _problems(stats, inputs, len(kinds), sources)
+    described = _Described(sources)
+    problems = _problems(stats, inputs, len(kinds), described)
     if problems:
         fixes = sorted({fix for _, fix in problems if fix})
         how = (
@@ -145,7 +146,7 @@ def summarize(
     for i in range(inputs):
         if stats[f"f_min{i}"] != stats[f"f_max{i}"]:
             raise SchemaError(
-                _ragged(prepared, i, stats, sources, sparse=bool(sparse and sparse[i]))
+                _ragged(prepared, i, stats, described(), sparse=bool(sparse and sparse[i]))
             )
     for j, kind in enumerate(kinds):
         if kind == "array" and stats[f"y_min_w{j}"] != stats[f"y_max_w{j}"]:
@@ -216,26 +217,39 @@ class Sources:
         return self.names.get(key, fallback)
 
 
+class _Described:
+    """The :class:`Sources` of a scan, built on first use (only a refused frame's
+    messages need them)."""
+
+    def __init__(self, make: Callable[[], Sources] | None) -> None:
+        self._make = make
+        self._sources: Sources | None = None
+
+    def __call__(self) -> Sources:
+        if self._sources is None:
+            self._sources = self._make() if self._make is not None else Sources()
+        return self._sources
+
+
 def _problems(
-    stats: dict[str, Any], inputs: int, outputs: int, sources: Sources
+    stats: dict[str, Any], inputs: int, outputs: int, described: Callable[[], Sources]
 ) -> list[tuple[str, str | None]]:
-    """The scan's nulls and NaNs, per input and output, in words, each with its fix."""
-    problems = []
+    """The scan's nulls and NaNs, per input and output, in words, each with its fix
+    (the sources are asked for only when there is one)."""
+    problems: list[tuple[str, str | None]] = []
+
+    def add(count: Any, what: str, key: str, slot: str, several: bool) -> None:
+        if count:
+            sources = described()
+            where = f" ({sources.name(key, slot)})" if several else ""
+            problems.append((f"{count} row(s) with {what}{where}", sources.fixes.get(key)))
+
     for i in range(inputs):
-        where = f" ({sources.name(f'f{i}', f'input {i}')})" if inputs > 1 else ""
-        fix = sources.fixes.get(f"f{i}")
-        if stats[f"f_null{i}"]:
-            problems.append((f"{stats[f'f_null{i}']} row(s) with null features{where}", fix))
-        if stats.get(f"f_nan{i}"):
-            text = f"{stats[f'f_nan{i}']} row(s) with NaN or null feature values{where}"
-            problems.append((text, fix))
+        add(stats[f"f_null{i}"], "null features", f"f{i}", f"input {i}", inputs > 1)
+        add(stats.get(f"f_nan{i}"), "NaN or null feature values", f"f{i}", f"input {i}", inputs > 1)
     for j in range(outputs):
-        where = f" ({sources.name(f'y{j}', f'output {j}')})" if outputs > 1 else ""
-        fix = sources.fixes.get(f"y{j}")
-        if stats[f"y_null{j}"]:
-            problems.append((f"{stats[f'y_null{j}']} row(s) with a null label{where}", fix))
-        if stats.get(f"y_nan{j}"):
-            problems.append((f"{stats[f'y_nan{j}']} row(s) with a NaN label{where}", fix))
+        add(stats[f"y_null{j}"], "a null label", f"y{j}", f"output {j}", outputs > 1)
+        add(stats.get(f"y_nan{j}"), "a NaN label", f"y{j}", f"output {j}", outputs > 1)
     return problems
 
 

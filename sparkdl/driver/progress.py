@@ -86,37 +86,31 @@ class Progress:
             self._update_bar(status, seen)
             return
         history: dict[str, list[float]] = status["history"]
-        if self._epoch_lines:
-            self._epoch_lines_to(status, history, elapsed)
-            return
         while self._printed < status["epochs_done"]:
             i = self._printed
-            metrics = " - ".join(f"{k}: {v[i]:.4f}" for k, v in history.items() if i < len(v))
-            print(
-                f"Epoch {i + 1}/{self._epochs} - {self._rows} samples - {metrics} - "
-                f"{seen / elapsed if elapsed > 0 else math.nan:,.0f} samples/s",
-                flush=True,
-            )
+            if self._epoch_lines:  # the bar's figures, where the bar would draw
+                print(self._bar_line(i, history, elapsed), file=sys.stderr, flush=True)
+            else:
+                metrics = " - ".join(f"{k}: {v[i]:.4f}" for k, v in history.items() if i < len(v))
+                print(
+                    f"Epoch {i + 1}/{self._epochs} - {self._rows} samples - {metrics} - "
+                    f"{seen / elapsed if elapsed > 0 else math.nan:,.0f} samples/s",
+                    flush=True,
+                )
             self._printed += 1
 
-    def _epoch_lines_to(
-        self, status: dict[str, Any], history: dict[str, list[float]], elapsed: float
-    ) -> None:
-        """The bar's figures as a line on stderr per finished epoch."""
+    def _bar_line(self, i: int, history: dict[str, list[float]], elapsed: float) -> str:
+        """Epoch ``i``'s line with the bar's figures: samples done of the total, the
+        merged loss, samples/s."""
         total = self._epochs * self._rows
-        while self._printed < status["epochs_done"]:
-            i = self._printed
-            done = min((i + 1) * self._rows, total)
-            loss = history.get("loss", [])
-            shown = f" - loss: {loss[i]:.4f}" if i < len(loss) else ""
-            rate = done / elapsed if elapsed > 0 else math.nan
-            print(
-                f"Epoch {i + 1}/{self._epochs} - {_size(done)}/{_size(total)} samples{shown}"
-                f" - {_size(rate)} samples/s",
-                file=sys.stderr,
-                flush=True,
-            )
-            self._printed += 1
+        done = min((i + 1) * self._rows, total)
+        loss = history.get("loss", [])
+        shown = f" - loss: {loss[i]:.4f}" if i < len(loss) else ""
+        rate = done / elapsed if elapsed > 0 else math.nan
+        return (
+            f"Epoch {i + 1}/{self._epochs} - {_size(done)}/{_size(total)} samples{shown}"
+            f" - {_size(rate)} samples/s"
+        )
 
     def _update_bar(self, status: dict[str, Any], seen: int) -> None:
         bar = self._bar

@@ -37,13 +37,11 @@ def _unsorted_dict_model() -> keras.Model:
     return model
 
 
-def test_dict_inputs_in_any_key_order_fit_transform_and_evaluate(frame, tmp_path) -> None:
-    df, (_, _, _, y) = frame
-    model = _unsorted_dict_model()
-    assert [t.name for t in model.inputs] == ["a", "b"]  # Keras's flat order is sorted
+def _fit(model: keras.Model, features_col: dict[str, str], df, y) -> KerasModel:  # type: ignore[no-untyped-def]
+    """A 2-worker fit of ``model`` on ``df`` that must learn the target ``y``."""
     fitted = KerasEstimator(
         model=model,
-        features_col={"a": "av", "b": "bv"},
+        features_col=features_col,
         label_col="y",
         num_workers=2,
         epochs=8,
@@ -51,6 +49,14 @@ def test_dict_inputs_in_any_key_order_fit_transform_and_evaluate(frame, tmp_path
         seed=0,
     ).fit(df)
     assert fitted.history["loss"][-1] < 0.2 * float(np.var(y))
+    return fitted
+
+
+def test_dict_inputs_in_any_key_order_fit_transform_and_evaluate(frame, tmp_path) -> None:
+    df, (_, _, _, y) = frame
+    model = _unsorted_dict_model()
+    assert [t.name for t in model.inputs] == ["a", "b"]  # Keras's flat order is sorted
+    fitted = _fit(model, {"a": "av", "b": "bv"}, df, y)
 
     rows = fitted.transform(df).select("av", "bv", "prediction").collect()
     net = fitted.get_model()
@@ -93,16 +99,7 @@ def test_nested_input_structure_trains_and_scores(frame) -> None:
     model = keras.Model({"z": [c_in, b_in], "a": a_in}, out)
     assert [t.name for t in model.inputs] == ["a", "c", "b"]
     model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
-    fitted = KerasEstimator(
-        model=model,
-        features_col={"a": "av", "b": "bv", "c": "cv"},
-        label_col="y",
-        num_workers=2,
-        epochs=8,
-        batch_size=32,
-        seed=0,
-    ).fit(df)
-    assert fitted.history["loss"][-1] < 0.2 * float(np.var(y))
+    fitted = _fit(model, {"a": "av", "b": "bv", "c": "cv"}, df, y)
     first = fitted.transform(df).select("av", "bv", "cv", "prediction").first()
     net = fitted.get_model()
     want = net.predict(
