@@ -127,6 +127,7 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
         given.update(split_settings(settings, allowed))
         self._set(**given)
         self.train_config()  # validate now, not at fit time
+        self.sequence_padding  # noqa: B018 (validates the setting)
         self.model = model
         self.validation_data = validation_data
         self.callbacks = list(callbacks or [])
@@ -156,6 +157,7 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
         """Sets Params by camelCase or snake_case name; returns ``self``."""
         self._set(**split_settings(kwargs, {p.name for p in self.params}))
         self.train_config()
+        self.sequence_padding  # noqa: B018 (validates the setting)
         return self
 
     def _fit(self, dataset: DataFrame) -> KerasModel:
@@ -196,6 +198,7 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
             prediction_col=str(self.getOrDefault("predictionCol")),
             class_col=str(self.getOrDefault("classCol")),
             label_col=self.getOrDefault("labelCol"),
+            sequence_padding=self.getOrDefault("sequencePadding"),
             input_shapes=list(result.input_shapes),
             history=result.history,
             custom_objects=custom_objects.dumps(custom),
@@ -222,6 +225,7 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
             validate=config.validate,
             weight_col=self.weight_col or None,
             class_weight=config.class_weight,
+            padding=self.sequence_padding,
         )
         validation = None
         if self.validation_data is not None:
@@ -234,6 +238,7 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
                 sparse=prepared.sparse,  # the training data's choice: the rows travel together
                 weight_col=self.weight_col or None,  # class weights are for training only
                 weighted=prepared.weighted,
+                padding=self.sequence_padding,
             )
         return prepared, validation
 

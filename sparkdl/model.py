@@ -59,6 +59,8 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         label_col: The label column(s) :meth:`evaluate` reads unless told otherwise:
             the estimator's ``label_col`` for a fitted model.
         class_col: Name of the arg-max class column; empty for none.
+        sequence_padding: How token sequences of varying length are made the input's
+            length (the estimator's ``sequence_padding`` for a fitted model).
         input_shapes: Per-sample shape of each input (without the batch axis); read
             from the model when not given.
         history: Per-epoch logs of the fit, like ``keras.callbacks.History.history``.
@@ -89,6 +91,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         prediction_col: str = "prediction",
         class_col: str = "",
         label_col: Any = "label",
+        sequence_padding: Any = None,
         input_shapes: Sequence[tuple[int, ...]] | None = None,
         history: dict[str, list[float]] | None = None,
         custom_objects: bytes | None = None,
@@ -103,7 +106,8 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         labels = label_col if isinstance(label_col, (str, dict)) else list(label_col)
         columns = {"features_col": features, "prediction_col": prediction_col, "label_col": labels}
         self._set(**split_settings(columns, {"featuresCol", "predictionCol", "labelCol"}))
-        self._set(classCol=class_col, predictBatchSize=batch_size)
+        self._set(classCol=class_col, predictBatchSize=batch_size, sequencePadding=sequence_padding)
+        self.sequence_padding  # noqa: B018 (validates the setting)
         self.model_bytes = model_bytes
         self.history: dict[str, list[float]] = dict(history or {})
         self.custom_objects = custom_objects
@@ -127,6 +131,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         custom_objects: dict[str, Any] | None = None,
         safe_mode: bool | None = None,
         batch_size: int = PREDICT_BATCH,
+        sequence_padding: Any = None,
     ) -> KerasModel:
         """Wraps a model trained elsewhere for ``transform``, ``evaluate`` and Pipelines.
 
@@ -144,6 +149,8 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
                 executors. ``None``: on for a file (a ``Lambda`` in it is refused),
                 off for a live model (it is the caller's own).
             batch_size: Rows per prediction call in ``transform``.
+            sequence_padding: How token sequences of varying length are made the
+                input's length, as the estimator's setting of that name.
 
         Returns:
             A :class:`KerasModel`; ``get_model()`` returns a copy of ``model``.
@@ -186,6 +193,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
             ),
             batch_size=batch_size,
             safe_mode=safe,
+            sequence_padding=sequence_padding,
         )
         stage._model = live
         return stage
@@ -270,7 +278,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         model = self.get_model()
         keras_io.check_compiled(model)
         label_col = self.getOrDefault("labelCol") if label_col is None else label_col
-        features, sparse = self._features(dataset, model, features_col)
+        features, kinds = self._features(dataset, model, features_col)
         labels = data.label_columns(dataset, label_col, keras_io.output_names(model))
         weight = data.weight_column(dataset, labels, weight_col, None)
         frame = dataset.select(
@@ -283,7 +291,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         scoring = self._scoring(
             dataset,
             model,
-            sparse,
+            kinds,
             batch_size=int(batch_size or self.getOrDefault("predictBatchSize")),
             label_kinds=[kind for _, kind in labels],
             weighted=weight is not None,
@@ -301,7 +309,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         from sparkdl.contract import keras_io
 
         model = self.get_model()
-        features, sparse = self._features(dataset, model)
+        features, kinds = self._features(dataset, model)
         shapes = keras_io.output_shapes(model, self.input_shapes)
         names = keras_io.output_names(model)
         if len(names) != len(shapes):  # a subclassed model's outputs are unnamed
@@ -313,7 +321,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         scoring = self._scoring(
             dataset,
             model,
-            sparse,
+            kinds,
             batch_size=int(self.getOrDefault("predictBatchSize")),
             outputs=outputs,
         )
@@ -326,16 +334,23 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
 
     def _features(
         self, dataset: DataFrame, model: Any, features_col: Any = None
-    ) -> tuple[list[Any], list[bool]]:
+    ) -> tuple[list[Any], list[str]]:
         """The feature expressions for ``model`` (from ``features_col``, default the
-        model's ``featuresCol``) and which of them stay sparse (as in
+        model's ``featuresCol``) and their kinds (as in
         :func:`sparkdl.driver.data.prepare`, without its look at the rows: scoring
-        densifies one batch at a time, so it needs no Spark job to choose)."""
+        densifies one batch at a time, so it needs no Spark job to choose). A nested
+        array or image row that does not have the input's shape raises when scored."""
         columns = self.features_col if features_col is None else features_col
-        return data.model_features(dataset, model, columns, sample=False)
+        layouts = data.model_features(
+            dataset, model, columns, sample=False, padding=self.sequence_padding
+        )
+        names = [f"{columns!r}"] * len(layouts)
+        return [f.guarded(n) for f, n in zip(layouts, names, strict=True)], [
+            f.kind for f in layouts
+        ]
 
     def _scoring(
-        self, dataset: DataFrame, model: Any, sparse: list[bool], **fields: Any
+        self, dataset: DataFrame, model: Any, kinds: list[str], **fields: Any
     ) -> payload.ScoringPayload:
         """What the scoring tasks get: the model as a broadcast, how to read the rows
         and how Keras loads on the executors; ``fields``: the call's own."""
@@ -348,7 +363,8 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
             digest=self._digest,
             custom_objects=self.custom_objects,
             input_shapes=self.input_shapes,
-            sparse_columns=sparse,
+            sparse_columns=[k == "sparse" for k in kinds],
+            byte_columns=[k == "bytes" for k in kinds],
             input_labels=[keras_io.input_label(model, i) for i in range(len(self.input_shapes))],
             safe_mode=self.safe_mode,
             tf_logs=tensorflow_logs(tools),

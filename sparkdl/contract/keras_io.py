@@ -41,6 +41,7 @@ __all__ = [
     "check_labels",
     "copy_model",
     "declared_shapes",
+    "input_dims",
     "input_names",
     "input_structure",
     "learning_rate",
@@ -182,6 +183,21 @@ def input_names(model: keras.Model) -> list[str]:
     return [
         str(getattr(t, "name", f"input_{i}")).split(":")[0]
         for i, t in enumerate(getattr(model, "inputs", None) or [])
+    ]
+
+
+def input_dims(model: Any) -> list[tuple[int | None, ...]]:
+    """Per model input (``model.inputs`` order), its per-sample shape, ``None`` where a
+    length is open (``[]`` for an unbuilt model).
+
+    Example:
+        >>> import keras
+        >>> input_dims(keras.Sequential([keras.Input((None, 3)), keras.layers.Dense(2)]))
+        [(None, 3)]
+    """
+    return [
+        tuple(None if d is None else int(d) for d in t.shape[1:])
+        for t in getattr(model, "inputs", None) or []
     ]
 
 

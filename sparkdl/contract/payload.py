@@ -139,9 +139,10 @@ class Column:
 
     Attributes:
         name: The prepared column (:func:`feature_name` / :func:`label_name`).
-        kind: ``"dense"`` (float32 rows of ``width`` values), ``"int"`` or ``"float"``
-            (one int32 or float32 value a row), or ``"sparse"`` (an ML vector of size
-            ``width``, stored as CSR).
+        kind: ``"dense"`` (float32 rows of ``width`` values), ``"bytes"`` (uint8 rows
+            of ``width`` values: an image's bytes), ``"int"`` or ``"float"`` (one int32
+            or float32 value a row), or ``"sparse"`` (an ML vector of size ``width``,
+            stored as CSR).
         width: Values per row (dense), the vector size (sparse), 1 (scalar).
     """
 
@@ -152,7 +153,12 @@ class Column:
     @property
     def dtype(self) -> np.dtype[Any]:
         """The dtype of its values."""
-        return np.dtype(np.int32 if self.kind == "int" else np.float32)
+        return np.dtype({"int": np.int32, "bytes": np.uint8}.get(self.kind, np.float32))
+
+    @property
+    def rows_of_values(self) -> bool:
+        """Whether each row holds ``width`` values (dense or bytes), not one."""
+        return self.kind in ("dense", "bytes")
 
 
 def cached_columns(
@@ -161,6 +167,7 @@ def cached_columns(
     label_kinds: Sequence[str],
     label_widths: Sequence[int],
     weighted: bool,
+    binary: Sequence[bool] = (),
 ) -> tuple[list[Column], list[Column], Column | None]:
     """The feature, label and weight columns of a prepared frame, as the executors
     read them (training, validation and ``evaluate`` alike).
@@ -172,14 +179,16 @@ def cached_columns(
         label_widths: Values per label, per output (empty: 1 each; 0: an array label
             whose width the rows tell).
         weighted: Whether the frame has the :data:`WEIGHT` column.
+        binary: Whether each feature column is image bytes (uint8; empty: none).
 
     Returns:
         ``(inputs, outputs, weight)``; ``weight`` is ``None`` for an unweighted frame.
     """
     flags = list(sparse) or [False] * len(input_shapes)
+    images = list(binary) or [False] * len(input_shapes)
     inputs = [
-        Column(feature_name(i), "sparse" if s else "dense", int(np.prod(shape)))
-        for i, (shape, s) in enumerate(zip(input_shapes, flags, strict=True))
+        Column(feature_name(i), "sparse" if s else "bytes" if b else "dense", int(np.prod(shape)))
+        for i, (shape, s, b) in enumerate(zip(input_shapes, flags, images, strict=True))
     ]
     widths = list(label_widths) or [1] * len(label_kinds)
     outputs = [
@@ -269,6 +278,7 @@ class WorkerPayload:
         label_widths: Values per label, per model output.
         sparse_columns: Whether each feature column arrives as ML vectors (kept sparse)
             rather than float arrays.
+        byte_columns: Whether each feature column arrives as image bytes (uint8).
         sparse_inputs: Whether each model input takes a ``tf.SparseTensor``.
         tls_cert: The service's certificate (PEM) when it speaks HTTPS.
         validation: Whether the partition carries validation rows (marked in the
@@ -302,6 +312,7 @@ class WorkerPayload:
     label_kinds: list[str]
     label_widths: list[int] = field(default_factory=list)
     sparse_columns: list[bool] = field(default_factory=list)
+    byte_columns: list[bool] = field(default_factory=list)
     sparse_inputs: list[bool] = field(default_factory=list)
     validation: bool = False
     tls_cert: bytes | None = None
@@ -324,6 +335,7 @@ class WorkerPayload:
             self.label_kinds,
             self.label_widths,
             self.weighted,
+            self.byte_columns,
         )
 
     def cached_columns(self) -> list[Column]:
@@ -358,6 +370,7 @@ class ScoringPayload:
         custom_objects: cloudpickled ``custom_objects`` dict, or ``None``.
         input_shapes: Per-sample shape of each model input.
         sparse_columns: Whether each feature column is ML vectors kept sparse.
+        byte_columns: Whether each feature column is image bytes (uint8).
         input_labels: `` 'name'`` of each input for messages (empty: one input).
         batch_size: Rows per model call.
         safe_mode: Keras's safe mode for the executors' load.
@@ -385,6 +398,7 @@ class ScoringPayload:
     weighted: bool = False
     backend: str = "tensorflow"
     input_structure: Any = None
+    byte_columns: list[bool] = field(default_factory=list)
 
     def columns(self) -> tuple[list[Column], list[Column], Column | None]:
         """How the feature (and, to evaluate, label and weight) columns are read; an
@@ -395,6 +409,7 @@ class ScoringPayload:
             self.label_kinds,
             [0 if kind == "array" else 1 for kind in self.label_kinds],
             self.weighted,
+            self.byte_columns,
         )
 
 

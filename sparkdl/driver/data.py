@@ -39,8 +39,17 @@ from pyspark.sql.types import (
 from sparkdl.compat.spark_versions import array_argmax, try_int
 from sparkdl.contract import keras_io
 from sparkdl.contract.payload import WEIGHT, feature_name, label_name
-from sparkdl.driver.data_scan import DataSummary, Sources, summarize
-from sparkdl.errors import SchemaError
+from sparkdl.driver import tensors
+from sparkdl.driver.data_scan import (
+    CHECK_PREFIX,
+    DataSummary,
+    Sources,
+    fits_name,
+    shape_name,
+    summarize,
+)
+from sparkdl.driver.tensors import Layout, SequencePadding
+from sparkdl.errors import ConfigError, SchemaError
 
 __all__ = [
     "SPARSE_MIN_WIDTH",
@@ -48,6 +57,7 @@ __all__ = [
     "Prepared",
     "feature_column",
     "feature_columns",
+    "feature_layout",
     "label_column",
     "label_columns",
     "label_kind",
@@ -77,6 +87,7 @@ class Prepared:
         seconds: Seconds the checks took (the scan is one Spark job).
         weighted: Whether ``frame`` has the :data:`WEIGHT` column.
         label_shapes: Per-sample shape of each output's label (``()``: a scalar).
+        feature_kinds: Per input, ``"dense"``, ``"sparse"`` or ``"bytes"`` (images).
     """
 
     frame: DataFrame
@@ -87,6 +98,7 @@ class Prepared:
     seconds: float = 0.0
     weighted: bool = False
     label_shapes: tuple[tuple[int, ...], ...] = ()
+    feature_kinds: tuple[str, ...] = ()
 
 
 def prepare(
@@ -100,6 +112,7 @@ def prepare(
     weight_col: str | None = None,
     class_weight: dict[Any, float] | None = None,
     weighted: bool = False,
+    padding: SequencePadding | None = None,
 ) -> Prepared:
     """Checks the model and the data and selects the prepared columns.
 
@@ -117,6 +130,10 @@ def prepare(
     ``sample_weight`` and ``class_weight``; ``weighted`` adds it (all 1) without either,
     so that validation rows travel beside weighted training rows.
 
+    Nested arrays and images are checked row by row against the input's shape, and
+    ``padding`` makes token sequences of varying length one length
+    (:mod:`sparkdl.driver.tensors`).
+
     Raises:
         SchemaError: A column is missing or has a wrong type, or the data is bad.
         ModelError: The model is not compiled, or its input does not fit the features.
@@ -125,38 +142,48 @@ def prepare(
     keras_io.check_compiled(model)
     if not isinstance(df, DataFrame):
         raise ColumnTypeError(f"Expected a pyspark.sql.DataFrame. Received: {type(df).__name__}")
-    features, sparse = model_features(df, model, features_col, decided=sparse)
+    layouts = model_features(df, model, features_col, decided=sparse, padding=padding)
     labels = label_columns(df, label_col, keras_io.output_names(model))
     keras_io.check_input_structure(model)  # before the scan's job
     weight = weight_column(df, labels, weight_col, class_weight, weighted)
-    frame = df.select(
-        *[f.alias(feature_name(i)) for i, f in enumerate(features)],
+    prepared = [
+        *[f.expr.alias(feature_name(i)) for i, f in enumerate(layouts)],
         *[y.alias(label_name(j)) for j, (y, _) in enumerate(labels)],
         *([weight.alias(WEIGHT)] if weight is not None else []),
-    )
+    ]
+    checks = [
+        c
+        for i, f in enumerate(layouts)
+        if f.fits is not None and f.shape is not None
+        for c in (f.fits.alias(fits_name(i)), f.shape.alias(shape_name(i)))
+    ]
+    checked = df.select(*prepared, *checks)  # the shape checks are read by the scan only
     kinds = tuple(kind for _, kind in labels)
     summary = summarize(
-        frame,
+        checked,
         kinds,
-        len(features),
+        len(layouts),
         scan_values=validate,
-        sparse=sparse,
+        feature_kinds=[f.kind for f in layouts],
         weight_source=weight_col if weight is not None else None,
         sources=lambda: _sources(df, model, features_col, label_col),
+        shapes={i: (f.expected, f.fix) for i, f in enumerate(layouts) if f.fits is not None},
     )
     shapes = tuple(
         keras_io.resolve_input_shape(model, width, i) for i, width in enumerate(summary.widths)
     )
     label_shapes = _label_shapes(model, kinds, summary, bool(class_weight))
+    frame = checked.select(*[c for c in checked.columns if not c.startswith(CHECK_PREFIX)])
     return Prepared(
         frame,
         summary,
         kinds,
         shapes,
-        tuple(sparse),
+        tuple(f.kind == "sparse" for f in layouts),
         time.perf_counter() - started,
         weighted=weight is not None,
         label_shapes=label_shapes,
+        feature_kinds=tuple(f.kind for f in layouts),
     )
 
 
@@ -249,8 +276,11 @@ def model_features(
     *,
     decided: Sequence[bool] | None = None,
     sample: bool = True,
-) -> tuple[list[Column], list[bool]]:
-    """The feature expressions for ``model``'s inputs and which of them stay sparse.
+    padding: SequencePadding | None = None,
+) -> list[Layout]:
+    """How each of ``model``'s inputs is read from ``df``: its prepared expression, its
+    kind (``"dense"``, ``"sparse"``: ML vectors kept sparse, ``"bytes"``: images) and
+    the per-row shape check of nested arrays and images (:mod:`sparkdl.driver.tensors`).
 
     An ML vector column stays sparse for an input built with ``sparse=True``, and for
     one :data:`SPARSE_MIN_WIDTH` wide or wider unless its first rows store more than
@@ -265,21 +295,39 @@ def model_features(
         decided: Per input, a choice made before (the training data's, for the
             validation data); ``None`` decides here.
         sample: Whether to look at the first rows of a wide vector column.
+        padding: How token sequences of varying length are made the input's length
+            (``sequence_padding``); ``None``: they are not.
 
     Raises:
         SchemaError: The columns do not match the model's inputs.
     """
     names = keras_io.input_names(model)
     order = keras_io.written_order(model)
+    shapes = keras_io.input_dims(model)
     if decided is not None:
-        return feature_columns(df, features_col, names, sparse=list(decided), order=order)
+        return feature_columns(
+            df,
+            features_col,
+            names,
+            sparse=list(decided),
+            order=order,
+            shapes=shapes,
+            padding=padding,
+        )
     wants = [keras_io.prefers_sparse(model, i, SPARSE_MIN_WIDTH) for i in range(len(names))]
     takes = keras_io.sparse_inputs(model) or [False] * len(names)
-    features, sparse = feature_columns(df, features_col, names, sparse=wants, order=order)
-    for i, keep in enumerate(sparse):
-        if keep and sample and not takes[i] and _mostly_dense(df.select(features[i])):
-            features[i], sparse[i] = vector_to_array(features[i], dtype="float32"), False
-    return features, sparse
+    layouts = feature_columns(
+        df, features_col, names, sparse=wants, order=order, shapes=shapes, padding=padding
+    )
+    for i, layout in enumerate(layouts):
+        if (
+            layout.kind == "sparse"
+            and sample
+            and not takes[i]
+            and _mostly_dense(df.select(layout.expr))
+        ):
+            layouts[i] = Layout(vector_to_array(layout.expr, dtype="float32"))
+    return layouts
 
 
 def feature_columns(
@@ -289,8 +337,10 @@ def feature_columns(
     *,
     sparse: Sequence[bool] = (),
     order: Sequence[int] = (),
-) -> tuple[list[Column], list[bool]]:
-    """One expression per model input, and whether it stays sparse.
+    shapes: Sequence[Sequence[int | None]] = (),
+    padding: SequencePadding | None = None,
+) -> list[Layout]:
+    """How each model input is read: one :class:`~sparkdl.driver.tensors.Layout` each.
 
     Args:
         df: The input DataFrame.
@@ -302,10 +352,9 @@ def feature_columns(
         sparse: Per input, whether an ML vector column should stay sparse.
         order: The positions in ``input_names`` of the inputs as written
             (:func:`~sparkdl.contract.keras_io.written_order`); empty: that order.
-
-    Returns:
-        The expressions (``array<float>``, or the ML vectors themselves) and, per input,
-        whether it is ML vectors kept sparse.
+        shapes: Per input, its per-sample shape (``None`` for an open length); empty:
+            unknown (nested arrays and images then need a built model).
+        padding: As :func:`model_features` takes it.
 
     Raises:
         SchemaError: The columns do not match the model's inputs.
@@ -313,7 +362,21 @@ def feature_columns(
     columns = _feature_slots(features, input_names, order)
     wants = list(sparse) or [False] * len(columns)
     keep = [w and _is_vector(df, c) for c, w in zip(columns, wants, strict=True)]
-    return [feature_column(df, c, sparse=k) for c, k in zip(columns, keep, strict=True)], keep
+    return [
+        feature_layout(
+            df,
+            c,
+            sparse=k,
+            shape=shapes[i] if i < len(shapes) else None,
+            padding=padding,
+            label=_input_words(input_names, i),
+        )
+        for i, (c, k) in enumerate(zip(columns, keep, strict=True))
+    ]
+
+
+def _input_words(names: Sequence[str], index: int) -> str:
+    return f" {names[index]!r}" if len(names) > 1 else ""
 
 
 def label_columns(
@@ -396,36 +459,118 @@ def _per_slot(
 
 
 def feature_column(df: DataFrame, features: str | Sequence[str], *, sparse: bool = False) -> Column:
-    """Returns an ``array<float>`` expression for the features.
+    """Returns the prepared expression for the features (:func:`feature_layout`'s,
+    for a flat input)."""
+    return feature_layout(df, features, sparse=sparse).expr
+
+
+def feature_layout(
+    df: DataFrame,
+    features: str | Sequence[str],
+    *,
+    sparse: bool = False,
+    shape: Sequence[int | None] | None = None,
+    padding: SequencePadding | None = None,
+    label: str = "",
+) -> Layout:
+    """How the features of one model input are read.
 
     Args:
         df: The input DataFrame.
-        features: One column (``array<numeric>``, ML ``Vector`` or a numeric scalar)
-            or a list of numeric column names.
+        features: One column (``array<numeric>``, nested arrays of numbers, Spark's
+            image struct, an ML ``Vector`` or a numeric scalar) or a list of numeric
+            column names.
         sparse: An ML vector column is returned as it is (it travels sparse).
+        shape: The model input's per-sample shape (``None`` for an open length);
+            nested arrays and images need it.
+        padding: Makes an ``array<numeric>`` column of token sequences the input's
+            length (:class:`~sparkdl.driver.tensors.SequencePadding`).
+        label: The input's name in messages (``" 'tokens'"``; empty for one input).
 
     Raises:
-        SchemaError: A column is missing (the message lists the available ones).
+        SchemaError: A column is missing (the message lists the available ones), or
+            its rows cannot have the input's shape.
         ColumnTypeError: A column is not numeric.
     """
     if isinstance(features, str):
         dtype = _column_type(df, features, "features_col")
+        col = F.col(_quote(features))
+        ref = column_ref(features)
         if isinstance(dtype, VectorUDT):
             if sparse:
-                return F.col(_quote(features))
-            return vector_to_array(F.col(_quote(features)), dtype="float32")
-        if isinstance(dtype, ArrayType) and _numeric(dtype.elementType):
-            return F.col(_quote(features)).cast(ArrayType(FloatType()))
+                return Layout(col, kind="sparse")
+            return Layout(vector_to_array(col, dtype="float32"))
+        rank = tensors.nested_rank(dtype)
+        if rank == 1:
+            if padding is not None:
+                return Layout(tensors.padded(col, _padded_length(df, col, shape, padding), padding))
+            return Layout(col.cast(ArrayType(FloatType())))
+        if rank > 1:
+            return _nested(col, rank, shape, ref, features, label)
+        if tensors.is_image(dtype):
+            if shape is None:
+                raise SchemaError(
+                    f"Column {features!r} holds images; the model needs a keras.Input"
+                    "((height, width, channels)) to take them."
+                )
+            dims = tensors.image_dims(shape, f"Column {features!r}")
+            return tensors.image_layout(col, dims, ref)
         if _numeric(dtype):
-            return F.array(F.col(_quote(features)).cast("float"))
+            return Layout(F.array(col.cast("float")))
         raise ColumnTypeError(
-            f"Expected features_col {features!r} to be array<numeric>, an ML Vector, or a "
-            f"numeric column. Received: {dtype.simpleString()}. {_conversion(features, dtype)}"
+            f"Expected features_col {features!r} to be array<numeric> (nested arrays of "
+            "any rank too), an ML Vector, a numeric column, or an image struct "
+            f"(spark.read.format('image')). Received: {dtype.simpleString()}. "
+            f"{_conversion(features, dtype)}"
         )
     names = list(features)
     if not names:
         raise SchemaError("Expected features_col to name at least one column. Received: []")
-    return _numeric_array(df, names, "features_col")
+    return Layout(_numeric_array(df, names, "features_col"))
+
+
+def _nested(
+    col: Column, rank: int, shape: Sequence[int | None] | None, ref: str, name: str, label: str
+) -> Layout:
+    """The layout of a nested array column for an input of per-sample ``shape``.
+
+    Raises:
+        SchemaError: Rows of ``rank`` levels cannot have the input's shape.
+    """
+    if shape is None:  # an unbuilt model: the flat rows build it
+        return Layout(tensors.flattened(col, rank))
+    dims = tensors.data_dims(shape, rank)
+    if dims is None:
+        flat = f"df = df.withColumn({name!r}, F.flatten(F.col({ref!r})))"
+        if rank > 2:
+            flat = f"df = df.withColumn({name!r}, F.flatten(...)) once per extra level"
+        raise SchemaError(
+            f"Column {name!r} holds arrays nested {rank} deep; the model's input{label} "
+            f"takes the shape {(None, *shape)}, which has fewer dimensions. Give the model "
+            f"a keras.Input with {rank} dimensions, or flatten the rows "
+            f"(import pyspark.sql.functions as F): {flat}"
+        )
+    return tensors.nested_layout(col, rank, dims, ref, f"column {name!r}")
+
+
+def _padded_length(
+    df: DataFrame, col: Column, shape: Sequence[int | None] | None, padding: SequencePadding
+) -> int:
+    """The length token sequences are made: ``padding.length``, else the input's, else
+    (an input of open length) the longest row's (one Spark job)."""
+    if padding.length is not None:
+        return padding.length
+    dims = list(shape or (None,))
+    if all(d is not None for d in dims):
+        return math.prod(d for d in dims if d is not None)
+    if len(dims) == 1:
+        found = df.agg(F.max(F.size(col)).alias("n")).first()
+        return max(int(found["n"] or 0) if found is not None else 0, 1)
+    raise ConfigError(
+        f"sequence_padding cannot tell which length to make rows for an input of shape "
+        f"{(None, *dims)}: give it a length, e.g. sequence_padding={{'padding': "
+        f"'{padding.padding}', 'length': 100}}."
+    )
 
 
 def _sources(df: DataFrame, model: Any, features_col: Any, label_col: Any) -> Sources:
@@ -453,7 +598,7 @@ def _sources(df: DataFrame, model: Any, features_col: Any, label_col: Any) -> So
         columns={
             key: column_ref(c)
             for key, c in keyed
-            if isinstance(c, str) and isinstance(types.get(c), ArrayType)
+            if isinstance(c, str) and tensors.nested_rank(types.get(c)) == 1
         },
     )
 
@@ -523,7 +668,7 @@ def drop_statement(columns: str | list[str], dtype: DataType | None) -> str:
             f"df = df.filter(F.forall(vector_to_array({column}), lambda v: ~F.isnan(v)))"
             "  # from pyspark.ml.functions import vector_to_array"
         )
-    if isinstance(dtype.elementType, ArrayType):
+    for _ in range(tensors.nested_rank(dtype) - 1):
         column = f"F.flatten({column})"
     return f"df = df.filter(F.forall({column}, lambda v: v.isNotNull() & ~F.isnan(v)))"
 
@@ -540,10 +685,8 @@ def label_column(df: DataFrame, label: str) -> tuple[Column, str]:
     col = F.col(_quote(label))
     if isinstance(dtype, VectorUDT):
         return vector_to_array(col, dtype="float32"), kind
-    if kind == "array":
-        if isinstance(dtype, ArrayType) and isinstance(dtype.elementType, ArrayType):
-            col = F.flatten(col)
-        return col.cast(ArrayType(FloatType())), kind
+    if kind == "array":  # nested arrays (per-pixel or per-token targets) flattened
+        return tensors.flattened(col, tensors.nested_rank(dtype)), kind
     return col.cast("int" if kind == "int" else "float"), kind
 
 
@@ -577,13 +720,7 @@ def label_kind(dtype: DataType) -> str:
     """
     if isinstance(dtype, VectorUDT):
         return "array"
-    if isinstance(dtype, ArrayType) and _numeric(dtype.elementType):
-        return "array"
-    if (  # one nested level (a (T, k) label per row): flattened, then shaped per output
-        isinstance(dtype, ArrayType)
-        and isinstance(dtype.elementType, ArrayType)
-        and _numeric(dtype.elementType.elementType)
-    ):
+    if tensors.nested_rank(dtype):  # nested levels: flattened, then shaped per output
         return "array"
     if _numeric(dtype):
         name = dtype.typeName()

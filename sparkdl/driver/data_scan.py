@@ -27,7 +27,30 @@ from pyspark.sql import functions as F
 from sparkdl.contract.payload import WEIGHT, feature_name, label_name, ragged_rows_message
 from sparkdl.errors import SchemaError
 
-__all__ = ["DataSummary", "Sources", "check_weights", "summarize"]
+__all__ = [
+    "CHECK_PREFIX",
+    "DataSummary",
+    "Sources",
+    "check_weights",
+    "fits_name",
+    "shape_name",
+    "summarize",
+]
+
+#: Columns of a scanned frame that only the scan reads: each input's per-row shape
+#: check and its shape in words (:class:`sparkdl.driver.tensors.Layout`).
+CHECK_PREFIX = "__sparkdl_check_"
+
+
+def fits_name(index: int) -> str:
+    """The scanned column telling whether each row of input ``index`` has its shape."""
+    return f"{CHECK_PREFIX}fits_{index}"
+
+
+def shape_name(index: int) -> str:
+    """The scanned column holding each row's shape of input ``index``, in words."""
+    return f"{CHECK_PREFIX}shape_{index}"
+
 
 #: The scan's group column, and the prefixes of its aggregates combined by min and max.
 _PARTITION = "partition"
@@ -90,9 +113,10 @@ def summarize(
     inputs: int = 1,
     *,
     scan_values: bool = True,
-    sparse: Sequence[bool] = (),
+    feature_kinds: Sequence[str] = (),
     weight_source: str | None = None,
     sources: Callable[[], Sources] | None = None,
+    shapes: dict[int, tuple[str, str]] | None = None,
 ) -> DataSummary:
     """Scans the prepared data once and checks it: rows, nulls, NaNs, ragged widths.
 
@@ -108,8 +132,10 @@ def summarize(
         scan_values: Look at every feature and label value for nulls and NaNs
             (``TrainConfig.validate``). ``False`` still counts rows and reads widths
             and label ranges, which the fit needs, but skips the pass over every value.
-        sparse: Per input, whether its column is ML vectors (kept sparse): their
-            width is the vectors' size and only stored values are looked at.
+        feature_kinds: Per input, ``"dense"`` (the default), ``"sparse"`` (ML
+            vectors kept sparse: their width is the vectors' size and only stored
+            values are looked at) or ``"bytes"`` (image bytes: their length is the
+            width, and bytes hold no NaN).
         weight_source: The weight column's name when ``prepared`` has :data:`WEIGHT`
             (every weight is checked: finite and >= 0).
         sources: Gives the user's columns behind the prepared ones, for the messages:
@@ -121,7 +147,12 @@ def summarize(
             or a weight that is null, NaN, infinite or negative.
     """
     kinds = [kinds] if isinstance(kinds, str) else list(kinds)
-    aggs = _summary_aggregates(kinds, inputs, scan_values, list(sparse) or [False] * inputs)
+    shapes = shapes or {}
+    feature_kinds = list(feature_kinds) or ["dense"] * inputs
+    aggs = _summary_aggregates(kinds, inputs, scan_values, feature_kinds)
+    aggs += [
+        F.sum(F.when(~F.col(fits_name(i)), 1).otherwise(0)).alias(f"f_misfit{i}") for i in shapes
+    ]
     if WEIGHT in prepared.columns:
         aggs.append(_bad_weights())
     groups = prepared.groupBy(F.spark_partition_id().alias(_PARTITION)).agg(*aggs).collect()
@@ -143,10 +174,13 @@ def summarize(
         )
     if stats.get("w_bad"):
         raise SchemaError(_bad_weights_message(int(stats["w_bad"]), rows, weight_source))
+    for i, (expected, fix) in shapes.items():
+        if stats[f"f_misfit{i}"]:
+            raise SchemaError(_misfits(prepared, i, expected, fix, described()))
     for i in range(inputs):
         if stats[f"f_min{i}"] != stats[f"f_max{i}"]:
             raise SchemaError(
-                _ragged(prepared, i, stats, described(), sparse=bool(sparse and sparse[i]))
+                _ragged(prepared, i, stats, described(), sparse=feature_kinds[i] == "sparse")
             )
     for j, kind in enumerate(kinds):
         if kind == "array" and stats[f"y_min_w{j}"] != stats[f"y_max_w{j}"]:
@@ -265,31 +299,9 @@ def _ragged(
         return message
     widths = sources.widths
     expected = widths[index] if index < len(widths) and widths[index] else smallest
-    width = F.size(F.col(feature_name(index)))
-    low_bits = (1 << 33) - 1  # monotonically_increasing_id: partition << 33 | position
-    # The id is made for every row (a nondeterministic expression under when() would
-    # count only the rows it is evaluated on), then kept for the bad ones.
-    groups = (
-        prepared.select(
-            F.spark_partition_id().alias(_PARTITION),
-            F.monotonically_increasing_id().alias("id"),
-            (width != expected).alias("bad"),
-        )
-        .groupBy(_PARTITION)
-        .agg(
-            F.count(F.lit(1)).alias("rows"),
-            F.sum(F.col("bad").cast("int")).alias("bad"),
-            F.min(F.when(F.col("bad"), F.col("id"))).alias("id"),
-        )
-        .collect()
-    )
-    bad = sum(int(g["bad"] or 0) for g in groups)
-    firsts = [g for g in groups if g["id"] is not None]
-    if not firsts:
+    bad, row, _ = _first_bad(prepared, F.size(F.col(feature_name(index))) != expected)
+    if row is None:
         return message
-    first = min(firsts, key=lambda g: int(g[_PARTITION]))
-    before = sum(int(g["rows"]) for g in groups if int(g[_PARTITION]) < int(first[_PARTITION]))
-    row = before + (int(first["id"]) & low_bits)
     column = sources.name(f"f{index}", "the features column")
     raw = sources.columns.get(f"f{index}")
     drop = (
@@ -301,19 +313,74 @@ def _ragged(
     return (
         f"{message} In {column}, {bad} row(s) do not have {expected} values; the first is "
         f"row {row} (counting from 0, as df.collect() lists the rows). Pad them to one "
-        f"length, or drop them{drop}"
+        f"length (sequence_padding='post' pads token sequences with 0 and cuts them to "
+        f"the model's input length, as keras.utils.pad_sequences does), or drop them{drop}"
     )
 
 
+def _misfits(prepared: DataFrame, index: int, expected: str, fix: str, sources: Sources) -> str:
+    """The message for rows of input ``index`` whose shape is not the input's: how
+    many, the first's index and shape, and the statement that keeps the rows that fit.
+    One more Spark job, on this path only."""
+    bad, row, shape = _first_bad(prepared, ~F.col(fits_name(index)), F.col(shape_name(index)))
+    column = sources.name(f"f{index}", "the features column")
+    return (
+        f"In {column}, {bad} row(s) do not have the shape the model's input takes, "
+        f"{expected}; the first is row {row} (counting from 0, as df.collect() lists "
+        f"the rows), of shape {shape}. Keep the rows that fit (import "
+        f"pyspark.sql.functions as F):\n  {fix}\nor change the model's keras.Input(shape=...)."
+    )
+
+
+def _first_bad(
+    prepared: DataFrame, bad: Column, value: Column | None = None
+) -> tuple[int, int | None, Any]:
+    """How many rows are ``bad``, the first one's index (as ``df.collect()`` lists the
+    rows) and its ``value``: one Spark job."""
+    low_bits = (1 << 33) - 1  # monotonically_increasing_id: partition << 33 | position
+    # The id is made for every row (a nondeterministic expression under when() would
+    # count only the rows it is evaluated on), then kept for the bad ones.
+    groups = (
+        prepared.select(
+            F.spark_partition_id().alias(_PARTITION),
+            F.monotonically_increasing_id().alias("id"),
+            bad.alias("bad"),
+            (value if value is not None else F.lit(None)).alias("value"),
+        )
+        .groupBy(_PARTITION)
+        .agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.sum(F.col("bad").cast("int")).alias("bad"),
+            F.min(F.when(F.col("bad"), F.col("id"))).alias("id"),
+            F.min_by(F.col("value"), F.when(F.col("bad"), F.col("id"))).alias("value"),
+        )
+        .collect()
+    )
+    count = sum(int(g["bad"] or 0) for g in groups)
+    firsts = [g for g in groups if g["id"] is not None]
+    if not firsts:
+        return count, None, None
+    first = min(firsts, key=lambda g: int(g[_PARTITION]))
+    before = sum(int(g["rows"]) for g in groups if int(g[_PARTITION]) < int(first[_PARTITION]))
+    return count, before + (int(first["id"]) & low_bits), first["value"]
+
+
 def _summary_aggregates(
-    kinds: list[str], inputs: int, scan_values: bool, sparse: list[bool]
+    kinds: list[str], inputs: int, scan_values: bool, feature_kinds: list[str]
 ) -> list[Column]:
     """The aggregate expressions :func:`summarize` runs in its one job."""
     aggs = [F.count(F.lit(1)).alias("rows")]
     for i in range(inputs):
         f = F.col(feature_name(i))
         width, values = F.size(f), f
-        if sparse[i]:  # the vector's fields, through their JSON form (Spark has no cast)
+        if feature_kinds[i] == "bytes":  # an image's bytes: no NaN to look for
+            aggs += [
+                F.sum(F.when(f.isNull(), 1).otherwise(0)).alias(f"f_null{i}"),
+                F.min(F.length(f)).alias(f"f_min{i}"),
+                F.max(F.length(f)).alias(f"f_max{i}"),
+            ]
+            continue
+        if feature_kinds[i] == "sparse":  # the vector's fields, through their JSON form
             vector = F.from_json(F.to_json(F.struct(f.alias("v"))), _VECTOR_JSON)["v"]
             values = vector["values"]
             width = F.coalesce(vector["size"], F.size(values))

@@ -314,6 +314,7 @@ class Fit:
             label_kinds=list(prepared.label_kinds),
             label_widths=list(prepared.summary.label_widths),
             sparse_columns=list(prepared.sparse or [False] * len(prepared.input_shapes)),
+            byte_columns=[k == "bytes" for k in prepared.feature_kinds],
             sparse_inputs=keras_io.sparse_inputs(self.model),
             validation=self.validation is not None,
             weighted=prepared.weighted,

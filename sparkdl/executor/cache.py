@@ -164,9 +164,9 @@ class PartitionCache:
                     column.width,
                 )
             else:
-                width = column.width if column.kind == "dense" else 1
+                width = column.width if column.rows_of_values else 1
                 flat = self._spools[name].read(column.dtype, start * width, (stop - start) * width)
-                out[name] = flat.reshape(-1, width) if column.kind == "dense" else flat
+                out[name] = flat.reshape(-1, width) if column.rows_of_values else flat
         return out
 
     def arrays(self) -> Block:

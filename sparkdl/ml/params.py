@@ -21,6 +21,7 @@ from pyspark.ml.param import Param, Params, TypeConverters
 
 from sparkdl.compat.spark import param_parent
 from sparkdl.config import TrainConfig, setting_docs, setting_fields
+from sparkdl.driver.tensors import SequencePadding
 from sparkdl.errors import ConfigError
 
 __all__ = [
@@ -47,6 +48,7 @@ _COLUMN_ARGS = {
     "prediction_col": "predictionCol",
     "class_col": "classCol",
     "weight_col": "weightCol",
+    "sequence_padding": "sequencePadding",
 }
 
 
@@ -97,10 +99,33 @@ class ColumnParams(Params):
         typeConverter=TypeConverters.identity,
     )
 
+    sequencePadding: Param[Any] = Param(
+        param_parent(),
+        "sequencePadding",
+        "if set, token sequences (array columns) of varying length are padded or cut to "
+        "the model input's length as keras.utils.pad_sequences does: 'pre', 'post', or a "
+        "dict of padding, truncating, value and length; unset, such rows are refused",
+        typeConverter=TypeConverters.identity,
+    )
+
     def _set_column_defaults(self) -> None:
         self._setDefault(
-            featuresCol="features", predictionCol="prediction", classCol="", labelCol="label"
+            featuresCol="features",
+            predictionCol="prediction",
+            classCol="",
+            labelCol="label",
+            sequencePadding=None,
         )
+
+    @property
+    def sequence_padding(self) -> SequencePadding | None:
+        """How token sequences of varying length are made one length (``None``: they
+        are refused).
+
+        Raises:
+            ConfigError: The Param holds no valid padding.
+        """
+        return SequencePadding.of(self.getOrDefault("sequencePadding"))
 
 
 class TrainingParams(ColumnParams):

@@ -72,7 +72,7 @@ def spec(column: Column, shape: tuple[int, ...], *, sparse: bool) -> Any:
     """The ``tf.TypeSpec`` of a batch of ``column`` fed as ``shape`` per row."""
     if column.kind == "sparse" and sparse:
         return tf.SparseTensorSpec((None, column.width), tf.float32)
-    dtype = tf.int32 if column.kind == "int" else tf.float32
+    dtype = {"int": tf.int32, "bytes": tf.uint8}.get(column.kind, tf.float32)
     return tf.TensorSpec((None, *shape), dtype)
 
 
