@@ -160,34 +160,9 @@ def summarize(
     rows = int(stats["rows"])
     if rows == 0:
         raise SchemaError("The DataFrame is empty: there are no rows to train on.")
-    described = _Described(sources)
-    problems = _problems(stats, inputs, len(kinds), described)
-    if problems:
-        fixes = sorted({fix for _, fix in problems if fix})
-        how = (
-            "Drop them before fit (import pyspark.sql.functions as F):\n  " + "\n  ".join(fixes)
-            if fixes
-            else "Drop them (df.dropna(), or a filter on isnan)"
-        )
-        raise SchemaError(
-            f"Found {', '.join(p for p, _ in problems)} among {rows} rows. {how}\nor impute them."
-        )
+    _refuse(prepared, stats, kinds, inputs, feature_kinds, shapes, _Described(sources))
     if stats.get("w_bad"):
         raise SchemaError(_bad_weights_message(int(stats["w_bad"]), rows, weight_source))
-    for i, (expected, fix) in shapes.items():
-        if stats[f"f_misfit{i}"]:
-            raise SchemaError(_misfits(prepared, i, expected, fix, described()))
-    for i in range(inputs):
-        if stats[f"f_min{i}"] != stats[f"f_max{i}"]:
-            raise SchemaError(
-                _ragged(prepared, i, stats, described(), sparse=feature_kinds[i] == "sparse")
-            )
-    for j, kind in enumerate(kinds):
-        if kind == "array" and stats[f"y_min_w{j}"] != stats[f"y_max_w{j}"]:
-            raise SchemaError(
-                f"Expected every label array to have the same length. Received lengths "
-                f"between {stats[f'y_min_w{j}']} and {stats[f'y_max_w{j}']}."
-            )
     return DataSummary(
         rows=rows,
         widths=tuple(int(stats[f"f_min{i}"]) for i in range(inputs)),
@@ -202,6 +177,45 @@ def summarize(
         ),
         partition_rows=_partition_rows(groups),
     )
+
+
+def _refuse(
+    prepared: DataFrame,
+    stats: dict[str, Any],
+    kinds: list[str],
+    inputs: int,
+    feature_kinds: list[str],
+    shapes: dict[int, tuple[str, str]],
+    described: _Described,
+) -> None:
+    """Raises the scan's first finding: nulls and NaNs (all of them, each with its
+    fix), misshaped rows, rows of unequal width, label arrays of unequal length."""
+    problems = _problems(stats, inputs, len(kinds), described)
+    if problems:
+        fixes = sorted({fix for _, fix in problems if fix})
+        how = (
+            "Drop them before fit (import pyspark.sql.functions as F):\n  " + "\n  ".join(fixes)
+            if fixes
+            else "Drop them (df.dropna(), or a filter on isnan)"
+        )
+        raise SchemaError(
+            f"Found {', '.join(p for p, _ in problems)} among {int(stats['rows'])} rows. "
+            f"{how}\nor impute them."
+        )
+    for i, (expected, fix) in shapes.items():
+        if stats[f"f_misfit{i}"]:
+            raise SchemaError(_misfits(prepared, i, expected, fix, described()))
+    for i in range(inputs):
+        if stats[f"f_min{i}"] != stats[f"f_max{i}"]:
+            raise SchemaError(
+                _ragged(prepared, i, stats, described(), sparse=feature_kinds[i] == "sparse")
+            )
+    for j, kind in enumerate(kinds):
+        if kind == "array" and stats[f"y_min_w{j}"] != stats[f"y_max_w{j}"]:
+            raise SchemaError(
+                f"Expected every label array to have the same length. Received lengths "
+                f"between {stats[f'y_min_w{j}']} and {stats[f'y_max_w{j}']}."
+            )
 
 
 def _combined(groups: list[dict[str, Any]]) -> dict[str, Any]:
