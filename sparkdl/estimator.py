@@ -50,13 +50,15 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
 
     Args:
         model: A compiled ``keras.Model``.
-        features_col: Feature column (``array<float|double>``, ML ``Vector`` dense or
-            sparse, or a numeric column), or a list of numeric column names. For a model
-            with several inputs: a list of such columns, one per input in order, or a
-            dict from input name to column.
-        label_col: Label column: integer/float, ``array<numeric>`` or a Vector. For a
-            model with several outputs: a list (one per output) or a dict from output
+        features_col: Feature column (``array<float|double>``, nested arrays of any
+            rank for a shaped input, Spark's image struct for an image input, ML
+            ``Vector`` dense or sparse, or a numeric column), or a list of numeric
+            column names. For a model with several inputs: a list of such columns,
+            one per input in the order the inputs were written, or a dict from input
             name to column.
+        label_col: Label column: integer/float, ``array<numeric>`` (nested arrays too:
+            a target per position) or a Vector. For a model with several outputs: a
+            list (one per output) or a dict from output name to column.
         prediction_col: Output column of the fitted model's ``transform``.
         class_col: If set, the fitted model's ``transform`` also adds the arg-max class
             as a ``double`` column of this name.
@@ -65,6 +67,13 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
             ``model.fit(sample_weight=...)``, on training rows and on validation rows
             (``validation_data`` must have it too). Weights must be finite and >= 0;
             a null, NaN or negative one is refused before training.
+        sequence_padding: Token sequences (``array<int>`` rows of varying length) are
+            made the model input's length as ``keras.utils.pad_sequences`` does:
+            ``"pre"`` or ``"post"`` (padding and truncating there, with 0), or a dict
+            of ``padding``, ``truncating``, ``value`` and ``length`` (``length``
+            defaults to the input's; an input of open length takes the longest row).
+            ``None`` (the default): such rows are refused with an error that says
+            how. The fitted model's ``transform`` pads the same way.
         learning_rate: If set, overrides the learning rate of the model's optimizer.
         validation_data: A DataFrame with the same columns; ``val_loss`` and ``val_*``
             metrics are computed on it on the executors every epoch. Its rows travel
@@ -105,6 +114,7 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
         prediction_col: str = "prediction",
         class_col: str = "",
         weight_col: str = "",
+        sequence_padding: str | dict[str, Any] | None = None,
         learning_rate: float | None = None,
         validation_data: DataFrame | None = None,
         callbacks: Sequence[Any] | None = None,
@@ -120,6 +130,7 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
             "predictionCol": prediction_col,
             "classCol": class_col,
             "weightCol": weight_col,
+            "sequencePadding": sequence_padding,
         }
         if learning_rate is not None:
             given["learningRate"] = learning_rate

@@ -16,7 +16,12 @@ import pytest
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PAGES = ["docs/index.md", "docs/getting-started.md", "README.md"]
+PAGES = [
+    "docs/index.md",
+    "docs/getting-started.md",
+    "docs/guides/images-and-sequences.md",
+    "README.md",
+]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
 
