@@ -219,6 +219,8 @@ def main() -> None:
         "| growth / partition byte |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    warm = cnn(True, args.seed)  # Keras's first model in this process pays its start-up
+    warm.fit(*images(256, args.seed), epochs=1, batch_size=args.batch_size, verbose=0)
     for kind in args.kinds:
         base = plain_keras(args, kind)
         print(
@@ -230,6 +232,7 @@ def main() -> None:
             spark = (
                 SparkSession.builder.master(f"local[{workers}]")
                 .config("spark.ui.enabled", "false")
+                .config("spark.ui.showConsoleProgress", "false")
                 .config("spark.sql.shuffle.partitions", str(workers))
                 .getOrCreate()
             )
