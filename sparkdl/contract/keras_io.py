@@ -42,6 +42,7 @@ __all__ = [
     "copy_model",
     "declared_shapes",
     "input_dims",
+    "input_keys",
     "input_names",
     "input_structure",
     "learning_rate",
@@ -229,6 +230,23 @@ def input_structure(model: Any) -> Any:
 
     positions = iter(range(len(keras.tree.flatten(struct))))
     return _tuples(keras.tree.map_structure(lambda _: next(positions), struct))
+
+
+def input_keys(model: Any) -> dict[str, int]:
+    """The keys of a model built on a dict of inputs, each to its input's position in
+    ``model.inputs`` (``{}`` for other models): a ``features_col`` dict may name an
+    input by its key as well as by its input layer's name.
+
+    Example:
+        >>> import keras
+        >>> b, a = keras.Input((3,), name="in_b"), keras.Input((2,), name="in_a")
+        >>> input_keys(keras.Model({"b": b, "a": a}, keras.layers.Concatenate()([a, b])))
+        {'b': 1, 'a': 0}
+    """
+    structure = input_structure(model)
+    if not isinstance(structure, dict):
+        return {}
+    return {str(k): v for k, v in structure.items() if isinstance(v, int)}
 
 
 def _tuples(node: Any) -> Any:

@@ -304,6 +304,7 @@ def model_features(
     names = keras_io.input_names(model)
     order = keras_io.written_order(model)
     shapes = keras_io.input_dims(model)
+    keys = keras_io.input_keys(model)
     if decided is not None:
         return feature_columns(
             df,
@@ -313,11 +314,19 @@ def model_features(
             order=order,
             shapes=shapes,
             padding=padding,
+            keys=keys,
         )
     wants = [keras_io.prefers_sparse(model, i, SPARSE_MIN_WIDTH) for i in range(len(names))]
     takes = keras_io.sparse_inputs(model) or [False] * len(names)
     layouts = feature_columns(
-        df, features_col, names, sparse=wants, order=order, shapes=shapes, padding=padding
+        df,
+        features_col,
+        names,
+        sparse=wants,
+        order=order,
+        shapes=shapes,
+        padding=padding,
+        keys=keys,
     )
     for i, layout in enumerate(layouts):
         if (
@@ -339,6 +348,7 @@ def feature_columns(
     order: Sequence[int] = (),
     shapes: Sequence[Sequence[int | None]] = (),
     padding: SequencePadding | None = None,
+    keys: dict[str, int] | None = None,
 ) -> list[Layout]:
     """How each model input is read: one :class:`~sparkdl.driver.tensors.Layout` each.
 
@@ -355,11 +365,13 @@ def feature_columns(
         shapes: Per input, its per-sample shape (``None`` for an open length); empty:
             unknown (nested arrays and images then need a built model).
         padding: As :func:`model_features` takes it.
+        keys: A dict model's input keys and their positions (a ``features`` dict may
+            name inputs by them).
 
     Raises:
         SchemaError: The columns do not match the model's inputs.
     """
-    columns = _feature_slots(features, input_names, order)
+    columns = _feature_slots(features, input_names, order, keys)
     wants = list(sparse) or [False] * len(columns)
     keep = [w and _is_vector(df, c) for c, w in zip(columns, wants, strict=True)]
     return [
@@ -398,11 +410,21 @@ def label_columns(
 
 
 def _feature_slots(
-    features: Any, input_names: Sequence[str], order: Sequence[int] = ()
+    features: Any,
+    input_names: Sequence[str],
+    order: Sequence[int] = (),
+    keys: dict[str, int] | None = None,
 ) -> list[Any]:
     """The user's column(s) behind each model input, in ``model.inputs`` order (what
-    :func:`feature_columns` takes)."""
+    :func:`feature_columns` takes). A dict names each input by its input layer's name
+    or, for a model built on a dict of inputs, by that dict's key (``keys``: each key's
+    input position, :func:`~sparkdl.contract.keras_io.input_keys`)."""
     if len(input_names) > 1:
+        if isinstance(features, dict) and keys:
+            features = {
+                input_names[keys[k]] if k not in input_names and k in keys else k: v
+                for k, v in features.items()
+            }
         return _per_slot(features, input_names, "features_col", "input", order)
     if isinstance(features, dict):
         if len(features) != 1:
@@ -577,7 +599,10 @@ def _sources(df: DataFrame, model: Any, features_col: Any, label_col: Any) -> So
     """The user's columns behind each prepared column, for the data scan's messages
     (built only when the scan has something to say: one read of the schema)."""
     inputs = _feature_slots(
-        features_col, keras_io.input_names(model), keras_io.written_order(model)
+        features_col,
+        keras_io.input_names(model),
+        keras_io.written_order(model),
+        keras_io.input_keys(model),
     )
     outputs = _label_slots(label_col, keras_io.output_names(model))
     keyed = [

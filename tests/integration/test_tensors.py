@@ -232,3 +232,38 @@ def test_nested_labels_are_per_position_targets(spark) -> None:
     assert fitted.evaluate(df)["loss"] < 0.05
     first = fitted.transform(df.limit(1)).first()
     assert len(first.prediction) == 8  # the (4, 2) output, flattened
+
+
+def test_a_dict_model_takes_an_image_and_padded_tokens_by_its_keys(spark) -> None:
+    """Inputs named by the model's dict keys (its layers have other names), one image
+    input and one token input, through fit, transform and evaluate."""
+    rng = np.random.default_rng(0)
+    seqs, labels = _tokens(200, seed=2)
+    pixels = rng.integers(0, 256, size=(200, 4, 4, 3), dtype=np.uint8)
+    rows = [
+        ((f"mem://{i}", 4, 4, 3, 16, bytearray(p.tobytes())), s, int(t))
+        for i, (p, s, t) in enumerate(zip(pixels, seqs, labels, strict=True))
+    ]
+    schema = IMAGES.replace("label int", "tokens array<int>, label int")
+    df = spark.createDataFrame(rows, schema)
+    image_in = keras.Input((4, 4, 3), name="image_layer")
+    tokens_in = keras.Input((12,), name="token_layer")
+    image_part = keras.layers.Flatten()(keras.layers.Rescaling(1 / 255)(image_in))
+    token_part = keras.layers.GlobalMaxPooling1D()(keras.layers.Embedding(20, 8)(tokens_in))
+    joined = keras.layers.Concatenate()([token_part, image_part])
+    model = keras.Model(
+        {"tokens": tokens_in, "pixels": image_in},
+        keras.layers.Dense(1, activation="sigmoid")(joined),
+    )
+    model.compile("adam", "binary_crossentropy", metrics=["accuracy"])
+    fitted = KerasEstimator(
+        model=model,
+        features_col={"pixels": "image", "tokens": "tokens"},
+        epochs=2,
+        sequence_padding="post",
+    ).fit(df)
+    padded = keras.utils.pad_sequences(seqs, maxlen=12, padding="post", truncating="post")
+    want = fitted.get_model().predict({"tokens": padded, "pixels": pixels}, verbose=0)[:, 0]
+    got = np.array([r.prediction for r in fitted.transform(df).select("prediction").collect()])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert "loss" in fitted.evaluate(df)
