@@ -100,6 +100,7 @@ IMAGES = (
 )
 
 
+@pytest.mark.compat
 def test_spark_image_struct_feeds_an_image_input_as_uint8(spark, arrays) -> None:
     x_train, x_test, y_train, y_test = arrays
     train = _frame(spark, _images(x_train, y_train), IMAGES)
@@ -119,6 +120,7 @@ def test_spark_image_struct_feeds_an_image_input_as_uint8(spark, arrays) -> None
         fitted.transform(other).collect()
 
 
+@pytest.mark.compat
 def test_misshaped_rows_are_named_and_the_pasted_fix_works(spark, arrays) -> None:
     x_train, _, y_train, _ = arrays
     rows = list(zip(_nested(x_train[:200], (8, 8)), y_train[:200].tolist(), strict=True))
