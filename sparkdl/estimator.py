@@ -209,7 +209,7 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
             prediction_col=str(self.getOrDefault("predictionCol")),
             class_col=str(self.getOrDefault("classCol")),
             label_col=self.getOrDefault("labelCol"),
-            sequence_padding=self.getOrDefault("sequencePadding"),
+            sequence_padding=prepared.padding.to_setting() if prepared.padding else None,
             input_shapes=list(result.input_shapes),
             history=result.history,
             custom_objects=custom_objects.dumps(custom),
@@ -228,6 +228,8 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
                 "class_weight and sample_weight. Fold the class weights into the weight "
                 "column, or pass one of them."
             )
+        # An input of open length takes the training rows' longest sequence, once.
+        padding = data.resolve_padding(dataset, model, self.features_col, self.sequence_padding)
         prepared = data.prepare(
             dataset,
             model,
@@ -236,7 +238,7 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
             validate=config.validate,
             weight_col=self.weight_col or None,
             class_weight=config.class_weight,
-            padding=self.sequence_padding,
+            padding=padding,
         )
         validation = None
         if self.validation_data is not None:
@@ -249,7 +251,7 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
                 sparse=prepared.sparse,  # the training data's choice: the rows travel together
                 weight_col=self.weight_col or None,  # class weights are for training only
                 weighted=prepared.weighted,
-                padding=self.sequence_padding,
+                padding=padding,
             )
         return prepared, validation
 

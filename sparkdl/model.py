@@ -30,7 +30,7 @@ from sparkdl.contract import payload
 from sparkdl.contract.keras_io import model_from_bytes
 from sparkdl.driver import data, data_scan
 from sparkdl.driver.warmup import tensorflow_logs
-from sparkdl.errors import ModelError
+from sparkdl.errors import ConfigError, ModelError
 from sparkdl.ml import persistence, predict
 from sparkdl.ml.params import ColumnParams, split_settings
 
@@ -215,11 +215,28 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
 
     @property
     def input_shapes(self) -> list[tuple[int, ...]]:
-        """Per-sample shape of each model input."""
+        """Per-sample shape of each model input (a token input of open length: the
+        length ``sequence_padding`` makes its rows).
+
+        Raises:
+            ConfigError: An input leaves a length open that no setting fixes.
+        """
         if self._input_shapes is None:
-            self._input_shapes = [
-                tuple(int(d) for d in t.shape[1:]) for t in self.get_model().inputs
-            ]
+            padding = self.sequence_padding
+            shapes = []
+            for t in self.get_model().inputs:
+                shape = tuple(t.shape[1:])
+                if shape == (None,) and padding is not None and padding.length:
+                    shape = (padding.length,)
+                if any(d is None for d in shape):
+                    raise ConfigError(
+                        f"The model's input {t.name!r} has the shape {(None, *shape)}, with a "
+                        "length left open: scoring needs rows of one shape. For token "
+                        "sequences give sequence_padding a length (e.g. {'padding': 'post', "
+                        "'length': 100}); else build the model with that length fixed."
+                    )
+                shapes.append(tuple(int(d) for d in shape))
+            self._input_shapes = shapes
         return self._input_shapes
 
     def get_model(self) -> keras.Model:
@@ -344,8 +361,8 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         layouts = data.model_features(
             dataset, model, columns, sample=False, padding=self.sequence_padding
         )
-        names = [f"{columns!r}"] * len(layouts)
-        return [f.guarded(n) for f, n in zip(layouts, names, strict=True)], [
+        names = data.input_columns(model, columns)
+        return [f.guarded(repr(n)) for f, n in zip(layouts, names, strict=True)], [
             f.kind for f in layouts
         ]
 

@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -88,6 +89,7 @@ class Prepared:
         weighted: Whether ``frame`` has the :data:`WEIGHT` column.
         label_shapes: Per-sample shape of each output's label (``()``: a scalar).
         feature_kinds: Per input, ``"dense"``, ``"sparse"`` or ``"bytes"`` (images).
+        padding: How token sequences were made one length (``None``: they were not).
     """
 
     frame: DataFrame
@@ -99,6 +101,7 @@ class Prepared:
     weighted: bool = False
     label_shapes: tuple[tuple[int, ...], ...] = ()
     feature_kinds: tuple[str, ...] = ()
+    padding: SequencePadding | None = None
 
 
 def prepare(
@@ -184,6 +187,7 @@ def prepare(
         weighted=weight is not None,
         label_shapes=label_shapes,
         feature_kinds=tuple(f.kind for f in layouts),
+        padding=padding,
     )
 
 
@@ -387,6 +391,20 @@ def feature_columns(
     ]
 
 
+def input_columns(model: Any, features_col: Any) -> list[Any]:
+    """The user's column(s) behind each of ``model``'s inputs, in ``model.inputs`` order.
+
+    Raises:
+        SchemaError: ``features_col`` does not match the model's inputs.
+    """
+    return _feature_slots(
+        features_col,
+        keras_io.input_names(model),
+        keras_io.written_order(model),
+        keras_io.input_keys(model),
+    )
+
+
 def _input_words(names: Sequence[str], index: int) -> str:
     return f" {names[index]!r}" if len(names) > 1 else ""
 
@@ -505,8 +523,10 @@ def feature_layout(
         sparse: An ML vector column is returned as it is (it travels sparse).
         shape: The model input's per-sample shape (``None`` for an open length);
             nested arrays and images need it.
-        padding: Makes an ``array<numeric>`` column of token sequences the input's
-            length (:class:`~sparkdl.driver.tensors.SequencePadding`).
+        padding: Makes an ``array<numeric>`` column feeding an input of one dimension
+            (a token sequence) that input's length
+            (:class:`~sparkdl.driver.tensors.SequencePadding`); other columns are not
+            padded.
         label: The input's name in messages (``" 'tokens'"``; empty for one input).
 
     Raises:
@@ -524,8 +544,9 @@ def feature_layout(
             return Layout(vector_to_array(col, dtype="float32"))
         rank = tensors.nested_rank(dtype)
         if rank == 1:
-            if padding is not None:
-                return Layout(tensors.padded(col, _padded_length(df, col, shape, padding), padding))
+            length = _padded_length(shape, padding) if padding is not None else None
+            if padding is not None and length is not None:
+                return Layout(tensors.padded(col, length, padding))
             return Layout(col.cast(ArrayType(FloatType())))
         if rank > 1:
             return _nested(col, rank, shape, ref, features, label)
@@ -562,6 +583,13 @@ def _nested(
     if shape is None:  # an unbuilt model: the flat rows build it
         return Layout(tensors.flattened(col, rank))
     dims = tensors.data_dims(shape, rank)
+    if dims is None and len(shape) >= rank:
+        raise SchemaError(
+            f"Column {name!r} holds arrays nested {rank} deep; the model's input{label} "
+            f"takes the shape {(None, *shape)}, whose extra dimensions are not 1, so its "
+            f"rows cannot fill it. Give the model a keras.Input with {rank} dimensions (a "
+            "keras.layers.Reshape after it can make the shape the layers need)."
+        )
     if dims is None:
         flat = f"df = df.withColumn({name!r}, F.flatten(F.col({ref!r})))"
         if rank > 2:
@@ -575,35 +603,67 @@ def _nested(
     return tensors.nested_layout(col, rank, dims, ref, f"column {name!r}")
 
 
-def _padded_length(
-    df: DataFrame, col: Column, shape: Sequence[int | None] | None, padding: SequencePadding
-) -> int:
-    """The length token sequences are made: ``padding.length``, else the input's, else
-    (an input of open length) the longest row's (one Spark job)."""
-    if padding.length is not None:
-        return padding.length
-    dims = list(shape or (None,))
-    if all(d is not None for d in dims):
-        return math.prod(d for d in dims if d is not None)
-    if len(dims) == 1:
-        found = df.agg(F.max(F.size(col)).alias("n")).first()
-        return max(int(found["n"] or 0) if found is not None else 0, 1)
-    raise ConfigError(
-        f"sequence_padding cannot tell which length to make rows for an input of shape "
-        f"{(None, *dims)}: give it a length, e.g. sequence_padding={{'padding': "
-        f"'{padding.padding}', 'length': 100}}."
-    )
+def _padded_length(shape: Sequence[int | None] | None, padding: SequencePadding) -> int | None:
+    """The length a token-sequence column is made for an input of per-sample ``shape``:
+    the input's length, else (an open length) ``padding.length``; ``None``: the input
+    is not a sequence of one dimension, so its rows are not padded.
+
+    Raises:
+        ConfigError: ``padding.length`` differs from the input's fixed length, or the
+            input's length is open and no length was given or found.
+    """
+    if shape is None or len(shape) != 1:
+        return None
+    (fixed,) = shape
+    if fixed is not None:
+        if padding.length is not None and padding.length != fixed:
+            raise ConfigError(
+                f"sequence_padding's length is {padding.length}; the model's input takes "
+                f"{fixed} values a row. Leave the length out (the input's is used) or "
+                "change keras.Input(shape=...)."
+            )
+        return int(fixed)
+    if padding.length is None:
+        raise ConfigError(
+            "The model's input takes sequences of any length; give sequence_padding the "
+            "length to make them, e.g. sequence_padding={'padding': 'post', 'length': 100} "
+            "(a fit finds the longest row itself and records it in the fitted model)."
+        )
+    return padding.length
+
+
+def resolve_padding(
+    df: DataFrame, model: Any, features_col: Any, padding: SequencePadding | None
+) -> SequencePadding | None:
+    """``padding`` with its ``length`` found when an input of open length takes a token
+    column and none was given: the longest row of ``df`` in those columns (one Spark
+    job). A fit resolves it once, for its training and validation rows and for the
+    fitted model's ``transform``.
+    """
+    if padding is None or padding.length is not None:
+        return padding
+    shapes = keras_io.input_dims(model)
+    slots = input_columns(model, features_col)
+    types = {f.name: f.dataType for f in df.schema.fields}
+    open_columns = [
+        c
+        for i, c in enumerate(slots)
+        if isinstance(c, str)
+        and tensors.nested_rank(types.get(c)) == 1
+        and i < len(shapes)
+        and shapes[i] == (None,)
+    ]
+    if not open_columns:
+        return padding
+    found = df.agg(*[F.max(F.size(F.col(_quote(c)))) for c in open_columns]).first()
+    longest = max((int(v or 0) for v in (found or ())), default=0)
+    return dataclasses.replace(padding, length=max(longest, 1))
 
 
 def _sources(df: DataFrame, model: Any, features_col: Any, label_col: Any) -> Sources:
     """The user's columns behind each prepared column, for the data scan's messages
     (built only when the scan has something to say: one read of the schema)."""
-    inputs = _feature_slots(
-        features_col,
-        keras_io.input_names(model),
-        keras_io.written_order(model),
-        keras_io.input_keys(model),
-    )
+    inputs = input_columns(model, features_col)
     outputs = _label_slots(label_col, keras_io.output_names(model))
     keyed = [
         *((f"f{i}", c) for i, c in enumerate(inputs)),
@@ -625,6 +685,11 @@ def _sources(df: DataFrame, model: Any, features_col: Any, label_col: Any) -> So
             for key, c in keyed
             if isinstance(c, str) and tensors.nested_rank(types.get(c)) == 1
         },
+        sequences=frozenset(
+            f"f{i}"
+            for i, (c, shape) in enumerate(zip(inputs, keras_io.input_dims(model), strict=False))
+            if isinstance(c, str) and tensors.nested_rank(types.get(c)) == 1 and len(shape) == 1
+        ),
     )
 
 

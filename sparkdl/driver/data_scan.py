@@ -207,9 +207,7 @@ def _refuse(
             raise SchemaError(_misfits(prepared, i, expected, fix, described()))
     for i in range(inputs):
         if stats[f"f_min{i}"] != stats[f"f_max{i}"]:
-            raise SchemaError(
-                _ragged(prepared, i, stats, described(), sparse=feature_kinds[i] == "sparse")
-            )
+            raise SchemaError(_ragged(prepared, i, stats, described(), kind=feature_kinds[i]))
     for j, kind in enumerate(kinds):
         if kind == "array" and stats[f"y_min_w{j}"] != stats[f"y_max_w{j}"]:
             raise SchemaError(
@@ -254,12 +252,15 @@ class Sources:
             any one width).
         columns: Per prepared column made of one array column, that column as
             ``F.col`` takes it (backticks around a name with a dot).
+        sequences: The prepared columns that ``sequence_padding`` would pad (one
+            array column feeding an input of one dimension).
     """
 
     names: dict[str, str] = field(default_factory=dict)
     columns: dict[str, str] = field(default_factory=dict)
     fixes: dict[str, str] = field(default_factory=dict)
     widths: tuple[int | None, ...] = ()
+    sequences: frozenset[str] = frozenset()
 
     def name(self, key: str, fallback: str) -> str:
         return self.names.get(key, fallback)
@@ -302,18 +303,20 @@ def _problems(
 
 
 def _ragged(
-    prepared: DataFrame, index: int, stats: dict[str, Any], sources: Sources, *, sparse: bool
+    prepared: DataFrame, index: int, stats: dict[str, Any], sources: Sources, *, kind: str
 ) -> str:
     """The message for rows of unequal width in input ``index``: its column, how many
     rows differ from the width the model takes (or the narrowest), and the index of the
     first (as ``df.collect()`` lists the rows). One more Spark job, on this path only."""
     smallest, largest = int(stats[f"f_min{index}"]), int(stats[f"f_max{index}"])
     message = ragged_rows_message(smallest, largest)
-    if sparse:  # a vector column's width is its size: not counted again here
+    if kind == "sparse":  # a vector column's width is its size: not counted again here
         return message
     widths = sources.widths
     expected = widths[index] if index < len(widths) and widths[index] else smallest
-    bad, row, _ = _first_bad(prepared, F.size(F.col(feature_name(index))) != expected)
+    values = F.col(feature_name(index))
+    width = F.length(values) if kind == "bytes" else F.size(values)
+    bad, row, _ = _first_bad(prepared, width != expected)
     if row is None:
         return message
     column = sources.name(f"f{index}", "the features column")
@@ -324,11 +327,16 @@ def _ragged(
         if raw
         else " with a filter on their size"
     )
+    pad = (
+        "Pad them to one length (sequence_padding='post' pads token sequences with 0 and "
+        "cuts them to the model's input length, as keras.utils.pad_sequences does), or "
+        "drop them"
+        if f"f{index}" in sources.sequences
+        else "Drop them"
+    )
     return (
         f"{message} In {column}, {bad} row(s) do not have {expected} values; the first is "
-        f"row {row} (counting from 0, as df.collect() lists the rows). Pad them to one "
-        f"length (sequence_padding='post' pads token sequences with 0 and cuts them to "
-        f"the model's input length, as keras.utils.pad_sequences does), or drop them{drop}"
+        f"row {row} (counting from 0, as df.collect() lists the rows). {pad}{drop}"
     )
 
 

@@ -234,7 +234,9 @@ def _level_sizes(column: Column, level: int) -> Column:
     inner = column
     for _ in range(level - 1):
         inner = F.flatten(inner)
-    return F.transform(inner, lambda a: F.size(a))
+    # A null inner array counts as -1 values (size's legacy answer) whatever ANSI says,
+    # so that it never fits.
+    return F.transform(inner, lambda a: F.coalesce(F.size(a), F.lit(-1)))
 
 
 def nested_layout(
@@ -347,12 +349,14 @@ def image_layout(column: Column, dims: tuple[int, int, int], ref: str) -> Layout
     col = f"F.col({ref!r})"
     fix = (
         f"df = df.filter(({col}.height == {h}) & ({col}.width == {w}) & "
-        f"({col}.nChannels == {c}))  # or resize the images first"
+        f"({col}.nChannels == {c}) & {col}.mode.isin({modes}) & "
+        f"(F.length({col}.data) == {h * w * c}))  # or resize the images first"
     )
     return Layout(
         expr=column["data"],
         kind="bytes",
-        fits=column.isNull() | column["data"].isNull() | fits,
+        # A null field fails the check (a null check would count as fitting).
+        fits=column.isNull() | column["data"].isNull() | F.coalesce(fits, F.lit(False)),
         shape=shape,
         expected=f"({h}, {w}, {c}) in an 8-bit mode",
         fix=fix,

@@ -105,7 +105,7 @@ class ColumnParams(Params):
         "if set, token sequences (array columns) of varying length are padded or cut to "
         "the model input's length as keras.utils.pad_sequences does: 'pre', 'post', or a "
         "dict of padding, truncating, value and length; unset, such rows are refused",
-        typeConverter=TypeConverters.identity,
+        typeConverter=lambda v: v.to_setting() if isinstance(v, SequencePadding) else v,
     )
 
     def _set_column_defaults(self) -> None:

@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 
 from examples.digits import digits_arrays
 from sparkdl import KerasEstimator, KerasModel
+from sparkdl.driver.tensors import SequencePadding
 from sparkdl.errors import ConfigError, SchemaError
 
 EPOCHS = 8
@@ -171,7 +172,7 @@ def _sequence_model(length: int | None) -> keras.Model:
     "padding",
     ["post", pytest.param({"padding": "pre", "truncating": "post"}, marks=pytest.mark.slow)],
 )
-def test_token_sequences_are_padded_only_when_asked(spark, padding) -> None:  # type: ignore[no-untyped-def]
+def test_token_sequences_are_padded_only_when_asked(spark, padding, tmp_path) -> None:  # type: ignore[no-untyped-def]
     seqs, labels = _tokens(400)
     df = spark.createDataFrame(
         list(zip(seqs, labels.tolist(), strict=True)), "tokens array<int>, label int"
@@ -187,7 +188,7 @@ def test_token_sequences_are_padded_only_when_asked(spark, padding) -> None:  # 
         seed=0,
     )
     fitted = est.fit(df)
-    assert fitted.getOrDefault("sequencePadding") == padding
+    assert fitted.sequence_padding == SequencePadding.of(padding)
     # transform pads as pad_sequences does (rows of 11 and 12 tokens are cut to 10).
     setting = {"padding": padding, "truncating": padding} if isinstance(padding, str) else padding
     padded = keras.utils.pad_sequences(seqs, maxlen=10, value=0, **setting)
@@ -195,6 +196,11 @@ def test_token_sequences_are_padded_only_when_asked(spark, padding) -> None:  # 
     want = fitted.get_model().predict(padded, verbose=0)[:, 0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     assert float(((got > 0.5) == labels).mean()) >= 0.9
+    fitted.save(str(tmp_path / "model"))  # the setting is saved with the stage
+    loaded = KerasModel.load(str(tmp_path / "model"))
+    assert loaded.sequence_padding == fitted.sequence_padding
+    again = np.array([r.prediction for r in loaded.transform(df).select("prediction").collect()])
+    np.testing.assert_allclose(again, got, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.slow
@@ -206,7 +212,19 @@ def test_an_open_length_input_takes_the_longest_row_and_bad_settings_are_named(s
     fitted = KerasEstimator(
         model=_sequence_model(None), features_col="tokens", epochs=1, sequence_padding="post"
     ).fit(df)
-    assert fitted.input_shapes == [(max(len(s) for s in seqs),)]
+    longest = max(len(s) for s in seqs)
+    assert fitted.input_shapes == [(longest,)]
+    assert fitted.sequence_padding == SequencePadding("post", "post", length=longest)
+    # transform pads any frame to the training's length (not the frame's own longest row)
+    short = df.limit(20)
+    padded = keras.utils.pad_sequences(seqs[:20], maxlen=longest, padding="post")
+    got = np.array([r.prediction for r in fitted.transform(short).select("prediction").collect()])
+    want = fitted.get_model().predict(padded, verbose=0)[:, 0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ConfigError, match="give sequence_padding a length"):
+        KerasModel.from_keras(
+            _sequence_model(None), features_col="tokens", sequence_padding="post"
+        ).transform(df)
     with pytest.raises(ConfigError, match="'pre', 'post' or a dict"):
         KerasEstimator(model=_sequence_model(10), sequence_padding="end")
     with pytest.raises(ConfigError, match="unknown keys"):

@@ -59,6 +59,19 @@ def test_data_dims_drops_only_ones_to_reach_the_rows_rank() -> None:
     assert data_dims((8, 4, 2), 2) is None  # no dimension of 1 to drop
 
 
+def test_padding_makes_only_one_dimensional_inputs_their_length() -> None:
+    from sparkdl.driver.data import _padded_length
+
+    post = SequencePadding("post", "post")
+    assert _padded_length((10,), post) == 10
+    assert _padded_length((8, 8, 1), post) is None  # not a sequence: never padded
+    assert _padded_length((None,), SequencePadding(length=7)) == 7
+    with pytest.raises(ConfigError, match="length"):
+        _padded_length((None,), post)
+    with pytest.raises(ConfigError, match="takes 10 values"):
+        _padded_length((10,), SequencePadding(length=12))
+
+
 def test_sequence_padding_settings() -> None:
     assert SequencePadding.of(None) is None
     assert SequencePadding.of("pre") == SequencePadding("pre", "pre")

@@ -108,7 +108,7 @@ def signature(feed: BatchLayout) -> tuple[Any, ...]:
 def _generated(feed: BatchLayout, make: Callable[[], Iterator[Any]]) -> tf.data.Dataset:
     """A dataset of the batches ``make()`` yields, dense ones grouped."""
     columns = [*feed.inputs, *feed.outputs, *([feed.weight] if feed.weight else [])]
-    row_bytes = sum(4 * max(c.width, 1) for c in columns)
+    row_bytes = sum(c.dtype.itemsize * max(c.width, 1) for c in columns)
     group = min(GROUP, max(1, GROUP_BYTES // max(row_bytes * feed.batch_size, 1)))
     if group == 1 or any(c.kind == "sparse" for c in feed.inputs):
         # SparseTensors do not stack; sparse rows densified are made one batch at a time.
