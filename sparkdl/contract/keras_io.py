@@ -239,7 +239,7 @@ def input_keys(model: Any) -> dict[str, int]:
 
     Example:
         >>> import keras
-        >>> b, a = keras.Input((3,), name="in_b"), keras.Input((2,), name="in_a")
+        >>> b, a = keras.Input((3,), name="b"), keras.Input((2,), name="a")
         >>> input_keys(keras.Model({"b": b, "a": a}, keras.layers.Concatenate()([a, b])))
         {'b': 1, 'a': 0}
     """

@@ -67,9 +67,8 @@ def _fit_and_check(spark, model, train, test, x_test, y_test, column="x"):  # ty
     return fitted
 
 
-@pytest.mark.parametrize(
-    "rank", [2, pytest.param(3, marks=pytest.mark.slow), pytest.param(1, marks=pytest.mark.slow)]
-)
+@pytest.mark.slow  # the fast tier's CNN is the image struct's (fast tier <= 6 min)
+@pytest.mark.parametrize("rank", [1, 2, 3])
 def test_a_cnn_trains_from_nested_or_flat_arrays(spark, arrays, rank: int) -> None:
     """Rank 2 (8 x 8) and rank 3 (8 x 8 x 1) rows feed an (8, 8, 1) input, and so does a
     flat row of 64 values (reshaped as predict_batch_udf's input_tensor_shapes does)."""
@@ -254,6 +253,7 @@ def test_nested_labels_are_per_position_targets(spark) -> None:
     assert len(first.prediction) == 8  # the (4, 2) output, flattened
 
 
+@pytest.mark.slow
 # Keras 3.14 warns at each build of such a model that its keys are not its inputs' names.
 @pytest.mark.filterwarnings("ignore:When providing `inputs` as a dict:UserWarning")
 def test_a_dict_model_takes_an_image_and_padded_tokens_by_its_keys(spark) -> None:

@@ -6,7 +6,8 @@ The tiers, from the user's side down (a module may import its own tier and those
 rule names; ``sparkdl/__init__.py`` loads its names lazily and is left out):
 
 * the public face: ``sparkdl.estimator``, ``sparkdl.model``, ``sparkdl.requirements``,
-  ``sparkdl.__main__`` and :mod:`sparkdl.tools` (the command line);
+  ``sparkdl.__main__``, :mod:`sparkdl.tools` (the command line) and
+  :mod:`sparkdl.search` (hyper-parameter search);
 * :mod:`sparkdl.ml`: Params, persistence, scoring and evaluation jobs;
 * :mod:`sparkdl.driver`: the fit's orchestration and its followers;
 * :mod:`sparkdl.server.web` (HTTP) over :mod:`sparkdl.server.state` (training state);
@@ -79,7 +80,7 @@ def tier(module: str) -> str | None:
     parts = module.split(".")
     if len(parts) == 1:
         return None
-    if parts[1] in {"estimator", "model", "requirements", "__main__", "tools"}:
+    if parts[1] in {"estimator", "model", "requirements", "__main__", "tools", "search"}:
         return FACE
     if parts[1] == "server":
         return ".".join(parts[1:3]) if len(parts) > 2 else None

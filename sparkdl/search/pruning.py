@@ -1,0 +1,75 @@
+"""A trial's driver callback: each epoch's merged metrics to Optuna, and pruning.
+
+sparkdl runs Keras callbacks on the driver after every worker has reported an epoch,
+with the epoch's logs merged over workers (``val_*`` included). :class:`TrialReporter`
+reports the search's objective from them to the trial (``trial.report(value, epoch)``)
+and asks its pruner; when the pruner gives up, it raises ``optuna.TrialPruned``, which
+aborts the fit: the workers stop before the next epoch (a synchronous fit waits at each
+epoch's end for the driver's callbacks) and the job ends, freeing its task slots for
+the next trial.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import keras
+
+__all__ = ["TrialReporter", "epochs_reported"]
+
+
+class TrialReporter(keras.callbacks.Callback):
+    """Reports ``objective`` to ``trial`` at each epoch's end; prunes.
+
+    Args:
+        trial: The ``optuna.Trial``.
+        objective: The epoch log reported (``"val_accuracy"``...).
+        verbose: Print a line per epoch.
+        stop: An event that, once set, stops the trial at its next epoch's end.
+    """
+
+    def __init__(self, trial: Any, objective: str, *, verbose: bool = False, stop: Any = None):
+        super().__init__()
+        self.trial = trial
+        self.objective = objective
+        self.verbose = verbose
+        self.stop = stop
+        self.epochs = 0
+        self._offset = 0
+
+    def restart(self) -> None:
+        """The fit runs again from its first epoch (a retry): later reports go on
+        from the epochs already reported, as Optuna takes one value per step."""
+        self._offset = self.epochs
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        import optuna
+
+        logs = logs or {}
+        self.epochs = self._offset + epoch + 1
+        value = logs.get(self.objective)
+        if value is None:
+            raise KeyError(
+                f"The search's objective {self.objective!r} is not among the epoch's logs "
+                f"{sorted(logs)}. Pick one of them (val_* needs validation rows)."
+            )
+        value = float(value)
+        if math.isfinite(value):
+            self.trial.report(value, self.epochs - 1)
+        if self.verbose:
+            print(
+                f"sparkdl search: trial {self.trial.number} epoch {self.epochs}: "
+                f"{self.objective} {value:.4g}",
+                flush=True,
+            )
+        if self.stop is not None and self.stop.is_set():
+            raise optuna.TrialPruned(f"the search stopped at epoch {self.epochs}")
+        if not math.isfinite(value) or self.trial.should_prune():
+            raise optuna.TrialPruned(f"pruned at epoch {self.epochs} ({value:.4g})")
+
+
+def epochs_reported(trial: Any) -> int:
+    """Epochs a stored trial reported (its last step + 1)."""
+    steps = getattr(trial, "intermediate_values", None) or {}
+    return max(steps) + 1 if steps else 0

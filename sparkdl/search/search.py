@@ -1,0 +1,561 @@
+"""The search: Optuna's ask and tell around concurrent sparkdl fits.
+
+A search keeps ``concurrency`` driver threads busy. Each asks the study for a trial,
+calls the user's ``space(trial)`` for the trial's settings (a model and any
+:class:`~sparkdl.estimator.KerasEstimator` setting), fits a copy of the estimator with
+them, and tells the study how it ended:
+
+* **COMPLETE** with the objective's value at the last epoch;
+* **PRUNED** when the pruner gave up on it at an epoch's end
+  (:class:`~sparkdl.search.pruning.TrialReporter` reports each epoch's merged
+  metrics, the driver's own, and stops the fit: its job ends before the next epoch);
+* **FAIL** with the error's message when its settings, model or fit failed; a fit
+  that failed for a cluster reason (a lost executor, a task that ran out of retries) is
+  run again first, ``retries`` times.
+
+The study lives in Optuna's storage: with a database URL and a ``study_name`` a search
+run again goes on where the last one stopped, running only the trials still missing
+(trials left running by a driver that died are marked failed first).
+
+Concurrency is sized from the cluster: every trial's fit takes ``num_workers`` task
+slots at once (a synchronous fit is a barrier stage, which must get all of them), so at
+most ``slots // num_workers`` trials run at once; the search says what it chose.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sparkdl.compat.sessions import is_connect, session_tools
+from sparkdl.errors import ClusterError, ConfigError, ServiceError, WorkerError
+from sparkdl.estimator import KerasEstimator
+from sparkdl.ml.params import split_settings
+from sparkdl.model import KerasModel
+from sparkdl.search.pruning import TrialReporter, epochs_reported
+
+if TYPE_CHECKING:
+    import optuna
+    import pandas as pd
+    from pyspark.sql import DataFrame
+
+__all__ = ["Search", "SearchResult"]
+
+_log = logging.getLogger("sparkdl.search")
+
+#: Errors of a fit that say the cluster failed it, not the trial's settings.
+CLUSTER_ERRORS = (WorkerError, ClusterError, ServiceError)
+#: The user attribute that marks a trial a dead driver left running.
+INTERRUPTED = "interrupted: the search stopped while it ran"
+
+
+@dataclass
+class SearchResult:
+    """What a search found.
+
+    Attributes:
+        study: The ``optuna.Study`` (every trial, in its storage).
+        best_model: The best trial's fitted model (``None`` when it ran in an earlier
+            search of a stored study, or no trial completed).
+        best_params: The best trial's parameters (Optuna's ``best_params``).
+        best_value: The best trial's objective value.
+        trials: One row per trial: number, state, value, params, epochs, seconds, error.
+        concurrency: Trials run at once.
+        workers: Workers of each trial's fit.
+    """
+
+    study: optuna.Study
+    best_model: KerasModel | None
+    best_params: dict[str, Any]
+    best_value: float | None
+    trials: pd.DataFrame
+    concurrency: int
+    workers: int
+
+
+@dataclass
+class _Running:
+    """The search's shared state between its threads."""
+
+    missing: int
+    started: int = 0
+    stop: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    models: dict[int, KerasModel] = field(default_factory=dict)
+
+    def claim(self) -> bool:
+        with self.lock:
+            if self.stop.is_set() or self.started >= self.missing:
+                return False
+            self.started += 1
+            return True
+
+
+class Search:
+    """A hyper-parameter search whose trials are concurrent distributed fits.
+
+    Args:
+        estimator: The estimator every trial starts from (its columns, settings,
+            callbacks and custom objects).
+        space: ``space(trial) -> dict``: the trial's settings, chosen with the
+            ``optuna.Trial``'s ``suggest_*`` methods: ``"model"`` (a compiled Keras
+            model) and any other :class:`~sparkdl.estimator.KerasEstimator` keyword
+            (``batch_size``, ``learning_rate``, ``epochs``...).
+        objective: The epoch log the study optimises: ``"val_loss"`` (the default),
+            ``"val_accuracy"``, or a training metric such as ``"loss"``.
+        direction: ``"minimize"`` or ``"maximize"``; ``None``: maximize for an
+            accuracy-like objective, minimize for a loss or error.
+        trials: How many trials the study should hold when the search ends (a stored
+            study's finished trials count).
+        concurrency: Trials at once; ``None``: as many as the cluster's task slots
+            hold for the trials' workers. Never more than that.
+        pruner: ``"asha"`` (Optuna's ``SuccessiveHalvingPruner``, the default),
+            ``"median"``, ``None`` (none), or any ``optuna.pruners.BasePruner``.
+        sampler: Any ``optuna.samplers.BaseSampler``; ``None``: TPE seeded with
+            ``seed``.
+        seed: Seeds the default sampler, and every trial's fit (``seed`` setting)
+            unless the space sets one.
+        storage: An Optuna storage URL (``"sqlite:///study.db"``) or object; ``None``:
+            in memory.
+        study_name: The study's name in ``storage`` (a stored study of that name
+            goes on).
+        retries: Times a trial whose fit failed for a cluster reason is run again.
+        verbose: 1 prints a line as each trial ends and a line per trial epoch with 2;
+            0 prints nothing.
+
+    Example:
+        >>> import keras
+        >>> net = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        >>> net.compile(optimizer="sgd", loss="mse")
+        >>> est = KerasEstimator(model=net, features_col="x", label_col="y")
+        >>> Search(est, lambda t: {}, objective="val_accuracy").direction
+        'maximize'
+    """
+
+    def __init__(
+        self,
+        estimator: KerasEstimator,
+        space: Callable[[Any], dict[str, Any]],
+        *,
+        objective: str = "val_loss",
+        direction: str | None = None,
+        trials: int = 16,
+        concurrency: int | None = None,
+        pruner: Any = "asha",
+        sampler: Any = None,
+        seed: int | None = None,
+        storage: Any = None,
+        study_name: str | None = None,
+        retries: int = 1,
+        verbose: int = 1,
+    ) -> None:
+        if not isinstance(estimator, KerasEstimator):
+            raise ConfigError(
+                f"Expected a KerasEstimator to search from. Received: {type(estimator).__name__}"
+            )
+        if not callable(space):
+            raise ConfigError("Expected space to be a function of an optuna.Trial.")
+        if not isinstance(trials, int) or trials < 1:
+            raise ConfigError(f"Expected trials to be an int >= 1. Received: {trials!r}")
+        if concurrency is not None and (not isinstance(concurrency, int) or concurrency < 1):
+            raise ConfigError(
+                f"Expected concurrency to be None or an int >= 1. Received: {concurrency!r}"
+            )
+        if direction is None:
+            lowered = objective.lower()
+            direction = "minimize" if "loss" in lowered or "error" in lowered else "maximize"
+        if direction not in ("minimize", "maximize"):
+            raise ConfigError(
+                f"Expected direction 'minimize' or 'maximize'. Received: {direction!r}"
+            )
+        self.estimator = estimator
+        self.space = space
+        self.objective = objective
+        self.direction = direction
+        self.trials = trials
+        self.concurrency = concurrency
+        self.pruner = pruner
+        self.sampler = sampler
+        self.seed = seed
+        self.storage = storage
+        self.study_name = study_name
+        self.retries = retries
+        self.verbose = verbose
+
+    def fit(self, dataset: DataFrame, validation_data: DataFrame | None = None) -> SearchResult:
+        """Runs the trials still missing from the study and returns what it found.
+
+        Args:
+            dataset: The training rows (persisted for the search, when they were not).
+            validation_data: Rows the ``val_*`` objective is measured on; without them
+                the estimator's ``validation_split`` must be set for one.
+
+        Raises:
+            ConfigError: Optuna is missing, or the objective needs validation rows.
+            KeyboardInterrupt: The search was interrupted; every running trial's job
+                was cancelled and marked failed.
+        """
+        optuna = _optuna()
+        config = self.estimator.config
+        held_out = config.validation_split or self.estimator.validation_data is not None
+        if self.objective.startswith("val_") and validation_data is None and not held_out:
+            raise ConfigError(
+                f"objective={self.objective!r} is measured on validation rows: pass "
+                "validation_data= to fit, or set validation_split on the estimator."
+            )
+        study = optuna.create_study(
+            storage=self.storage,
+            study_name=self.study_name,
+            direction=self.direction,
+            sampler=self.sampler or optuna.samplers.TPESampler(seed=self.seed),
+            pruner=_pruner(optuna, self.pruner),
+            load_if_exists=True,
+        )
+        _close_stale(optuna, study)
+        running = _Running(missing=max(0, self.trials - _finished(optuna, study)))
+        concurrency, workers = self._size(dataset)
+        if self.verbose:
+            print(
+                f"sparkdl search: {running.missing} trial(s) to run of {self.trials}, "
+                f"{concurrency} at once, {workers} worker(s) each",
+                flush=True,
+            )
+        persisted = [_persist(df) for df in (dataset, validation_data) if df is not None]
+        try:
+            self._run(study, running, dataset, validation_data, concurrency, workers)
+        finally:
+            for df in persisted:
+                if df is not None:
+                    df.unpersist()
+        return self._result(optuna, study, running, concurrency, workers)
+
+    # ------------------------------------------------------------------ internals
+
+    def _size(self, dataset: DataFrame) -> tuple[int, int]:
+        """``(trials at once, workers per trial)`` from the cluster's task slots."""
+        slots = max(1, session_tools(dataset.sparkSession).slots())
+        workers = self.estimator.config.num_workers
+        if workers is None:
+            workers = max(1, slots // (self.concurrency or 1))
+        most = max(1, slots // workers)
+        concurrency = min(self.concurrency or most, most)
+        if self.concurrency and concurrency < self.concurrency:
+            _log.warning(
+                "concurrency=%d lowered to %d: %d task slot(s) hold %d trial(s) of %d worker(s)",
+                self.concurrency,
+                concurrency,
+                slots,
+                concurrency,
+                workers,
+            )
+        return concurrency, workers
+
+    def _run(
+        self,
+        study: Any,
+        running: _Running,
+        dataset: DataFrame,
+        validation_data: DataFrame | None,
+        concurrency: int,
+        workers: int,
+    ) -> None:
+        threads = [
+            threading.Thread(
+                target=self._loop,
+                args=(study, running, dataset, validation_data, workers),
+                name=f"sparkdl-search-{i}",
+                daemon=True,
+            )
+            for i in range(concurrency)
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            while any(t.is_alive() for t in threads):
+                for thread in threads:
+                    thread.join(timeout=0.2)
+        except KeyboardInterrupt:
+            running.stop.set()
+            _cancel_all(dataset)
+            for thread in threads:
+                thread.join(timeout=30)
+            raise
+
+    def _loop(
+        self,
+        study: Any,
+        running: _Running,
+        dataset: DataFrame,
+        validation_data: DataFrame | None,
+        workers: int,
+    ) -> None:
+        """One thread: trials one after another until none is missing."""
+        while running.claim():
+            trial = study.ask()
+            try:
+                self._trial(study, trial, running, dataset, validation_data, workers)
+            except BaseException as exc:  # recorded, and the search goes on
+                _tell_failed(study, trial, f"{type(exc).__name__}: {exc}")
+                if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                    running.stop.set()
+                    raise
+
+    def _trial(
+        self,
+        study: Any,
+        trial: Any,
+        running: _Running,
+        dataset: DataFrame,
+        validation_data: DataFrame | None,
+        workers: int,
+    ) -> None:
+        optuna = _optuna()
+        started = time.monotonic()
+        trial.set_user_attr("started", time.time())
+        try:
+            estimator, reporter = self._estimator(trial, validation_data, workers, running.stop)
+        except Exception as exc:
+            _tell_failed(study, trial, f"{type(exc).__name__}: {exc}", started)
+            self._say(study, trial, "FAIL", str(exc))
+            return
+        for attempt in range(self.retries + 1):
+            if running.stop.is_set():
+                _tell_failed(study, trial, INTERRUPTED, started)
+                return
+            try:
+                fitted = estimator.fit(dataset)
+                break
+            except optuna.TrialPruned:
+                _end(trial, started, reporter)
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                self._say(study, trial, "PRUNED", f"at epoch {reporter.epochs}")
+                return
+            except CLUSTER_ERRORS as exc:
+                if attempt < self.retries and not running.stop.is_set():
+                    _log.warning("trial %d failed (%s): running it again", trial.number, exc)
+                    reporter.restart()
+                    continue
+                _tell_failed(study, trial, f"{type(exc).__name__}: {exc}", started, reporter)
+                self._say(study, trial, "FAIL", str(exc).splitlines()[0])
+                return
+            except Exception as exc:
+                _tell_failed(study, trial, f"{type(exc).__name__}: {exc}", started, reporter)
+                self._say(study, trial, "FAIL", str(exc).splitlines()[0])
+                return
+        value = _final(fitted.history, self.objective)
+        _end(trial, started, reporter)
+        if value is None:
+            message = f"the fit's history has no finite {self.objective!r}"
+            _tell_failed(study, trial, message, started, reporter)
+            self._say(study, trial, "FAIL", message)
+            return
+        study.tell(trial, value)
+        self._keep_best(study, trial, fitted, running)
+        self._say(study, trial, "COMPLETE", f"{self.objective} {value:.4g}")
+
+    def _estimator(
+        self,
+        trial: Any,
+        validation_data: DataFrame | None,
+        workers: int,
+        stop: threading.Event,
+    ) -> tuple[KerasEstimator, TrialReporter]:
+        """The trial's estimator: the search's, with the space's settings and the
+        reporter among its driver callbacks."""
+        settings = dict(self.space(trial) or {})
+        model = settings.pop("model", None)
+        callbacks = list(settings.pop("callbacks", None) or self.estimator.callbacks)
+        estimator = self.estimator.copy()
+        given = split_settings(settings, {p.name for p in estimator.params})
+        if "numWorkers" not in given:
+            given["numWorkers"] = workers
+        if "seed" not in given and self.seed is not None:
+            given["seed"] = self.seed
+        given["verbose"] = 0  # the search prints one line per trial instead
+        estimator._set(**given)
+        estimator.train_config()  # the space's settings, checked
+        if model is not None:
+            estimator.model = model
+        if validation_data is not None:
+            estimator.validation_data = validation_data
+        reporter = TrialReporter(trial, self.objective, verbose=self.verbose >= 2, stop=stop)
+        estimator.callbacks = [*callbacks, reporter]
+        return estimator, reporter
+
+    def _keep_best(self, study: Any, trial: Any, fitted: KerasModel, running: _Running) -> None:
+        """Keeps the fitted model of the best trial so far (and only that one)."""
+        with running.lock:
+            try:
+                best = study.best_trial.number
+            except ValueError:
+                return
+            if best == trial.number:
+                running.models = {trial.number: fitted}
+
+    def _say(self, study: Any, trial: Any, state: str, detail: str) -> None:
+        if not self.verbose:
+            return
+        counts = _counts(study)
+        try:
+            best = f", best {study.best_value:.4g} (trial {study.best_trial.number})"
+        except ValueError:
+            best = ""
+        print(
+            f"sparkdl search: trial {trial.number} {state} ({detail}) | "
+            f"{counts['COMPLETE']} complete, {counts['PRUNED']} pruned, "
+            f"{counts['FAIL']} failed{best}",
+            flush=True,
+        )
+
+    def _result(
+        self, optuna: Any, study: Any, running: _Running, concurrency: int, workers: int
+    ) -> SearchResult:
+        try:
+            best = study.best_trial
+            value, params = best.value, dict(best.params)
+            model = running.models.get(best.number)
+        except ValueError:  # no trial completed
+            value, params, model = None, {}, None
+        return SearchResult(
+            study=study,
+            best_model=model,
+            best_params=params,
+            best_value=value,
+            trials=trials_frame(study),
+            concurrency=concurrency,
+            workers=workers,
+        )
+
+
+def trials_frame(study: Any) -> pd.DataFrame:
+    """One row per trial of ``study``: number, state, value, params, epochs, seconds,
+    error, started (``time.time()``)."""
+    import pandas as pd
+
+    rows = [
+        {
+            "number": t.number,
+            "state": t.state.name,
+            "value": t.value,
+            "params": dict(t.params),
+            "epochs": t.user_attrs.get("epochs", epochs_reported(t)),
+            "seconds": t.user_attrs.get("seconds"),
+            "error": t.user_attrs.get("error"),
+            "started": t.user_attrs.get("started"),
+        }
+        for t in study.get_trials(deepcopy=False)
+    ]
+    columns = ["number", "state", "value", "params", "epochs", "seconds", "error", "started"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _optuna() -> Any:
+    try:
+        import optuna
+    except ImportError as exc:
+        raise ConfigError(
+            "sparkdl.search needs Optuna: pip install 'sparkdl-keras[search]' (or optuna)."
+        ) from exc
+    return optuna
+
+
+def _pruner(optuna: Any, pruner: Any) -> Any:
+    if pruner == "asha":
+        return optuna.pruners.SuccessiveHalvingPruner()
+    if pruner == "median":
+        return optuna.pruners.MedianPruner(n_warmup_steps=1)
+    if pruner is None:
+        return optuna.pruners.NopPruner()
+    if isinstance(pruner, optuna.pruners.BasePruner):
+        return pruner
+    raise ConfigError(
+        f"Expected pruner 'asha', 'median', None or an optuna pruner. Received: {pruner!r}"
+    )
+
+
+def _finished(optuna: Any, study: Any) -> int:
+    """Trials of ``study`` that ended (complete, pruned, or failed by their own fault)."""
+    states = optuna.trial.TrialState
+    return sum(
+        1
+        for t in study.get_trials(deepcopy=False)
+        if t.state in (states.COMPLETE, states.PRUNED)
+        or (t.state == states.FAIL and t.user_attrs.get("error") != INTERRUPTED)
+    )
+
+
+def _close_stale(optuna: Any, study: Any) -> None:
+    """Marks trials left running or waiting by an earlier search failed (interrupted):
+    a driver that died never told their end."""
+    states = optuna.trial.TrialState
+    for t in study.get_trials(deepcopy=False, states=(states.RUNNING,)):
+        study._storage.set_trial_user_attr(t._trial_id, "error", INTERRUPTED)
+        study.tell(t.number, state=states.FAIL)
+
+
+def _counts(study: Any) -> dict[str, int]:
+    counts = {"COMPLETE": 0, "PRUNED": 0, "FAIL": 0, "RUNNING": 0, "WAITING": 0}
+    for t in study.get_trials(deepcopy=False):
+        counts[t.state.name] = counts.get(t.state.name, 0) + 1
+    return counts
+
+
+def _final(history: dict[str, list[float]], objective: str) -> float | None:
+    """The objective's value at the last epoch (``None``: missing or not finite)."""
+    import math
+
+    values = history.get(objective) or []
+    if not values or not math.isfinite(float(values[-1])):
+        return None
+    return float(values[-1])
+
+
+def _end(trial: Any, started: float, reporter: TrialReporter | None) -> None:
+    trial.set_user_attr("seconds", round(time.monotonic() - started, 3))
+    if reporter is not None:
+        trial.set_user_attr("epochs", reporter.epochs)
+
+
+def _tell_failed(
+    study: Any,
+    trial: Any,
+    message: str,
+    started: float | None = None,
+    reporter: TrialReporter | None = None,
+) -> None:
+    """Records ``message`` on the trial and tells the study it failed (once)."""
+    optuna = _optuna()
+    try:
+        trial.set_user_attr("error", message[:2000])
+        if started is not None:
+            _end(trial, started, reporter)
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    except (RuntimeError, ValueError):  # already told
+        pass
+
+
+def _persist(df: DataFrame) -> DataFrame | None:
+    """Persists ``df`` for the search's many reads of it; ``None`` when it already was
+    (it is then not the search's to unpersist)."""
+    try:
+        if df.storageLevel.useMemory or df.storageLevel.useDisk:
+            return None
+        return df.persist()
+    except Exception:  # a session that cannot persist reads it again
+        return None
+
+
+def _cancel_all(dataset: DataFrame) -> None:
+    """Cancels every Spark job of the session (Ctrl-C: every trial's fit)."""
+    spark = dataset.sparkSession
+    try:
+        if is_connect(spark):
+            spark.interruptAll()
+        else:
+            spark.sparkContext.cancelAllJobs()
+    except Exception as exc:  # the interrupt goes on: the trials' threads end anyway
+        _log.warning("could not cancel the search's Spark jobs: %s", exc)

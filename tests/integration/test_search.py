@@ -1,0 +1,164 @@
+"""Hyper-parameter search: trials as concurrent distributed fits on real Spark (local[2],
+TensorFlow, the real service), pruned at epoch ends, failed trials recorded, a stored
+study resumed; CrossValidator's parallel fits overlap."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import keras
+import numpy as np
+import pytest
+
+from sparkdl import KerasEstimator
+from sparkdl.search import Search
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+optuna = pytest.importorskip("optuna")
+
+EPOCHS = 6
+
+
+def _mlp(units: int, rate: float) -> keras.Model:
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((64,)),
+            keras.layers.Dense(units, activation="relu"),
+            keras.layers.Dense(10, activation="softmax"),
+        ]
+    )
+    model.compile(keras.optimizers.Adam(rate), "sparse_categorical_crossentropy", ["accuracy"])
+    return model
+
+
+def space(trial):  # type: ignore[no-untyped-def]
+    units = trial.suggest_int("units", 4, 64, log=True)
+    rate = trial.suggest_float("learning_rate", 3e-4, 3e-2, log=True)
+    if trial.number == 3:
+        raise ValueError("a space that fails for this trial")
+    return {"model": _mlp(units, rate), "batch_size": 32}
+
+
+def _estimator() -> KerasEstimator:
+    return KerasEstimator(
+        model=_mlp(8, 1e-3), features_col="features", label_col="label", epochs=EPOCHS
+    )
+
+
+def _overlap(trials) -> bool:  # type: ignore[no-untyped-def]
+    spans = [
+        (row.started, row.started + row.seconds)
+        for row in trials.itertuples()
+        if row.started is not None and row.seconds is not None and row.state != "FAIL"
+    ]
+    return any(a[0] < b[1] and b[0] < a[1] for i, a in enumerate(spans) for b in spans[i + 1 :])
+
+
+def test_a_search_runs_trials_at_once_prunes_records_failures_and_resumes(
+    spark, digits, tmp_path
+) -> None:
+    train_df, test_df, (_, x_test, _, y_test) = digits
+    storage = f"sqlite:///{tmp_path}/study.db"
+    search = Search(
+        _estimator(),
+        space,
+        objective="val_accuracy",
+        trials=8,
+        concurrency=2,
+        seed=0,
+        storage=storage,
+        study_name="digits",
+    )
+    result = search.fit(train_df, validation_data=test_df)
+    trials = result.trials
+    assert len(trials) == 8 and result.concurrency == 2 and result.workers == 1
+    states = trials.state.value_counts().to_dict()
+    assert states.get("FAIL") == 1, trials
+    failed = trials[trials.state == "FAIL"].iloc[0]
+    assert failed.number == 3 and "a space that fails" in failed.error
+    assert states.get("PRUNED", 0) >= 1, trials
+    pruned = trials[trials.state == "PRUNED"]
+    assert (pruned.epochs < EPOCHS).all()  # stopped before their last epoch
+    assert _overlap(trials), trials  # two trials trained at the same time
+    assert result.best_value >= 0.9
+    assert set(result.best_params) == {"units", "learning_rate"}
+    predicted = result.best_model.get_model().predict(x_test, verbose=0).argmax(axis=1)
+    assert float((predicted == y_test).mean()) == pytest.approx(result.best_value, abs=0.01)
+    # Run again with the same storage and name: only the 2 trials still missing run.
+    again = Search(
+        _estimator(),
+        space,
+        objective="val_accuracy",
+        trials=10,
+        concurrency=2,
+        seed=0,
+        storage=storage,
+        study_name="digits",
+    ).fit(train_df, validation_data=test_df)
+    assert len(again.trials) == 10
+    before = trials.set_index("number")
+    after = again.trials.set_index("number")
+    assert (after.loc[before.index, "state"] == before.state).all()  # kept as they were
+    assert after.loc[[8, 9], "state"].isin(["COMPLETE", "PRUNED"]).all()
+
+
+def test_concurrency_is_sized_from_the_task_slots_and_objectives_are_checked(spark, digits) -> None:
+    train_df, _, _ = digits
+    two_workers = KerasEstimator(
+        model=_mlp(8, 1e-3), features_col="features", epochs=1, num_workers=2
+    )
+    result = Search(
+        two_workers,
+        lambda t: {"batch_size": t.suggest_categorical("b", [32, 64])},
+        objective="loss",
+        trials=2,
+        concurrency=4,
+        pruner=None,
+    ).fit(train_df)
+    assert result.concurrency == 1 and result.workers == 2  # local[2]: one fit at a time
+    assert (result.trials.state == "COMPLETE").all()
+    with pytest.raises(Exception, match="validation_data="):
+        Search(two_workers, lambda t: {}, objective="val_loss", trials=1).fit(train_df)
+
+
+def test_cross_validator_fits_its_models_at_once(spark, digits) -> None:
+    from pyspark.ml.evaluation import MulticlassClassificationEvaluator
+    from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
+
+    train_df, _, _ = digits
+    spans: list[tuple[float, float]] = []
+    lock = threading.Lock()
+
+    begun: dict[int, float] = {}
+
+    class Span(keras.callbacks.Callback):
+        """Shared by the fits CrossValidator runs at once (its copies share callbacks):
+        each fit's callbacks run in a driver thread of their own."""
+
+        def on_train_begin(self, logs=None):  # type: ignore[no-untyped-def]
+            begun[threading.get_ident()] = time.time()
+
+        def on_train_end(self, logs=None):  # type: ignore[no-untyped-def]
+            with lock:
+                spans.append((begun[threading.get_ident()], time.time()))
+
+    est = KerasEstimator(
+        model=_mlp(16, 3e-3),
+        features_col="features",
+        label_col="label",
+        epochs=3,
+        num_workers=1,
+        class_col="class",
+        callbacks=[Span()],
+    )
+    grid = ParamGridBuilder().addGrid(est.getParam("batchSize"), [32, 64]).build()
+    evaluator = MulticlassClassificationEvaluator(labelCol="label", predictionCol="class")
+    cv = CrossValidator(
+        estimator=est, estimatorParamMaps=grid, evaluator=evaluator, numFolds=2, parallelism=2
+    )
+    model = cv.fit(train_df)
+    assert len(model.avgMetrics) == 2 and np.all(np.array(model.avgMetrics) > 0.8)
+    assert any(a[0] < b[1] and b[0] < a[1] for i, a in enumerate(spans) for b in spans[i + 1 :])
