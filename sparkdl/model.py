@@ -222,21 +222,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
             ConfigError: An input leaves a length open that no setting fixes.
         """
         if self._input_shapes is None:
-            padding = self.sequence_padding
-            shapes = []
-            for t in self.get_model().inputs:
-                shape = tuple(t.shape[1:])
-                if shape == (None,) and padding is not None and padding.length:
-                    shape = (padding.length,)
-                if any(d is None for d in shape):
-                    raise ConfigError(
-                        f"The model's input {t.name!r} has the shape {(None, *shape)}, with a "
-                        "length left open: scoring needs rows of one shape. For token "
-                        "sequences give sequence_padding a length (e.g. {'padding': 'post', "
-                        "'length': 100}); else build the model with that length fixed."
-                    )
-                shapes.append(tuple(int(d) for d in shape))
-            self._input_shapes = shapes
+            self._input_shapes = _scored_shapes(self.get_model(), self.sequence_padding)
         return self._input_shapes
 
     def get_model(self) -> keras.Model:
@@ -441,3 +427,26 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
             custom_objects_module.collect(stage._model, custom)
         )
         return stage
+
+
+def _scored_shapes(model: Any, padding: Any) -> list[tuple[int, ...]]:
+    """Per input of ``model``, the per-sample shape its rows are scored in: a token
+    input of open length takes the length ``padding`` makes.
+
+    Raises:
+        ConfigError: An input leaves a length open that no setting fixes.
+    """
+    shapes = []
+    for t in model.inputs:
+        shape = tuple(t.shape[1:])
+        if shape == (None,) and padding is not None and padding.length:
+            shape = (padding.length,)
+        if any(d is None for d in shape):
+            raise ConfigError(
+                f"The model's input {t.name!r} has the shape {(None, *shape)}, with a length "
+                "left open: scoring needs rows of one shape. For token sequences give "
+                "sequence_padding a length (e.g. {'padding': 'post', 'length': 100}); else "
+                "build the model with that length fixed."
+            )
+        shapes.append(tuple(int(d) for d in shape))
+    return shapes

@@ -154,13 +154,9 @@ def prepare(
         *[y.alias(label_name(j)) for j, (y, _) in enumerate(labels)],
         *([weight.alias(WEIGHT)] if weight is not None else []),
     ]
-    checks = [
-        c
-        for i, f in enumerate(layouts)
-        if f.fits is not None and f.shape is not None
-        for c in (f.fits.alias(fits_name(i)), f.shape.alias(shape_name(i)))
-    ]
-    checked = df.select(*prepared, *checks)  # the shape checks are read by the scan only
+    checked = df.select(
+        *prepared, *_shape_checks(layouts)
+    )  # the shape checks are read by the scan only
     kinds = tuple(kind for _, kind in labels)
     summary = summarize(
         checked,
@@ -189,6 +185,17 @@ def prepare(
         feature_kinds=tuple(f.kind for f in layouts),
         padding=padding,
     )
+
+
+def _shape_checks(layouts: Sequence[Layout]) -> list[Column]:
+    """The per-row shape checks of the inputs that have one, and each row's shape in
+    words, as the columns the data scan reads (:func:`~sparkdl.driver.data_scan.fits_name`)."""
+    return [
+        c
+        for i, f in enumerate(layouts)
+        if f.fits is not None and f.shape is not None
+        for c in (f.fits.alias(fits_name(i)), f.shape.alias(shape_name(i)))
+    ]
 
 
 def _label_shapes(

@@ -231,7 +231,7 @@ class Search:
             for df in persisted:
                 if df is not None:
                     df.unpersist()
-        return self._result(optuna, study, running, concurrency, workers)
+        return _result(study, running, concurrency, workers)
 
     # ------------------------------------------------------------------ internals
 
@@ -320,7 +320,7 @@ class Search:
             estimator, reporter = self._estimator(trial, validation_data, workers, running.stop)
         except Exception as exc:
             _tell_failed(study, trial, f"{type(exc).__name__}: {exc}", started)
-            self._say(study, trial, "FAIL", str(exc))
+            _say(self.verbose, study, trial, "FAIL", str(exc))
             return
         for attempt in range(self.retries + 1):
             if running.stop.is_set():
@@ -332,30 +332,29 @@ class Search:
             except optuna.TrialPruned:
                 _end(trial, started, reporter)
                 study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-                self._say(study, trial, "PRUNED", f"at epoch {reporter.epochs}")
+                _say(self.verbose, study, trial, "PRUNED", f"at epoch {reporter.epochs}")
                 return
-            except CLUSTER_ERRORS as exc:
-                if attempt < self.retries and not running.stop.is_set():
+            except Exception as exc:
+                again = isinstance(exc, CLUSTER_ERRORS) and attempt < self.retries
+                if again and not running.stop.is_set():
                     _log.warning("trial %d failed (%s): running it again", trial.number, exc)
                     reporter.restart()
                     continue
-                _tell_failed(study, trial, f"{type(exc).__name__}: {exc}", started, reporter)
-                self._say(study, trial, "FAIL", str(exc).splitlines()[0])
-                return
-            except Exception as exc:
-                _tell_failed(study, trial, f"{type(exc).__name__}: {exc}", started, reporter)
-                self._say(study, trial, "FAIL", str(exc).splitlines()[0])
+                # A fit the search's own stop cancelled is not the trial's failure.
+                why = INTERRUPTED if running.stop.is_set() else f"{type(exc).__name__}: {exc}"
+                _tell_failed(study, trial, why, started, reporter)
+                _say(self.verbose, study, trial, "FAIL", why.splitlines()[0])
                 return
         value = _final(fitted.history, self.objective)
         _end(trial, started, reporter)
         if value is None:
             message = f"the fit's history has no finite {self.objective!r}"
             _tell_failed(study, trial, message, started, reporter)
-            self._say(study, trial, "FAIL", message)
+            _say(self.verbose, study, trial, "FAIL", message)
             return
         study.tell(trial, value)
         self._keep_best(study, trial, fitted, running)
-        self._say(study, trial, "COMPLETE", f"{self.objective} {value:.4g}")
+        _say(self.verbose, study, trial, "COMPLETE", f"{self.objective} {value:.4g}")
 
     def _estimator(
         self,
@@ -396,39 +395,40 @@ class Search:
             if best == trial.number:
                 running.models = {trial.number: fitted}
 
-    def _say(self, study: Any, trial: Any, state: str, detail: str) -> None:
-        if not self.verbose:
-            return
-        counts = _counts(study)
-        try:
-            best = f", best {study.best_value:.4g} (trial {study.best_trial.number})"
-        except ValueError:
-            best = ""
-        print(
-            f"sparkdl search: trial {trial.number} {state} ({detail}) | "
-            f"{counts['COMPLETE']} complete, {counts['PRUNED']} pruned, "
-            f"{counts['FAIL']} failed{best}",
-            flush=True,
-        )
 
-    def _result(
-        self, optuna: Any, study: Any, running: _Running, concurrency: int, workers: int
-    ) -> SearchResult:
-        try:
-            best = study.best_trial
-            value, params = best.value, dict(best.params)
-            model = running.models.get(best.number)
-        except ValueError:  # no trial completed
-            value, params, model = None, {}, None
-        return SearchResult(
-            study=study,
-            best_model=model,
-            best_params=params,
-            best_value=value,
-            trials=trials_frame(study),
-            concurrency=concurrency,
-            workers=workers,
-        )
+def _say(verbose: int, study: Any, trial: Any, state: str, detail: str) -> None:
+    """The study line printed as a trial ends."""
+    if not verbose:
+        return
+    counts = _counts(study)
+    try:
+        best = f", best {study.best_value:.4g} (trial {study.best_trial.number})"
+    except ValueError:
+        best = ""
+    print(
+        f"sparkdl search: trial {trial.number} {state} ({detail}) | "
+        f"{counts['COMPLETE']} complete, {counts['PRUNED']} pruned, "
+        f"{counts['FAIL']} failed{best}",
+        flush=True,
+    )
+
+
+def _result(study: Any, running: _Running, concurrency: int, workers: int) -> SearchResult:
+    try:
+        best = study.best_trial
+        value, params = best.value, dict(best.params)
+        model = running.models.get(best.number)
+    except ValueError:  # no trial completed
+        value, params, model = None, {}, None
+    return SearchResult(
+        study=study,
+        best_model=model,
+        best_params=params,
+        best_value=value,
+        trials=trials_frame(study),
+        concurrency=concurrency,
+        workers=workers,
+    )
 
 
 def trials_frame(study: Any) -> pd.DataFrame:
@@ -477,24 +477,37 @@ def _pruner(optuna: Any, pruner: Any) -> Any:
     )
 
 
+#: The study's user attribute listing the trials a dead driver left running.
+STALE = "sparkdl_interrupted"
+
+
 def _finished(optuna: Any, study: Any) -> int:
     """Trials of ``study`` that ended (complete, pruned, or failed by their own fault)."""
     states = optuna.trial.TrialState
+    stale = set(study.user_attrs.get(STALE, []))
     return sum(
         1
         for t in study.get_trials(deepcopy=False)
         if t.state in (states.COMPLETE, states.PRUNED)
-        or (t.state == states.FAIL and t.user_attrs.get("error") != INTERRUPTED)
+        or (
+            t.state == states.FAIL
+            and t.user_attrs.get("error") != INTERRUPTED
+            and t.number not in stale
+        )
     )
 
 
 def _close_stale(optuna: Any, study: Any) -> None:
-    """Marks trials left running or waiting by an earlier search failed (interrupted):
-    a driver that died never told their end."""
+    """Marks trials left running by an earlier search failed, listed in the study's
+    :data:`STALE` attribute: a driver that died never told their end, and they do not
+    count as finished."""
     states = optuna.trial.TrialState
-    for t in study.get_trials(deepcopy=False, states=(states.RUNNING,)):
-        study._storage.set_trial_user_attr(t._trial_id, "error", INTERRUPTED)
-        study.tell(t.number, state=states.FAIL)
+    left = [t.number for t in study.get_trials(deepcopy=False, states=(states.RUNNING,))]
+    if not left:
+        return
+    study.set_user_attr(STALE, sorted({*study.user_attrs.get(STALE, []), *left}))
+    for number in left:
+        study.tell(number, state=states.FAIL)
 
 
 def _counts(study: Any) -> dict[str, int]:
