@@ -47,8 +47,16 @@ __all__ = ["Search", "SearchResult"]
 
 _log = logging.getLogger("sparkdl.search")
 
-#: Errors of a fit that say the cluster failed it, not the trial's settings.
-CLUSTER_ERRORS = (WorkerError, ClusterError, ServiceError)
+
+def cluster_failure(exc: BaseException) -> bool:
+    """Whether a fit failed for the cluster's sake, not the trial's: too few slots, an
+    unreachable service, or workers that failed without an error of their own (a lost
+    executor). A worker whose training raised (a bad model or setting) is the trial's."""
+    if isinstance(exc, (ClusterError, ServiceError)):
+        return True
+    return isinstance(exc, WorkerError) and not exc.failures
+
+
 #: The user attribute that marks a trial a dead driver left running.
 INTERRUPTED = "interrupted: the search stopped while it ran"
 
@@ -335,7 +343,7 @@ class Search:
                 _say(self.verbose, study, trial, "PRUNED", f"at epoch {reporter.epochs}")
                 return
             except Exception as exc:
-                again = isinstance(exc, CLUSTER_ERRORS) and attempt < self.retries
+                again = cluster_failure(exc) and attempt < self.retries
                 if again and not running.stop.is_set():
                     _log.warning("trial %d failed (%s): running it again", trial.number, exc)
                     reporter.restart()
