@@ -164,9 +164,8 @@ def main() -> None:
     parser.add_argument("--png", default=None, help="plot best-so-far against time")
     args = parser.parse_args()
 
-    from pyspark.sql import SparkSession
-
     import optuna
+    from pyspark.sql import SparkSession
 
     from examples.digits import digits_arrays, digits_frames
 
