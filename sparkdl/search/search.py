@@ -466,7 +466,8 @@ def _optuna() -> Any:
         import optuna
     except ImportError as exc:
         raise ConfigError(
-            "sparkdl.search needs Optuna: pip install 'sparkdl-keras[search]' (or optuna)."
+            "sparkdl.search needs Optuna: install sparkdl-keras's [search] extra, or "
+            "pip install optuna."
         ) from exc
     return optuna
 
