@@ -64,13 +64,16 @@ def images(rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def write_tables(workdir: str, rows: int, seed: int) -> dict[str, str]:
-    """The two Parquet tables (reused when already written for these rows and seed)."""
+def write_tables(
+    workdir: str, rows: int, seed: int, kinds: tuple[str, ...] = ("image", "nested")
+) -> dict[str, str]:
+    """The Parquet tables of ``kinds`` (each reused when already written for these rows
+    and seed)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    paths = {kind: os.path.join(workdir, f"{kind}-{rows}-{seed}") for kind in ("image", "nested")}
-    marker = os.path.join(workdir, f"done-{rows}-{seed}.json")
+    paths = {kind: os.path.join(workdir, f"{kind}-{rows}-{seed}") for kind in kinds}
+    marker = os.path.join(workdir, f"done-{'-'.join(kinds)}-{rows}-{seed}.json")
     if os.path.exists(marker):
         return paths
     x, y = images(rows, seed)
@@ -97,9 +100,13 @@ def write_tables(workdir: str, rows: int, seed: int) -> dict[str, str]:
             names=["origin", "height", "width", "nChannels", "mode", "data"],
         )
         label = pa.array(y[lo:hi])
-        pq.write_table(
-            pa.table({"image": struct, "label": label}), f"{paths['image']}/part-{part:03d}.parquet"
-        )
+        if "image" in paths:
+            pq.write_table(
+                pa.table({"image": struct, "label": label}),
+                f"{paths['image']}/part-{part:03d}.parquet",
+            )
+        if "nested" not in paths:
+            continue
         values = pa.array(flat.astype(np.float32) / 255.0)
         inner = pa.ListArray.from_arrays(
             pa.array(np.arange(n * SIDE * SIDE + 1, dtype=np.int32) * CHANNELS), values
@@ -208,7 +215,7 @@ def main() -> None:
 
     os.makedirs(args.workdir, exist_ok=True)
     started = time.perf_counter()
-    paths = write_tables(args.workdir, args.rows, args.seed)
+    paths = write_tables(args.workdir, args.rows, args.seed, tuple(args.kinds))
     print(f"tables ready in {time.perf_counter() - started:.1f} s under {args.workdir}", flush=True)
     print(
         f"\n{args.rows:,} images {SIDE}x{SIDE}x{CHANNELS}, {args.epochs} epoch(s), batch "

@@ -62,14 +62,19 @@ class WorkerError(SparkDLError, RuntimeError):
 
     Attributes:
         failures: ``{worker_id: traceback_text}`` for every worker that reported a failure.
+        reported: A worker's training raised (the model, the data or a setting: running
+            it again fails again), as opposed to tasks Spark lost or gave up retrying.
     """
 
-    def __init__(self, message: str, failures: dict[int, str] | None = None) -> None:
+    def __init__(
+        self, message: str, failures: dict[int, str] | None = None, reported: bool = False
+    ) -> None:
         super().__init__(message)
         self.failures: dict[int, str] = dict(failures or {})
+        self.reported = reported
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (self.__class__, (self.args[0], self.failures))
+        return (self.__class__, (self.args[0], self.failures, self.reported))
 
     def __str__(self) -> str:
         text = str(self.args[0])

@@ -208,7 +208,9 @@ def worker_error(exc: Exception, failures: dict[int, str]) -> SparkDLError:
         where, line = headline(text)
         at = f"worker {worker}" + (f" ({where})" if where else "")
         return WorkerError(
-            f"{len(failures)} worker(s) failed during training: {at}: {line}", failures
+            f"{len(failures)} worker(s) failed during training: {at}: {line}",
+            failures,
+            reported=True,
         )
     trace, last = failure_summary(exc)
     if ran_out is None:

@@ -36,18 +36,18 @@ class TrialReporter(keras.callbacks.Callback):
         self.verbose = verbose
         self.stop = stop
         self.epochs = 0
-        self._offset = 0
+        self._reported: set[int] = set()
 
     def restart(self) -> None:
-        """The fit runs again from its first epoch (a retry): later reports go on
-        from the epochs already reported, as Optuna takes one value per step."""
-        self._offset = self.epochs
+        """The fit runs again from its first epoch (a retry): its epochs are reported
+        at their own steps, those reported before not again (Optuna keeps one value
+        per step, and pruners compare trials step by step)."""
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         import optuna
 
         logs = logs or {}
-        self.epochs = self._offset + epoch + 1
+        self.epochs = max(self.epochs, epoch + 1)
         value = logs.get(self.objective)
         if value is None:
             raise KeyError(
@@ -55,8 +55,9 @@ class TrialReporter(keras.callbacks.Callback):
                 f"{sorted(logs)}. Pick one of them (val_* needs validation rows)."
             )
         value = float(value)
-        if math.isfinite(value):
-            self.trial.report(value, self.epochs - 1)
+        if math.isfinite(value) and epoch not in self._reported:
+            self.trial.report(value, epoch)
+            self._reported.add(epoch)
         if self.verbose:
             print(
                 f"sparkdl search: trial {self.trial.number} epoch {self.epochs}: "

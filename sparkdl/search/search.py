@@ -24,6 +24,7 @@ most ``slots // num_workers`` trials run at once; the search says what it chose.
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
@@ -50,13 +51,30 @@ _log = logging.getLogger("sparkdl.search")
 
 def cluster_failure(exc: BaseException) -> bool:
     """Whether a fit failed for the cluster's sake, not the trial's: too few slots, an
-    unreachable service, or workers that failed without an error of their own (a lost
-    executor). A worker whose training raised (a bad model or setting) is the trial's."""
+    unreachable service, or tasks Spark lost or gave up retrying (a lost executor). A
+    worker whose training raised (a bad model or setting) is the trial's."""
     if isinstance(exc, (ClusterError, ServiceError)):
         return True
-    return isinstance(exc, WorkerError) and not exc.failures
+    return isinstance(exc, WorkerError) and not exc.reported
 
 
+#: Serialises the trials' copies of the search's model and callbacks.
+_COPY_LOCK = threading.Lock()
+#: Objectives Keras reports that are better high; every loss and error is better low.
+_HIGHER = ("accuracy", "auc", "precision", "recall", "f1", "iou", "r2", "cosine", "top_k")
+_LOWER = (
+    "loss",
+    "error",
+    "mae",
+    "mse",
+    "mape",
+    "msle",
+    "hinge",
+    "crossentropy",
+    "divergence",
+    "poisson",
+    "log_cosh",
+)
 #: The user attribute that marks a trial a dead driver left running.
 INTERRUPTED = "interrupted: the search stopped while it ran"
 
@@ -94,6 +112,7 @@ class _Running:
     stop: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
     models: dict[int, KerasModel] = field(default_factory=dict)
+    live: set[Any] = field(default_factory=set)
 
     def claim(self) -> bool:
         with self.lock:
@@ -174,8 +193,7 @@ class Search:
                 f"Expected concurrency to be None or an int >= 1. Received: {concurrency!r}"
             )
         if direction is None:
-            lowered = objective.lower()
-            direction = "minimize" if "loss" in lowered or "error" in lowered else "maximize"
+            direction = _direction(objective)
         if direction not in ("minimize", "maximize"):
             raise ConfigError(
                 f"Expected direction 'minimize' or 'maximize'. Received: {direction!r}"
@@ -219,13 +237,18 @@ class Search:
             storage=self.storage,
             study_name=self.study_name,
             direction=self.direction,
-            sampler=self.sampler or optuna.samplers.TPESampler(seed=self.seed),
+            sampler=self.sampler,
             pruner=_pruner(optuna, self.pruner),
             load_if_exists=True,
         )
+        if self.sampler is None:  # seeded on from the trials a stored study holds, so
+            # that a resumed search does not draw its first trials' parameters again
+            done = len(study.get_trials(deepcopy=False))
+            seed = None if self.seed is None else self.seed + done
+            study.sampler = optuna.samplers.TPESampler(seed=seed)
         _close_stale(optuna, study)
         running = _Running(missing=max(0, self.trials - _finished(optuna, study)))
-        concurrency, workers = self._size(dataset)
+        concurrency, workers = trial_slots(dataset.sparkSession, self.estimator, self.concurrency)
         if self.verbose:
             print(
                 f"sparkdl search: {running.missing} trial(s) to run of {self.trials}, "
@@ -242,25 +265,6 @@ class Search:
         return _result(study, running, concurrency, workers)
 
     # ------------------------------------------------------------------ internals
-
-    def _size(self, dataset: DataFrame) -> tuple[int, int]:
-        """``(trials at once, workers per trial)`` from the cluster's task slots."""
-        slots = max(1, session_tools(dataset.sparkSession).slots())
-        workers = self.estimator.config.num_workers
-        if workers is None:
-            workers = max(1, slots // (self.concurrency or 1))
-        most = max(1, slots // workers)
-        concurrency = min(self.concurrency or most, most)
-        if self.concurrency and concurrency < self.concurrency:
-            _log.warning(
-                "concurrency=%d lowered to %d: %d task slot(s) hold %d trial(s) of %d worker(s)",
-                self.concurrency,
-                concurrency,
-                slots,
-                concurrency,
-                workers,
-            )
-        return concurrency, workers
 
     def _run(
         self,
@@ -288,9 +292,15 @@ class Search:
                     thread.join(timeout=0.2)
         except KeyboardInterrupt:
             running.stop.set()
-            _cancel_all(dataset)
-            for thread in threads:
-                thread.join(timeout=30)
+            deadline = time.monotonic() + 30
+            # Jobs a trial starts after a cancel (its scan, its next stage) are
+            # cancelled too, until every trial's thread has ended or 30 s passed.
+            while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
+                _cancel_all(dataset)
+                for thread in threads:
+                    thread.join(timeout=0.5)
+            for trial in list(running.live):
+                _tell_failed(study, trial, INTERRUPTED)
             raise
 
     def _loop(
@@ -303,7 +313,13 @@ class Search:
     ) -> None:
         """One thread: trials one after another until none is missing."""
         while running.claim():
-            trial = study.ask()
+            try:
+                trial = study.ask()
+            except Exception as exc:  # the storage failed: this thread stops, said so
+                _log.error("the search could not ask its study for a trial: %s", exc)
+                running.stop.set()
+                return
+            running.live.add(trial)
             try:
                 self._trial(study, trial, running, dataset, validation_data, workers)
             except BaseException as exc:  # recorded, and the search goes on
@@ -311,6 +327,8 @@ class Search:
                 if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                     running.stop.set()
                     raise
+            finally:
+                running.live.discard(trial)
 
     def _trial(
         self,
@@ -338,6 +356,9 @@ class Search:
                 fitted = estimator.fit(dataset)
                 break
             except optuna.TrialPruned:
+                if running.stop.is_set():  # the search's stop, not the pruner's
+                    _tell_failed(study, trial, INTERRUPTED, started, reporter)
+                    return
                 _end(trial, started, reporter)
                 study.tell(trial, state=optuna.trial.TrialState.PRUNED)
                 _say(self.verbose, study, trial, "PRUNED", f"at epoch {reporter.epochs}")
@@ -353,7 +374,7 @@ class Search:
                 _tell_failed(study, trial, why, started, reporter)
                 _say(self.verbose, study, trial, "FAIL", why.splitlines()[0])
                 return
-        value = _final(fitted.history, self.objective)
+        value = _final(fitted.history, self.objective, _restores_best(estimator), self.direction)
         _end(trial, started, reporter)
         if value is None:
             message = f"the fit's history has no finite {self.objective!r}"
@@ -375,7 +396,9 @@ class Search:
         reporter among its driver callbacks."""
         settings = dict(self.space(trial) or {})
         model = settings.pop("model", None)
-        callbacks = list(settings.pop("callbacks", None) or self.estimator.callbacks)
+        callbacks = settings.pop("callbacks", None)
+        custom = settings.pop("custom_objects", None)
+        held_out = settings.pop("validation_data", None)
         estimator = self.estimator.copy()
         given = split_settings(settings, {p.name for p in estimator.params})
         if "numWorkers" not in given:
@@ -385,12 +408,19 @@ class Search:
         given["verbose"] = 0  # the search prints one line per trial instead
         estimator._set(**given)
         estimator.train_config()  # the space's settings, checked
-        if model is not None:
-            estimator.model = model
-        if validation_data is not None:
-            estimator.validation_data = validation_data
+        if custom is not None:
+            estimator.custom_objects = dict(custom)
+        with _COPY_LOCK:  # one trial at a time reads the search's model and callbacks
+            # Each trial gets its own model and callbacks: concurrent fits must not
+            # share a model or a callback's state (EarlyStopping's best, say).
+            estimator.model = model if model is not None else _copied_model(self.estimator)
+            own = copy.deepcopy(
+                list(callbacks if callbacks is not None else self.estimator.callbacks)
+            )
+        if held_out is not None or validation_data is not None:
+            estimator.validation_data = held_out if held_out is not None else validation_data
         reporter = TrialReporter(trial, self.objective, verbose=self.verbose >= 2, stop=stop)
-        estimator.callbacks = [*callbacks, reporter]
+        estimator.callbacks = [*own, reporter]
         return estimator, reporter
 
     def _keep_best(self, study: Any, trial: Any, fitted: KerasModel, running: _Running) -> None:
@@ -437,6 +467,38 @@ def _result(study: Any, running: _Running, concurrency: int, workers: int) -> Se
         concurrency=concurrency,
         workers=workers,
     )
+
+
+def trial_slots(spark: Any, estimator: KerasEstimator, requested: int | None) -> tuple[int, int]:
+    """``(trials at once, workers per trial)`` from the cluster's task slots: a trial
+    takes its workers' slots, and one more when its service runs in the cluster (its
+    relay's polls need a free slot while the search follows the fit).
+
+    Args:
+        spark: The session.
+        estimator: The search's estimator (``num_workers``, ``service_placement``).
+        requested: The search's ``concurrency`` (``None``: as many as the slots hold).
+    """
+    slots = max(1, session_tools(spark).slots())
+    config = estimator.config
+    placement = config.service_placement
+    spare = int(placement == "cluster" or (placement == "auto" and is_connect(spark)))
+    workers = config.num_workers
+    if workers is None:
+        workers = max(1, slots // (requested or 1) - spare)
+    most = max(1, slots // (workers + spare))
+    concurrency = min(requested or most, most)
+    if requested and concurrency < requested:
+        _log.warning(
+            "concurrency=%d lowered to %d: %d task slot(s) hold %d trial(s) of %d worker(s)%s",
+            requested,
+            concurrency,
+            slots,
+            concurrency,
+            workers,
+            " and a slot for the service's relay" if spare else "",
+        )
+    return concurrency, workers
 
 
 def trials_frame(study: Any) -> pd.DataFrame:
@@ -490,6 +552,36 @@ def _pruner(optuna: Any, pruner: Any) -> Any:
 STALE = "sparkdl_interrupted"
 
 
+def _direction(objective: str) -> str:
+    """``"maximize"`` or ``"minimize"`` for a metric's name.
+
+    Raises:
+        ConfigError: The name says neither.
+    """
+    name = objective.lower()
+    if any(token in name for token in _LOWER):
+        return "minimize"
+    if any(token in name for token in _HIGHER):
+        return "maximize"
+    raise ConfigError(
+        f"Cannot tell whether objective={objective!r} is better high or low: pass "
+        "direction='maximize' or direction='minimize'."
+    )
+
+
+def _copied_model(estimator: KerasEstimator) -> Any:
+    """A trial's own copy of the search's model (its fit may not share it)."""
+    from sparkdl.contract import keras_io
+
+    return keras_io.copy_model(estimator.model, estimator.custom_objects or None)
+
+
+def _restores_best(estimator: KerasEstimator) -> bool:
+    """Whether a callback of ``estimator`` gives the fitted model its best epoch's
+    weights (EarlyStopping's ``restore_best_weights``)."""
+    return any(getattr(c, "restore_best_weights", False) for c in estimator.callbacks)
+
+
 def _finished(optuna: Any, study: Any) -> int:
     """Trials of ``study`` that ended (complete, pruned, or failed by their own fault)."""
     states = optuna.trial.TrialState
@@ -526,14 +618,22 @@ def _counts(study: Any) -> dict[str, int]:
     return counts
 
 
-def _final(history: dict[str, list[float]], objective: str) -> float | None:
-    """The objective's value at the last epoch (``None``: missing or not finite)."""
+def _final(
+    history: dict[str, list[float]], objective: str, best: bool = False, direction: str = ""
+) -> float | None:
+    """The objective's value at the last epoch, or its best in ``direction`` when the
+    fitted model holds its best epoch's weights (``best``); ``None``: missing or not
+    finite."""
     import math
 
-    values = history.get(objective) or []
-    if not values or not math.isfinite(float(values[-1])):
+    values = [float(v) for v in history.get(objective) or []]
+    if best and values:
+        finite = [v for v in values if math.isfinite(v)]
+        if finite:
+            return max(finite) if direction == "maximize" else min(finite)
+    if not values or not math.isfinite(values[-1]):
         return None
-    return float(values[-1])
+    return values[-1]
 
 
 def _end(trial: Any, started: float, reporter: TrialReporter | None) -> None:
