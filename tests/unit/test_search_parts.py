@@ -1,0 +1,91 @@
+"""The search's parts that need no Spark, against a real Optuna study in memory: the
+epoch reporter and pruning, the objective's direction and value, and the counting that
+lets a stored study resume."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from sparkdl.errors import ConfigError, WorkerError
+from sparkdl.search.pruning import TrialReporter, epochs_reported
+from sparkdl.search.search import (
+    INTERRUPTED,
+    STALE,
+    _close_stale,
+    _direction,
+    _final,
+    _finished,
+    cluster_failure,
+)
+
+optuna = pytest.importorskip("optuna")
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def _study(pruner=None):  # type: ignore[no-untyped-def]
+    return optuna.create_study(direction="maximize", pruner=pruner or optuna.pruners.NopPruner())
+
+
+def test_the_reporter_reports_each_epoch_once_and_prunes() -> None:
+    study = _study(optuna.pruners.ThresholdPruner(lower=0.5))
+    trial = study.ask()
+    reporter = TrialReporter(trial, "val_accuracy")
+    reporter.on_epoch_end(0, {"val_accuracy": 0.7, "loss": 1.0})
+    reporter.restart()  # a retried fit reports its epoch 0 again: not a second time
+    reporter.on_epoch_end(0, {"val_accuracy": 0.9})
+    assert reporter.epochs == 1
+    with pytest.raises(optuna.TrialPruned):
+        reporter.on_epoch_end(1, {"val_accuracy": 0.2})
+    study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    stored = study.trials[0]
+    assert stored.intermediate_values == {0: 0.7, 1: 0.2}
+    assert epochs_reported(stored) == 2
+
+
+def test_the_reporter_names_a_missing_objective_and_prunes_a_nan() -> None:
+    trial = _study().ask()
+    with pytest.raises(KeyError, match=r"val_auc.*'loss'"):
+        TrialReporter(trial, "val_auc").on_epoch_end(0, {"loss": 1.0})
+    with pytest.raises(optuna.TrialPruned):
+        TrialReporter(trial, "loss").on_epoch_end(0, {"loss": math.nan})
+
+
+def test_the_direction_follows_the_metric_and_an_unknown_one_is_asked_for() -> None:
+    assert _direction("val_loss") == "minimize" and _direction("val_mae") == "minimize"
+    assert _direction("val_accuracy") == "maximize" and _direction("auc") == "maximize"
+    with pytest.raises(ConfigError, match="direction="):
+        _direction("my_score")
+
+
+def test_the_value_is_the_last_epoch_or_the_restored_best() -> None:
+    history = {"val_loss": [0.5, 0.3, 0.4]}
+    assert _final(history, "val_loss") == 0.4
+    assert _final(history, "val_loss", best=True, direction="minimize") == 0.3
+    assert _final({"val_loss": [0.5, math.nan]}, "val_loss") is None
+    assert _final({}, "val_loss") is None
+
+
+def test_trials_a_dead_driver_left_running_are_failed_and_do_not_count() -> None:
+    study = _study()
+    done = study.ask()
+    study.tell(done, 0.9)
+    study.ask()  # left running, as a killed driver leaves it
+    interrupted = study.ask()
+    interrupted.set_user_attr("error", INTERRUPTED)
+    study.tell(interrupted, state=optuna.trial.TrialState.FAIL)
+    own = study.ask()
+    own.set_user_attr("error", "ValueError: a bad space")
+    study.tell(own, state=optuna.trial.TrialState.FAIL)
+    _close_stale(optuna, study)
+    states = [t.state.name for t in study.trials]
+    assert states == ["COMPLETE", "FAIL", "FAIL", "FAIL"]
+    assert study.user_attrs[STALE] == [1]
+    assert _finished(optuna, study) == 2  # the complete one and the trial's own failure
+
+
+def test_only_failures_the_cluster_caused_are_retried() -> None:
+    assert cluster_failure(WorkerError("lost", {-1: "trace"}))
+    assert not cluster_failure(WorkerError("1 worker(s) failed", {0: "trace"}, reported=True))
+    assert not cluster_failure(ValueError("a bad model"))
