@@ -40,7 +40,7 @@ from pyspark.sql.types import (
 from sparkdl.compat.spark_versions import array_argmax, try_int
 from sparkdl.contract import keras_io
 from sparkdl.contract.payload import WEIGHT, feature_name, label_name
-from sparkdl.driver import tensors
+from sparkdl.driver import shared_scans, tensors
 from sparkdl.driver.data_scan import (
     CHECK_PREFIX,
     DataSummary,
@@ -158,15 +158,14 @@ def prepare(
         *prepared, *_shape_checks(layouts)
     )  # the shape checks are read by the scan only
     kinds = tuple(kind for _, kind in labels)
-    summary = summarize(
+    feature_kinds = tuple(f.kind for f in layouts)
+    summary = _scan(
         checked,
         kinds,
-        len(layouts),
-        scan_values=validate,
-        feature_kinds=[f.kind for f in layouts],
-        weight_source=weight_col if weight is not None else None,
-        sources=lambda: _sources(df, model, features_col, label_col),
-        shapes={i: (f.expected, f.fix) for i, f in enumerate(layouts) if f.fits is not None},
+        layouts,
+        validate,
+        weight_col if weight is not None else None,
+        lambda: _sources(df, model, features_col, label_col),
     )
     shapes = tuple(
         keras_io.resolve_input_shape(model, width, i) for i, width in enumerate(summary.widths)
@@ -182,8 +181,38 @@ def prepare(
         time.perf_counter() - started,
         weighted=weight is not None,
         label_shapes=label_shapes,
-        feature_kinds=tuple(f.kind for f in layouts),
+        feature_kinds=feature_kinds,
         padding=padding,
+    )
+
+
+def _scan(
+    checked: DataFrame,
+    kinds: tuple[str, ...],
+    layouts: Sequence[Layout],
+    validate: bool,
+    weight_source: str | None,
+    sources: Any,
+) -> DataSummary:
+    """The data scan of a prepared frame (with its shape checks), shared by the trials
+    of a search that prepare the same frame (:mod:`sparkdl.driver.shared_scans`)."""
+    feature_kinds = tuple(f.kind for f in layouts)
+    checks = {i: (f.expected, f.fix) for i, f in enumerate(layouts) if f.fits is not None}
+    key = shared_scans.frame_key(
+        checked, kinds, validate, feature_kinds, weight_source, tuple(sorted(checks.items()))
+    )
+    return shared_scans.summary(
+        key,
+        lambda: summarize(
+            checked,
+            kinds,
+            len(layouts),
+            scan_values=validate,
+            feature_kinds=feature_kinds,
+            weight_source=weight_source,
+            sources=sources,
+            shapes=checks,
+        ),
     )
 
 

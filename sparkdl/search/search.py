@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sparkdl.compat.sessions import is_connect, session_tools
+from sparkdl.driver import shared_scans
 from sparkdl.errors import ClusterError, ConfigError, ServiceError, WorkerError
 from sparkdl.estimator import KerasEstimator
 from sparkdl.ml.params import split_settings
@@ -257,7 +258,8 @@ class Search:
             )
         persisted = [_persist(df) for df in (dataset, validation_data) if df is not None]
         try:
-            self._run(study, running, dataset, validation_data, concurrency, workers)
+            with shared_scans.sharing():  # trials of the same columns share one data scan
+                self._run(study, running, dataset, validation_data, concurrency, workers)
         finally:
             for df in persisted:
                 if df is not None:
