@@ -107,7 +107,19 @@ def test_a_search_runs_trials_at_once_prunes_records_failures_and_resumes(
     assert after.loc[[8, 9], "state"].isin(["COMPLETE", "PRUNED"]).all()
 
 
-def test_concurrency_is_sized_from_the_task_slots_and_objectives_are_checked(spark, digits) -> None:
+def test_concurrency_is_sized_from_the_task_slots_and_objectives_are_checked(
+    spark, digits, monkeypatch
+) -> None:
+    from sparkdl.driver import data
+
+    scans = []
+    real = data.summarize
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        scans.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(data, "summarize", counted)  # a spy: the real scan runs
     train_df, _, _ = digits
     two_workers = KerasEstimator(
         model=_mlp(8, 1e-3), features_col="features", epochs=1, num_workers=2
@@ -122,6 +134,7 @@ def test_concurrency_is_sized_from_the_task_slots_and_objectives_are_checked(spa
     ).fit(train_df)
     assert result.concurrency == 1 and result.workers == 2  # local[2]: one fit at a time
     assert (result.trials.state == "COMPLETE").all()
+    assert len(scans) == 1  # the trials prepare the same columns: one data scan
     with pytest.raises(Exception, match="validation_data="):
         Search(two_workers, lambda t: {}, objective="val_loss", trials=1).fit(train_df)
 
