@@ -780,6 +780,9 @@ def drop_statement(columns: str | list[str], dtype: DataType | None) -> str:
         "df = df.filter(F.col('`a.b`').isNotNull() & ~F.isnan(F.col('`a.b`')))"
     """
     names = [columns] if isinstance(columns, str) else list(columns)
+    if isinstance(columns, str) and tensors.is_image(dtype):  # a null struct or null bytes
+        image = f"F.col({column_ref(columns)!r})"
+        return f"df = df.filter({image}.isNotNull() & {image}.data.isNotNull())"
     if not isinstance(columns, str) or not isinstance(dtype, (VectorUDT, ArrayType)):
         if all(column_ref(n) == n for n in names):
             return f"df = df.dropna(subset={names!r})"
