@@ -292,7 +292,7 @@ def _nested_filter(ref: str, rank: int, dims: Sequence[int | None]) -> str:
     return f"df = df.filter({' & '.join(parts) or 'F.lit(True)'})"
 
 
-def is_image(dtype: DataType) -> bool:
+def is_image(dtype: DataType | None) -> bool:
     """Whether ``dtype`` is the struct of Spark's image data source."""
     if not isinstance(dtype, StructType):
         return False
