@@ -220,7 +220,7 @@ def test_an_open_length_input_takes_the_longest_row_and_bad_settings_are_named(s
     got = np.array([r.prediction for r in fitted.transform(short).select("prediction").collect()])
     want = fitted.get_model().predict(padded, verbose=0)[:, 0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-    with pytest.raises(ConfigError, match="give sequence_padding (a|the) length"):
+    with pytest.raises(ConfigError, match=r"give sequence_padding (a|the) length"):
         KerasModel.from_keras(
             _sequence_model(None), features_col="tokens", sequence_padding="post"
         ).transform(df)
