@@ -370,6 +370,8 @@ class Search:
                 if again and not running.stop.is_set():
                     _log.warning("trial %d failed (%s): running it again", trial.number, exc)
                     reporter.restart()
+                    if estimator.config.checkpoint_dir:  # from its last checkpointed epoch
+                        estimator._set(resume=True)
                     continue
                 # A fit the search's own stop cancelled is not the trial's failure.
                 why = INTERRUPTED if running.stop.is_set() else f"{type(exc).__name__}: {exc}"
@@ -408,6 +410,9 @@ class Search:
         if "seed" not in given and self.seed is not None:
             given["seed"] = self.seed
         given["verbose"] = 0  # the search prints one line per trial instead
+        directory = self.estimator.config.checkpoint_dir
+        if directory and "checkpointDir" not in given:  # concurrent trials: one folder each
+            given["checkpointDir"] = f"{directory.rstrip('/')}/trial-{trial.number}"
         estimator._set(**given)
         estimator.train_config()  # the space's settings, checked
         if custom is not None:

@@ -4,6 +4,7 @@ study resumed; CrossValidator's parallel fits overlap."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -108,7 +109,7 @@ def test_a_search_runs_trials_at_once_prunes_records_failures_and_resumes(
 
 
 def test_concurrency_is_sized_from_the_task_slots_and_objectives_are_checked(
-    spark, digits, monkeypatch
+    spark, digits, monkeypatch, tmp_path
 ) -> None:
     from sparkdl.driver import data
 
@@ -122,7 +123,11 @@ def test_concurrency_is_sized_from_the_task_slots_and_objectives_are_checked(
     monkeypatch.setattr(data, "summarize", counted)  # a spy: the real scan runs
     train_df, _, _ = digits
     two_workers = KerasEstimator(
-        model=_mlp(8, 1e-3), features_col="features", epochs=1, num_workers=2
+        model=_mlp(8, 1e-3),
+        features_col="features",
+        epochs=1,
+        num_workers=2,
+        checkpoint_dir=str(tmp_path / "checkpoints"),
     )
     result = Search(
         two_workers,
@@ -135,6 +140,8 @@ def test_concurrency_is_sized_from_the_task_slots_and_objectives_are_checked(
     assert result.concurrency == 1 and result.workers == 2  # local[2]: one fit at a time
     assert (result.trials.state == "COMPLETE").all()
     assert len(scans) == 1  # the trials prepare the same columns: one data scan
+    # each trial checkpoints in a folder of its own (a retry resumes from it)
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["trial-0", "trial-1"]
     with pytest.raises(Exception, match="validation_data="):
         Search(two_workers, lambda t: {}, objective="val_loss", trials=1).fit(train_df)
 
