@@ -56,7 +56,6 @@ __all__ = [
     "SPARSE_MIN_WIDTH",
     "ColumnTypeError",
     "Prepared",
-    "feature_column",
     "feature_columns",
     "feature_layout",
     "label_column",
@@ -163,6 +162,7 @@ def prepare(
         checked,
         kinds,
         layouts,
+        feature_kinds,
         validate,
         weight_col if weight is not None else None,
         lambda: _sources(df, model, features_col, label_col),
@@ -190,13 +190,13 @@ def _scan(
     checked: DataFrame,
     kinds: tuple[str, ...],
     layouts: Sequence[Layout],
+    feature_kinds: tuple[str, ...],
     validate: bool,
     weight_source: str | None,
     sources: Any,
 ) -> DataSummary:
     """The data scan of a prepared frame (with its shape checks), shared by the trials
     of a search that prepare the same frame (:mod:`sparkdl.driver.shared_scans`)."""
-    feature_kinds = tuple(f.kind for f in layouts)
     checks = {i: (f.expected, f.fix) for i, f in enumerate(layouts) if f.fits is not None}
     key = shared_scans.frame_key(
         checked, kinds, validate, feature_kinds, weight_source, tuple(sorted(checks.items()))
@@ -394,7 +394,7 @@ def feature_columns(
 
     Args:
         df: The input DataFrame.
-        features: For a one-input model, what :func:`feature_column` takes. For a model
+        features: For a one-input model, what :func:`feature_layout` takes. For a model
             with several inputs, a list of columns (one per input, in the order the
             model's inputs were written: a dict of inputs in its keys' order) or a dict
             from input name to column.
@@ -532,12 +532,6 @@ def _per_slot(
                 f"Expected each entry of {setting} to be one column name. Received: {column!r}"
             )
     return columns
-
-
-def feature_column(df: DataFrame, features: str | Sequence[str], *, sparse: bool = False) -> Column:
-    """Returns the prepared expression for the features (:func:`feature_layout`'s,
-    for a flat input)."""
-    return feature_layout(df, features, sparse=sparse).expr
 
 
 def feature_layout(

@@ -12,6 +12,7 @@ import keras
 import numpy as np
 import pytest
 
+from benchmarks.search import build as _mlp  # the digits MLP of units and Adam's rate
 from sparkdl import KerasEstimator
 from sparkdl.search import Search
 
@@ -20,21 +21,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 optuna = pytest.importorskip("optuna")
 
 EPOCHS = 6
-
-
-def _mlp(units: int, rate: float) -> keras.Model:
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential(
-        [
-            keras.Input((64,)),
-            keras.layers.Dense(units, activation="relu"),
-            keras.layers.Dense(10, activation="softmax"),
-        ]
-    )
-    model.compile(
-        keras.optimizers.Adam(rate), "sparse_categorical_crossentropy", metrics=["accuracy"]
-    )
-    return model
 
 
 def space(trial):  # type: ignore[no-untyped-def]
@@ -65,17 +51,21 @@ def test_a_search_runs_trials_at_once_prunes_records_failures_and_resumes(
 ) -> None:
     train_df, test_df, (_, x_test, _, y_test) = digits
     storage = f"sqlite:///{tmp_path}/study.db"
-    search = Search(
-        _estimator(),
-        space,
-        objective="val_accuracy",
-        trials=8,
-        concurrency=2,
-        seed=0,
-        storage=storage,
-        study_name="digits",
-    )
-    result = search.fit(train_df, validation_data=test_df)
+
+    def search(trials: int):  # type: ignore[no-untyped-def]
+        """The same search on the same stored study, to hold ``trials`` trials."""
+        return Search(
+            _estimator(),
+            space,
+            objective="val_accuracy",
+            trials=trials,
+            concurrency=2,
+            seed=0,
+            storage=storage,
+            study_name="digits",
+        ).fit(train_df, validation_data=test_df)
+
+    result = search(8)
     trials = result.trials
     assert len(trials) == 8 and result.concurrency == 2 and result.workers == 1
     states = trials.state.value_counts().to_dict()
@@ -91,16 +81,7 @@ def test_a_search_runs_trials_at_once_prunes_records_failures_and_resumes(
     predicted = result.best_model.get_model().predict(x_test, verbose=0).argmax(axis=1)
     assert float((predicted == y_test).mean()) == pytest.approx(result.best_value, abs=0.01)
     # Run again with the same storage and name: only the 2 trials still missing run.
-    again = Search(
-        _estimator(),
-        space,
-        objective="val_accuracy",
-        trials=10,
-        concurrency=2,
-        seed=0,
-        storage=storage,
-        study_name="digits",
-    ).fit(train_df, validation_data=test_df)
+    again = search(10)
     assert len(again.trials) == 10
     before = trials.set_index("number")
     after = again.trials.set_index("number")
