@@ -120,6 +120,7 @@ def test_spark_image_struct_feeds_an_image_input_as_uint8(spark, arrays) -> None
         fitted.transform(other).collect()
 
 
+@pytest.mark.slow  # fast tier <= 6 min: the image struct's test stays in it
 @pytest.mark.compat
 def test_misshaped_rows_are_named_and_the_pasted_fix_works(spark, arrays) -> None:
     x_train, _, y_train, _ = arrays
@@ -167,6 +168,7 @@ def _sequence_model(length: int | None) -> keras.Model:
     return model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "padding",
     ["post", pytest.param({"padding": "pre", "truncating": "post"}, marks=pytest.mark.slow)],
