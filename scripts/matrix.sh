@@ -2,7 +2,9 @@
 # Builds the virtual environment of one stack of the compatibility matrix and runs the
 # compatibility subset (pytest -m compat) in it:
 #   bash scripts/matrix.sh oldest   PySpark 3.5, TensorFlow 2.16, numpy 1.26 (.venv-oldest)
-#   bash scripts/matrix.sh jax      PySpark 4.1, Keras on JAX, no TensorFlow (.venv-jax)
+#   bash scripts/matrix.sh jax      PySpark 4.2, Keras on JAX, no TensorFlow (.venv-jax)
+#   bash scripts/matrix.sh newest   PySpark 4.3, pandas 3, TensorFlow 2.21 (.venv-newest)
+#   bash scripts/matrix.sh torch    PySpark 4.3, Keras on PyTorch (CPU), no TF or JAX
 #   bash scripts/matrix.sh jax --setup-only    builds (or checks) the environment only
 # The stack's pins are tests/matrix/<name>.txt (a pip constraints file); its header
 # names the extras to install, the environment the tests run in and pytest's selection. A second run
@@ -10,7 +12,7 @@
 # `bash scripts/test.sh --all` runs both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-name="${1:?usage: bash scripts/matrix.sh oldest|jax [pytest arguments]}"
+name="${1:?usage: bash scripts/matrix.sh oldest|jax|newest|torch [pytest arguments]}"
 shift
 pins="tests/matrix/${name}.txt"
 [ -f "$pins" ] || { echo "no stack named $name: $pins is missing" >&2; exit 2; }
@@ -37,8 +39,12 @@ def installed(name):
 pins = [l.split("==") for l in open(sys.argv[1]) if "==" in l and not l.startswith("#")]
 wrong = [f"{n.strip()} {installed(n.strip())} (pinned {v.strip()})"
          for n, v in pins if installed(n.strip()) != v.strip()]
-if "KERAS_BACKEND=jax" in open(sys.argv[1]).read() and util.find_spec("tensorflow"):
-    wrong.append("tensorflow is installed in a stack that must run without it")
+text = open(sys.argv[1]).read()
+others = {"jax": ["tensorflow"], "torch": ["tensorflow", "jax"]}
+for backend, absent in others.items():
+    if f"KERAS_BACKEND={backend}" in text:
+        wrong += [f"{p} is installed in a stack that must run without it"
+                  for p in absent if util.find_spec(p)]
 if wrong:
     sys.exit("stack " + sys.argv[1] + ": " + "; ".join(wrong))
 PY

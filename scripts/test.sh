@@ -6,7 +6,7 @@
 #                                 subprocesses and many-worker fits, builds the docs
 #                                 strictly (bash scripts/docs.sh), runs the
 #                                 compatibility subset in the other stacks of the matrix
-#                                 (bash scripts/matrix.sh oldest|jax) and checks the
+#                                 (bash scripts/matrix.sh oldest|jax|torch) and checks the
 #                                 conf/ recipes (bash scripts/check_conf.sh); what CI runs
 # Each tier ends with tests/connect, the same tier over a Spark Connect session, in a
 # pytest process of its own (a Connect session marks its whole process as a client).
@@ -24,6 +24,7 @@ if [ "$all" = 1 ]; then
     # Built first: a test of the main suite runs executors on another stack's Python.
     bash scripts/matrix.sh oldest --setup-only
     bash scripts/matrix.sh jax --setup-only
+    bash scripts/matrix.sh torch --setup-only
 else
     bash scripts/setup.sh dev
 fi
@@ -45,6 +46,7 @@ if [ "$all" = 1 ]; then
     SPARKDL_SETUP_DONE=1 bash scripts/release.sh  # sdist and wheel built, checked, installed
     bash scripts/matrix.sh oldest -q
     bash scripts/matrix.sh jax -q
+    bash scripts/matrix.sh torch -q
     # The cluster recipes of conf/ against their runtimes' versions (pip's plan, no cluster).
     bash scripts/check_conf.sh
 else

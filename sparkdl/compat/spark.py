@@ -420,6 +420,8 @@ def failure_summary(exc: BaseException) -> tuple[str, str]:
         'ValueError: boom-123'
         >>> trace.splitlines()[0]
         'Traceback (most recent call last):'
+        >>> failure_summary(RuntimeError(text.replace("\\n\\n", "\\n SQLSTATE: 38000\\n")))[1]
+        'ValueError: boom-123'
         >>> failure_summary(RuntimeError(
         ...     "Job aborted due to stage failure: Task 0 in stage 1.0 failed 1 times\\n"
         ...     ": org.apache.spark.SparkException: Python worker exited unexpectedly "
@@ -434,7 +436,8 @@ def failure_summary(exc: BaseException) -> tuple[str, str]:
         r"Traceback \(most recent call last\):.*?(?=\n\tat |\n\s*at org\.|\Z)", text, re.S
     )
     if match:
-        trace = match.group(0)
+        # PySpark 4.3 ends a Python exception's message with its SQL state line.
+        trace = re.sub(r"(\n\s*SQLSTATE: \w+)+\s*$", "", match.group(0))
         last = trace.strip().splitlines()[-1]
     else:
         lines = [

@@ -1,6 +1,7 @@
 """Which Keras backend the executors run: the driver's, resolved once, checked early.
 
-Keras 3 runs on TensorFlow or JAX (and others sparkdl does not train on). The driver's
+Keras 3 runs on TensorFlow, JAX or PyTorch (and others sparkdl does not train on:
+numpy, openvino). The driver's
 backend (``keras.backend.backend()``, :func:`training_backend`) goes into every plan
 and payload as its own field (``FitPlan.backend``, ``ScoringPayload.backend``); a
 Python worker then sets itself up for it before its first ``import keras``
@@ -37,7 +38,7 @@ __all__ = [
 ]
 
 #: The Keras backends sparkdl trains on, each with the package a worker must have.
-SUPPORTED = {"tensorflow": "tensorflow", "jax": "jax"}
+SUPPORTED = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}
 
 
 class BackendError(SparkDLError):
@@ -64,12 +65,12 @@ def check_supported(backend: str) -> str:
     """``backend`` if sparkdl trains on it.
 
     Raises:
-        ConfigError: Another backend (torch, numpy, openvino).
+        ConfigError: Another backend (numpy, openvino).
     """
     if backend not in SUPPORTED:
         raise ConfigError(
             f"Keras runs on the {backend!r} backend here; sparkdl trains on "
-            f"{' or '.join(map(repr, SUPPORTED))}. Set KERAS_BACKEND=tensorflow (or jax) "
+            f"{', '.join(map(repr, SUPPORTED))}. Set KERAS_BACKEND=tensorflow (or jax, torch) "
             "before importing Keras."
         )
     return backend

@@ -346,14 +346,14 @@ class WorkerPayload:
 
 def train_function(
     payload: WorkerPayload,
-) -> Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch]]:
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The function ``mapInArrow`` runs on each partition (one worker each).
 
     It names the task entry by module, so the driver never imports the executor side:
     the task imports :mod:`sparkdl.executor.task` when it starts.
     """
 
-    def train_partition(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
+    def train_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         task = importlib.import_module("sparkdl.executor.task")
         yield from task.run(payload, batches)
 
@@ -439,11 +439,11 @@ def predict_function(payload: ScoringPayload) -> Callable[[Iterator[Any]], Itera
 
 def evaluate_function(
     payload: ScoringPayload,
-) -> Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch]]:
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The function ``evaluate``'s ``mapInArrow`` runs: one row of
     :data:`EVALUATION_SCHEMA` per partition (:func:`sparkdl.executor.scoring.evaluate`)."""
 
-    def evaluate_partition(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
+    def evaluate_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         scoring = importlib.import_module("sparkdl.executor.scoring")
         yield scoring.evaluate(payload, batches)
 

@@ -17,7 +17,7 @@ Example:
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ POLL_SCHEMA = "kind string, part int, body binary"
 
 def poll_function(
     request: dict[str, Any],
-) -> Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch]]:
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The function a poll job's one task runs: one exchange with the service's relay
     routes (:func:`sparkdl.executor.relay_poll.poll_rows`).
 
@@ -51,7 +51,7 @@ def poll_function(
         'poll'
     """
 
-    def poll(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
+    def poll(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for _ in batches:
             pass
         relay_poll = importlib.import_module("sparkdl.executor.relay_poll")

@@ -18,7 +18,7 @@ from sparkdl import KerasEstimator
 from tests.integration.conftest import set_log_level, spark_builder
 
 spark = spark_builder("local[2]").getOrCreate()
-set_log_level(spark, "OFF")
+set_log_level(spark, os.environ.get("LOGLEVEL", "OFF"))
 train_df, _ = digits_frames(spark)
 try:
     KerasEstimator(model=digits_model(), num_workers=2, epochs=1, verbose=0).fit(train_df)

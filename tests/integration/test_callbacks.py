@@ -42,9 +42,9 @@ def test_keras_callbacks_behave_as_in_model_fit(digits, tmp_path) -> None:
         keras.callbacks.CSVLogger(str(tmp_path / "log.csv")),
     ]
     # Keras's TensorBoard callback writes through TensorFlow's summary API, on any
-    # backend: a stack without TensorFlow (Keras on JAX) cannot run it, in model.fit or
-    # here.
-    tensorboard = importlib.util.find_spec("tensorflow") is not None
+    # backend, and that needs the tensorboard package (not one of TensorFlow 2.21's
+    # requirements): a stack without them cannot run it, in model.fit or here.
+    tensorboard = all(importlib.util.find_spec(p) for p in ("tensorflow", "tensorboard"))
     if tensorboard:
         callbacks.append(keras.callbacks.TensorBoard(log_dir=str(tmp_path / "tb")))
     fitted = KerasEstimator(

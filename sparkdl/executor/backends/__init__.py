@@ -6,7 +6,8 @@ differs: the environment before Keras loads, the quiet import, the devices, the 
 pipeline, sparse batches and weight access. TensorFlow's side is
 :mod:`~sparkdl.executor.backends.tensorflow` (with :mod:`~sparkdl.executor.backends.
 tf_feed` and :mod:`~sparkdl.executor.backends.tf_weights`), JAX's
-:mod:`~sparkdl.executor.backends.jax`. Nothing here imports TensorFlow or JAX: a
+:mod:`~sparkdl.executor.backends.jax`, PyTorch's :mod:`~sparkdl.executor.backends.torch`.
+Nothing here imports TensorFlow, JAX or PyTorch: a
 backend's package loads when Keras does.
 
 Example:
@@ -43,6 +44,10 @@ def backend_for(name: str) -> Backend:
         from sparkdl.executor.backends.jax import JaxBackend
 
         return JaxBackend()
+    if name == "torch":
+        from sparkdl.executor.backends.torch import TorchBackend
+
+        return TorchBackend()
     from sparkdl.executor.backends.tensorflow import TensorFlowBackend
 
     return TensorFlowBackend()

@@ -44,7 +44,7 @@ def assign_gpus(task_context: Any) -> list[str] | None:
     if not addresses:
         return None
     visible = ",".join(addresses)
-    started = _tensorflow_started() or "jax" in sys.modules  # JAX: it may have
+    started = _tensorflow_started() or "jax" in sys.modules or _torch_cuda_started()
     if started and os.environ.get("CUDA_VISIBLE_DEVICES") != visible:
         _log.warning(
             "The backend may have started its devices in this Python worker with "
@@ -54,6 +54,14 @@ def assign_gpus(task_context: Any) -> list[str] | None:
         )
     os.environ["CUDA_VISIBLE_DEVICES"] = visible
     return addresses
+
+
+def _torch_cuda_started() -> bool:
+    """Whether PyTorch has started CUDA in this process (it reads
+    ``CUDA_VISIBLE_DEVICES`` then, not at import)."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    return bool(cuda is not None and cuda.is_initialized())
 
 
 def _tensorflow_started() -> bool:
