@@ -22,7 +22,7 @@ from collections.abc import MutableMapping, Sequence
 __all__ = ["BACKEND", "BACKENDS", "select_backend"]
 
 #: The backends sparkdl trains on.
-BACKENDS = ("tensorflow", "jax")
+BACKENDS = ("tensorflow", "jax", "torch")
 
 
 def select_backend(

@@ -1,10 +1,11 @@
-"""One benchmark on TensorFlow and on JAX, side by side in one invocation.
+"""One benchmark on TensorFlow, JAX and PyTorch, side by side in one invocation.
 
 Runs ``benchmarks/digits.py`` (or ``scale.py``) once per backend, each in its own
-process (Keras picks its backend at import), in turn (TensorFlow, JAX, then again when
-``--rounds`` > 1), with the Python that has that backend: by default ``.venv`` for
-TensorFlow and ``.venv-jax`` (``bash scripts/matrix.sh jax`` builds it: PySpark 4.1,
-Keras on JAX, no TensorFlow installed) for JAX. Prints each run's table under a heading
+process (Keras picks its backend at import), in turn (TensorFlow, JAX, PyTorch, then
+again when ``--rounds`` > 1), with the Python that has that backend: by default
+``.venv`` for TensorFlow, ``.venv-jax`` (``bash scripts/matrix.sh jax`` builds it: Keras
+on JAX, no TensorFlow installed) for JAX and ``.venv-torch`` (``bash scripts/matrix.sh
+torch``: Keras on PyTorch's CPU build, neither TensorFlow nor JAX) for PyTorch. Prints each run's table under a heading
 naming the backend and its Python; the arguments after ``--`` go to the benchmark.
 
 Run:
@@ -32,13 +33,15 @@ def main() -> None:
         action="append",
         default=[],
         metavar="BACKEND=PATH",
-        help="the interpreter of a backend (default: tensorflow=.venv, jax=.venv-jax)",
+        help="the interpreter of a backend (default: tensorflow=.venv, jax=.venv-jax, "
+        "torch=.venv-torch)",
     )
     args, rest = parser.parse_known_args()
     rest = rest[1:] if rest[:1] == ["--"] else rest
     pythons = {
         "tensorflow": os.path.join(ROOT, ".venv", "bin", "python"),
         "jax": os.path.join(ROOT, ".venv-jax", "bin", "python"),
+        "torch": os.path.join(ROOT, ".venv-torch", "bin", "python"),
     }
     for item in args.python:
         name, _, path = item.partition("=")

@@ -23,6 +23,7 @@ from pyspark.ml.param import Param, TypeConverters
 from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame
 
+from sparkdl.compat.arrow import require_pyarrow
 from sparkdl.compat.sessions import Inline, SessionTools, session_tools
 from sparkdl.compat.spark import param_parent
 from sparkdl.contract import custom_objects as custom_objects_module
@@ -360,6 +361,7 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         from sparkdl.contract import keras_io
         from sparkdl.contract.backends import training_backend
 
+        require_pyarrow()  # pyarrow 26 beside numpy 1.x: the pip line that fixes it
         tools = session_tools(dataset.sparkSession)
         return payload.ScoringPayload(
             model_bytes=self._broadcast(tools),

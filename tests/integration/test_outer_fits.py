@@ -54,6 +54,7 @@ def test_shards_keep_the_outer_state_apart_and_give_one_services_weights(digits)
 
 
 @pytest.mark.slow
+@pytest.mark.compat  # the outer optimizer's state and steps on every backend
 @pytest.mark.parametrize(("mode", "merge"), OUTER_COMBINATIONS)
 def test_diloco_defaults_reach_accuracy_in_every_mode(digits, mode, merge) -> None:
     """DiLoCo's outer Nesterov (0.7, 0.9) with a sync every 16 batches.

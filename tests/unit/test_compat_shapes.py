@@ -46,6 +46,9 @@ from sparkdl.compat import mlflow as compat_mlflow
 from sparkdl.compat import spark as compat_spark
 from sparkdl.compat.http_client import COALESCE_BYTES, CoalescingConnection
 
+# Every stack of the matrix checks the internals its own releases have.
+pytestmark = pytest.mark.compat
+
 PYTHON = f"Python {sys.version.split()[0]}"
 CHEROOT = f"cheroot {cheroot_version}"
 HTTP_CLIENT_MODULE = "sparkdl/compat/http_client.py"
@@ -719,6 +722,10 @@ print("FACTS " + json.dumps(facts))
 def fresh_process() -> dict[str, Any]:
     import os
     import subprocess
+
+    # TensorFlow's handle is reached only where TensorFlow is the backend; the stacks
+    # without it (JAX, PyTorch) have nothing there to check.
+    pytest.importorskip("tensorflow")
 
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": "tensorflow"}
     done = subprocess.run(

@@ -1,0 +1,75 @@
+"""pyarrow as this Python can import it, or an error that names the pip line that fixes it.
+
+pyarrow declares no numpy requirement, so pip resolves the newest pyarrow beside any
+numpy: with numpy 1.x (what TensorFlow 2.16 and 2.17 require) it installs pyarrow 26,
+which needs numpy 2 and fails at its import. PySpark then reports that pyarrow "was not
+found". :func:`require_pyarrow` runs before a fit, ``transform`` or ``evaluate`` touches
+Spark, and turns that into a :class:`~sparkdl.errors.ConfigError` naming both versions
+and the fix.
+
+Example:
+    >>> require_pyarrow().__name__
+    'pyarrow'
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from importlib import metadata
+from types import ModuleType
+
+from sparkdl.errors import ConfigError
+
+__all__ = ["require_pyarrow"]
+
+#: The first pyarrow that needs numpy 2 (apache/arrow#48473).
+NUMPY2_PYARROW = 26
+
+
+@functools.cache
+def require_pyarrow() -> ModuleType:
+    """``pyarrow``, imported.
+
+    Raises:
+        ConfigError: pyarrow cannot be imported next to this numpy; the message says
+            which ``pip install`` fixes it.
+    """
+    try:
+        return importlib.import_module("pyarrow")
+    except ImportError as exc:
+        reason = str(exc)
+        versions = _version("pyarrow"), _version("numpy")
+        raise ConfigError(arrow_numpy_mismatch(reason, *versions)) from exc
+
+
+def arrow_numpy_mismatch(reason: str, pyarrow: str, numpy: str) -> str:
+    """The message for pyarrow ``pyarrow`` that failed to import next to numpy ``numpy``
+    with ``reason``.
+
+    Example:
+        >>> reason = "pyarrow requires NumPy 2.0 or newer, found 1.26.4"
+        >>> message = arrow_numpy_mismatch(reason, "26.0.1", "1.26.4")
+        >>> message.splitlines()[0]
+        'pyarrow 26.0.1 cannot be imported: pyarrow requires NumPy 2.0 or newer, found 1.26.4.'
+        >>> 'pip install "pyarrow>=10.0.1,<26"' in message
+        True
+    """
+    message = f"pyarrow {pyarrow} cannot be imported: {reason}."
+    if "numpy" in reason.lower():
+        message += (
+            f"\npyarrow {NUMPY2_PYARROW} and later need numpy 2, and this Python has numpy "
+            f"{numpy}. Keep numpy 1.x (TensorFlow 2.16 and 2.17 need it) with pip install "
+            f'"pyarrow>=10.0.1,<{NUMPY2_PYARROW}", or move to numpy 2 (with TensorFlow 2.18 '
+            "or later)."
+        )
+    else:
+        message += '\nReinstall it: pip install --force-reinstall "pyarrow>=10.0.1".'
+    return message
+
+
+def _version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
