@@ -18,7 +18,6 @@ from pyspark.ml import Estimator
 from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame
 
-from sparkdl.compat.arrow import require_pyarrow
 from sparkdl.config import TrainConfig
 from sparkdl.contract import custom_objects, keras_io
 from sparkdl.driver import data
@@ -186,7 +185,6 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
 
     def _fit_with(self, dataset: DataFrame, config: TrainConfig) -> KerasModel:
         """Fits as :meth:`_fit` says, the executors' warm-up started."""
-        require_pyarrow()  # pyarrow 26 beside numpy 1.x: the pip line that fixes it
         found = _checkpoint_to_resume(config)
         model = self._model_to_train(found.weights if found else None)
         keras_io.check_training_settings(model)

@@ -40,6 +40,10 @@ if TYPE_CHECKING:
 
 __all__ = ["PREDICT_BATCH", "KerasModel"]
 
+# pyarrow 26 beside numpy 1.x (what pip resolves for a TensorFlow 2.16 stack) cannot
+# load: importing the estimator or the model fails at once, naming the pip line.
+require_pyarrow()
+
 #: Rows per model call in ``transform`` and ``evaluate`` unless told otherwise.
 PREDICT_BATCH = 1024
 
@@ -361,7 +365,6 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
         from sparkdl.contract import keras_io
         from sparkdl.contract.backends import training_backend
 
-        require_pyarrow()  # pyarrow 26 beside numpy 1.x: the pip line that fixes it
         tools = session_tools(dataset.sparkSession)
         return payload.ScoringPayload(
             model_bytes=self._broadcast(tools),

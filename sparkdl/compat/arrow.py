@@ -3,9 +3,9 @@
 pyarrow declares no numpy requirement, so pip resolves the newest pyarrow beside any
 numpy: with numpy 1.x (what TensorFlow 2.16 and 2.17 require) it installs pyarrow 26,
 which needs numpy 2 and fails at its import. PySpark then reports that pyarrow "was not
-found". :func:`require_pyarrow` runs before a fit, ``transform`` or ``evaluate`` touches
-Spark, and turns that into a :class:`~sparkdl.errors.ConfigError` naming both versions
-and the fix.
+found" at the first job. :func:`require_pyarrow` runs as :mod:`sparkdl.model` loads
+(``from sparkdl import KerasEstimator`` or ``KerasModel``), and turns that into a
+:class:`~sparkdl.errors.ConfigError` naming both versions and the fix.
 
 Example:
     >>> require_pyarrow().__name__

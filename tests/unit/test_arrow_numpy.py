@@ -11,8 +11,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def test_a_pyarrow_that_needs_numpy_2_is_refused_with_the_pip_line(tmp_path) -> None:
     """What pip resolves for a numpy 1.x stack (pyarrow 26, which declares no numpy
-    requirement): its import fails; sparkdl's check says which pip line fixes it, as a
-    fit, transform or evaluate starts (they call it first)."""
+    requirement): its import fails; importing the estimator fails at once with the pip
+    line that fixes it."""
     fake = tmp_path / "pyarrow"
     fake.mkdir()
     (fake / "__init__.py").write_text(
@@ -20,9 +20,8 @@ def test_a_pyarrow_that_needs_numpy_2_is_refused_with_the_pip_line(tmp_path) -> 
     )
     code = (
         "from sparkdl.errors import ConfigError\n"
-        "from sparkdl.compat.arrow import require_pyarrow\n"
         "try:\n"
-        "    require_pyarrow()\n"
+        "    from sparkdl import KerasEstimator\n"
         "except ConfigError as exc:\n"
         "    print(exc)\n"
     )
