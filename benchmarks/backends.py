@@ -5,8 +5,9 @@ process (Keras picks its backend at import), in turn (TensorFlow, JAX, PyTorch, 
 again when ``--rounds`` > 1), with the Python that has that backend: by default
 ``.venv`` for TensorFlow, ``.venv-jax`` (``bash scripts/matrix.sh jax`` builds it: Keras
 on JAX, no TensorFlow installed) for JAX and ``.venv-torch`` (``bash scripts/matrix.sh
-torch``: Keras on PyTorch's CPU build, neither TensorFlow nor JAX) for PyTorch. Prints each run's table under a heading
-naming the backend and its Python; the arguments after ``--`` go to the benchmark.
+torch``: Keras on PyTorch's CPU build, neither TensorFlow nor JAX) for PyTorch. Prints
+each run's table under a heading naming the backend and its Python; the arguments after
+``--`` go to the benchmark.
 
 Run:
     .venv/bin/python benchmarks/backends.py -- --repeats 1 --frequencies epoch

@@ -70,6 +70,7 @@ import argparse
 import contextlib
 import datetime
 import gc
+import importlib
 import json
 import math
 import os
@@ -537,10 +538,7 @@ def print_run_line(args: argparse.Namespace) -> None:
     import keras
     import pyspark
 
-    if BACKEND == "tensorflow":
-        import tensorflow as backend
-    else:
-        import jax as backend
+    backend = importlib.import_module(BACKEND)  # tensorflow, jax or torch
     command = shlex.join([".venv/bin/python", "benchmarks/scale.py", *sys.argv[1:]])
     print(
         f"\nRun: `{command}` on {os.cpu_count()} cores, Spark master {args.master} "

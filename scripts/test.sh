@@ -19,12 +19,18 @@ args=()
 for arg in "$@"; do
     if [ "$arg" = "--all" ]; then all=1; else args+=("$arg"); fi
 done
+# Each stage's wall time, on stderr (docs/contributing.md quotes them).
+timed() {
+    local start=$SECONDS
+    "$@"
+    echo "== stage took $((SECONDS - start)) s: $*" >&2
+}
 if [ "$all" = 1 ]; then
-    bash scripts/setup.sh dev,docs
+    timed bash scripts/setup.sh dev,docs
     # Built first: a test of the main suite runs executors on another stack's Python.
-    bash scripts/matrix.sh oldest --setup-only
-    bash scripts/matrix.sh jax --setup-only
-    bash scripts/matrix.sh torch --setup-only
+    timed bash scripts/matrix.sh oldest --setup-only
+    timed bash scripts/matrix.sh jax --setup-only
+    timed bash scripts/matrix.sh torch --setup-only
 else
     bash scripts/setup.sh dev
 fi
@@ -33,22 +39,22 @@ export TF_CPP_MIN_LOG_LEVEL=2 SPARK_LOCAL_IP=127.0.0.1
 .venv/bin/ruff format --check sparkdl tests examples benchmarks docs
 .venv/bin/mypy
 if [ "$all" = 1 ]; then
-    .venv/bin/python -m pytest --doctest-modules sparkdl tests -p no:cacheprovider ${args[@]+"${args[@]}"}
-    SPARKDL_CONNECT_TESTS=1 .venv/bin/python -m pytest tests/connect -p no:cacheprovider
+    timed .venv/bin/python -m pytest --doctest-modules sparkdl tests -p no:cacheprovider ${args[@]+"${args[@]}"}
+    timed env SPARKDL_CONNECT_TESTS=1 .venv/bin/python -m pytest tests/connect -p no:cacheprovider
     # The compatibility subset over a Connect client of local[2]. Left out: the tests
     # that start a second driver process (it would start a second local server on the
     # first one's port) and the executors' Python (a setting of the server, not the client).
-    SPARKDL_TEST_REMOTE=1 .venv/bin/python -m pytest tests/integration -m compat \
+    timed env SPARKDL_TEST_REMOTE=1 .venv/bin/python -m pytest tests/integration -m compat \
         -p no:cacheprovider -q \
         --deselect tests/integration/test_backends.py::test_executors_without_the_backend_fail_before_training_naming_the_extra \
         --deselect tests/integration/test_spark_ml.py::test_pipeline_fits_saves_and_loads_in_a_new_session
-    SPARKDL_SETUP_DONE=1 bash scripts/docs.sh
-    SPARKDL_SETUP_DONE=1 bash scripts/release.sh  # sdist and wheel built, checked, installed
-    bash scripts/matrix.sh oldest -q
-    bash scripts/matrix.sh jax -q
-    bash scripts/matrix.sh torch -q
+    timed env SPARKDL_SETUP_DONE=1 bash scripts/docs.sh
+    timed env SPARKDL_SETUP_DONE=1 bash scripts/release.sh  # sdist and wheel built, checked, installed
+    timed bash scripts/matrix.sh oldest -q
+    timed bash scripts/matrix.sh jax -q
+    timed bash scripts/matrix.sh torch -q
     # The cluster recipes of conf/ against their runtimes' versions (pip's plan, no cluster).
-    bash scripts/check_conf.sh
+    timed bash scripts/check_conf.sh
 else
     .venv/bin/python -m pytest --doctest-modules sparkdl tests -p no:cacheprovider \
         -m "not slow" ${args[@]+"${args[@]}"}
