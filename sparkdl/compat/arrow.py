@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import re
 from importlib import metadata
 from types import ModuleType
 
@@ -23,6 +24,8 @@ from sparkdl.errors import ConfigError
 
 __all__ = ["require_pyarrow"]
 
+#: A reason that blames the numpy package.
+_NUMPY = re.compile(r"\bnumpy\b", re.IGNORECASE)
 #: The first pyarrow that needs numpy 2 (apache/arrow#48473).
 NUMPY2_PYARROW = 26
 
@@ -56,7 +59,7 @@ def arrow_numpy_mismatch(reason: str, pyarrow: str, numpy: str) -> str:
         True
     """
     message = f"pyarrow {pyarrow} cannot be imported: {reason}."
-    if "numpy" in reason.lower():
+    if _NUMPY.search(reason):
         message += (
             f"\npyarrow {NUMPY2_PYARROW} and later need numpy 2, and this Python has numpy "
             f"{numpy}. Keep numpy 1.x (TensorFlow 2.16 and 2.17 need it) with pip install "
