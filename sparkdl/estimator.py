@@ -23,6 +23,7 @@ from sparkdl.contract import custom_objects, keras_io
 from sparkdl.driver import data
 from sparkdl.driver.background import SETTLE_SECONDS
 from sparkdl.driver.fit import Fit
+from sparkdl.driver.shared_scans import SharingFits
 from sparkdl.driver.warmup import warm_up
 from sparkdl.errors import ConfigError
 from sparkdl.ml import persistence
@@ -170,6 +171,27 @@ class KerasEstimator(Estimator, TrainingParams, persistence.Persistable, MLWrita
         self.train_config()
         self.sequence_padding  # noqa: B018 (validates the setting)
         return self
+
+    def fitMultiple(self, dataset: DataFrame, paramMaps: Sequence[dict[Any, Any]]) -> SharingFits:
+        """Fits one model per param map, as Spark ML's tuners ask (``CrossValidator``,
+        ``TrainValidationSplit``, from ``parallelism`` threads at once): the fits of
+        one DataFrame share its data scan.
+
+        Args:
+            dataset: The training rows.
+            paramMaps: One param map per model.
+
+        Returns:
+            A thread-safe iterator of ``(index, model)`` pairs, in any order.
+
+        Example:
+            >>> import keras
+            >>> net = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+            >>> net.compile(loss="mse")
+            >>> list(KerasEstimator(model=net).fitMultiple(None, []))  # no param map
+            []
+        """
+        return SharingFits(super().fitMultiple(dataset, paramMaps), len(paramMaps))
 
     def _fit(self, dataset: DataFrame) -> KerasModel:
         # Executors import TensorFlow while the driver checks the data (at once if

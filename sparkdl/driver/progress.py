@@ -50,7 +50,7 @@ class Progress:
                 from tqdm.auto import tqdm
             except ImportError:
                 tqdm = None
-            drawn = tqdm is not None and (_notebook_bar(tqdm) or _on_terminal())
+            drawn = tqdm is not None and (notebook_bar(tqdm) or on_terminal())
             self._epoch_lines = tqdm is not None and not drawn
             if drawn:
                 # tqdm's own rate is the one rate shown ("12.3k samples/s").
@@ -123,13 +123,13 @@ class Progress:
         bar.update(done - bar.n)
 
 
-def _notebook_bar(tqdm: Any) -> bool:
+def notebook_bar(tqdm: Any) -> bool:
     """Whether ``tqdm.auto`` chose the notebook widget (its class is a subclass of
     ``tqdm.notebook``'s; a notebook's stderr is no terminal, yet it shows the widget)."""
     return any(cls.__module__ == "tqdm.notebook" for cls in getattr(tqdm, "__mro__", ()))
 
 
-def _on_terminal() -> bool:
+def on_terminal() -> bool:
     """Whether stderr (where a bar draws) is a terminal."""
     isatty = getattr(sys.stderr, "isatty", None)
     try:

@@ -7,7 +7,10 @@ by what decides it: the prepared frame's semantic hash (its columns, casts, padd
 shape checks: everything the scan reads) and the scan's own arguments. A trial whose
 prepared frame is the same as an earlier trial's takes that summary without a job; one
 that starts while another runs the same scan waits for it. A scan that fails is not
-kept (each fit then reports it). Outside a search nothing is kept.
+kept (each fit then reports it). Outside a search nothing is kept. Spark ML's tuners
+(``CrossValidator``, ``TrainValidationSplit``) fit one model per param map from parallel
+threads through the estimator's ``fitMultiple``: those fits share scans too
+(:class:`SharingFits`).
 
 Example:
     >>> with sharing():
@@ -24,7 +27,7 @@ import threading
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any, TypeVar
 
-__all__ = ["frame_key", "sharing", "summary"]
+__all__ = ["SharingFits", "frame_key", "sharing", "summary"]
 
 T = TypeVar("T")
 
@@ -84,3 +87,56 @@ def frame_key(frame: Any, *parts: Hashable) -> Hashable | None:
         return (int(frame.semanticHash()), *parts)
     except Exception:  # a session without semanticHash: every fit scans
         return None
+
+
+class SharingFits:
+    """Spark ML's ``fitMultiple`` iterator, its fits sharing scans (:func:`sharing`)
+    from its creation until its last model was taken (or it is dropped).
+
+    ``CrossValidator`` and ``TrainValidationSplit`` take ``(index, model)`` pairs from
+    it in several threads at once; the fits of one fold read the same DataFrame, so they
+    share that fold's scan.
+
+    Args:
+        fits: What ``Estimator.fitMultiple`` returned (thread-safe, one fit per ``next``).
+        count: The number of param maps.
+
+    Example:
+        >>> fits = SharingFits(iter([(0, "model")]), 1)
+        >>> next(fits), _users
+        ((0, 'model'), 0)
+    """
+
+    def __init__(self, fits: Iterator[Any], count: int) -> None:
+        self._fits = fits
+        self._left = count
+        self._count_lock = threading.Lock()
+        self._sharing: contextlib.ExitStack | None = contextlib.ExitStack()
+        self._sharing.enter_context(sharing())
+        if count == 0:
+            self._close()
+
+    def __iter__(self) -> SharingFits:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            found = next(self._fits)
+        except BaseException:
+            self._close()
+            raise
+        with self._count_lock:
+            self._left -= 1
+            last = self._left <= 0
+        if last:
+            self._close()
+        return found
+
+    def _close(self) -> None:
+        with self._count_lock:
+            stack, self._sharing = self._sharing, None
+        if stack is not None:
+            stack.close()
+
+    def __del__(self) -> None:
+        self._close()

@@ -12,6 +12,7 @@ the next trial.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import keras
@@ -27,14 +28,25 @@ class TrialReporter(keras.callbacks.Callback):
         objective: The epoch log reported (``"val_accuracy"``...).
         verbose: Print a line per epoch.
         stop: An event that, once set, stops the trial at its next epoch's end.
+        shown: Called with the epochs done and the objective's value at each epoch's
+            end (the search's line for the trial).
     """
 
-    def __init__(self, trial: Any, objective: str, *, verbose: bool = False, stop: Any = None):
+    def __init__(
+        self,
+        trial: Any,
+        objective: str,
+        *,
+        verbose: bool = False,
+        stop: Any = None,
+        shown: Callable[[int, float], None] | None = None,
+    ):
         super().__init__()
         self.trial = trial
         self.objective = objective
         self.verbose = verbose
         self.stop = stop
+        self.shown = shown
         self.epochs = 0
         self._reported: set[int] = set()
 
@@ -58,6 +70,8 @@ class TrialReporter(keras.callbacks.Callback):
         if math.isfinite(value) and epoch not in self._reported:
             self.trial.report(value, epoch)
             self._reported.add(epoch)
+        if self.shown is not None:
+            self.shown(self.epochs, value)
         if self.verbose:
             print(
                 f"sparkdl search: trial {self.trial.number} epoch {self.epochs}: "

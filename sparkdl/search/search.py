@@ -24,6 +24,7 @@ most ``slots // num_workers`` trials run at once; the search says what it chose.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import threading
@@ -38,7 +39,9 @@ from sparkdl.errors import ClusterError, ConfigError, ServiceError, WorkerError
 from sparkdl.estimator import KerasEstimator
 from sparkdl.ml.params import split_settings
 from sparkdl.model import KerasModel
+from sparkdl.search.progress import SearchProgress
 from sparkdl.search.pruning import TrialReporter, epochs_reported
+from sparkdl.search.tracking import SearchRuns
 
 if TYPE_CHECKING:
     import optuna
@@ -114,6 +117,18 @@ class _Running:
     lock: threading.Lock = field(default_factory=threading.Lock)
     models: dict[int, KerasModel] = field(default_factory=dict)
     live: set[Any] = field(default_factory=set)
+    runs: SearchRuns | None = None  # MLflow's parent and nested runs, when logged
+    progress: SearchProgress = field(default_factory=lambda: SearchProgress(0, 0, 0, 0))
+
+    def keep_if_best(self, study: Any, trial: Any, fitted: KerasModel) -> None:
+        """Keeps the fitted model of the best trial so far (and only that one)."""
+        with self.lock:
+            try:
+                best = study.best_trial.number
+            except ValueError:
+                return
+            if best == trial.number:
+                self.models = {trial.number: fitted}
 
     def claim(self) -> bool:
         with self.lock:
@@ -257,13 +272,22 @@ class Search:
                 flush=True,
             )
         persisted = [_persist(df) for df in (dataset, validation_data) if df is not None]
+        running.runs = SearchRuns.start(config.mlflow_run, study.study_name, _logged_settings(self))
+        running.progress = SearchProgress(self.verbose, running.missing, concurrency, config.epochs)
         try:
             with shared_scans.sharing():  # trials of the same columns share one data scan
                 self._run(study, running, dataset, validation_data, concurrency, workers)
+        except BaseException:
+            if running.runs is not None:
+                running.runs.fail()
+            raise
         finally:
+            running.progress.close()
             for df in persisted:
                 if df is not None:
                     df.unpersist()
+        if running.runs is not None:
+            running.runs.finish(study, self.objective)
         return _result(study, running, concurrency, workers)
 
     # ------------------------------------------------------------------ internals
@@ -322,8 +346,10 @@ class Search:
                 running.stop.set()
                 return
             running.live.add(trial)
+            logged = running.runs.trial(study, trial) if running.runs else contextlib.nullcontext()
             try:
-                self._trial(study, trial, running, dataset, validation_data, workers)
+                with logged:  # the trial's nested MLflow run, when the search logs to one
+                    self._trial(study, trial, running, dataset, validation_data, workers)
             except BaseException as exc:  # recorded, and the search goes on
                 _tell_failed(study, trial, f"{type(exc).__name__}: {exc}")
                 if isinstance(exc, (KeyboardInterrupt, SystemExit)):
@@ -345,11 +371,12 @@ class Search:
         started = time.monotonic()
         trial.set_user_attr("started", time.time())
         try:
-            estimator, reporter = self._estimator(trial, validation_data, workers, running.stop)
+            estimator, reporter = self._estimator(trial, validation_data, workers, running)
         except Exception as exc:
             _tell_failed(study, trial, f"{type(exc).__name__}: {exc}", started)
-            _say(self.verbose, study, trial, "FAIL", str(exc))
+            _say(running, study, trial, "FAIL", str(exc))
             return
+        running.progress.started(trial)
         for attempt in range(self.retries + 1):
             if running.stop.is_set():
                 _tell_failed(study, trial, INTERRUPTED, started)
@@ -363,7 +390,7 @@ class Search:
                     return
                 _end(trial, started, reporter)
                 study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-                _say(self.verbose, study, trial, "PRUNED", f"at epoch {reporter.epochs}")
+                _say(running, study, trial, "PRUNED", f"at epoch {reporter.epochs}")
                 return
             except Exception as exc:
                 again = cluster_failure(exc) and attempt < self.retries
@@ -376,25 +403,25 @@ class Search:
                 # A fit the search's own stop cancelled is not the trial's failure.
                 why = INTERRUPTED if running.stop.is_set() else f"{type(exc).__name__}: {exc}"
                 _tell_failed(study, trial, why, started, reporter)
-                _say(self.verbose, study, trial, "FAIL", why.splitlines()[0])
+                _say(running, study, trial, "FAIL", why.splitlines()[0])
                 return
         value = _final(fitted.history, self.objective, _restores_best(estimator), self.direction)
         _end(trial, started, reporter)
         if value is None:
             message = f"the fit's history has no finite {self.objective!r}"
             _tell_failed(study, trial, message, started, reporter)
-            _say(self.verbose, study, trial, "FAIL", message)
+            _say(running, study, trial, "FAIL", message)
             return
         study.tell(trial, value)
-        self._keep_best(study, trial, fitted, running)
-        _say(self.verbose, study, trial, "COMPLETE", f"{self.objective} {value:.4g}")
+        running.keep_if_best(study, trial, fitted)
+        _say(running, study, trial, "COMPLETE", f"{self.objective} {value:.4g}")
 
     def _estimator(
         self,
         trial: Any,
         validation_data: DataFrame | None,
         workers: int,
-        stop: threading.Event,
+        running: _Running,
     ) -> tuple[KerasEstimator, TrialReporter]:
         """The trial's estimator: the search's, with the space's settings and the
         reporter among its driver callbacks."""
@@ -426,35 +453,52 @@ class Search:
             )
         if held_out is not None or validation_data is not None:
             estimator.validation_data = held_out if held_out is not None else validation_data
-        reporter = TrialReporter(trial, self.objective, verbose=self.verbose >= 2, stop=stop)
+        reporter = _reporter(trial, self.objective, self.verbose, running)
         estimator.callbacks = [*own, reporter]
         return estimator, reporter
 
-    def _keep_best(self, study: Any, trial: Any, fitted: KerasModel, running: _Running) -> None:
-        """Keeps the fitted model of the best trial so far (and only that one)."""
-        with running.lock:
-            try:
-                best = study.best_trial.number
-            except ValueError:
-                return
-            if best == trial.number:
-                running.models = {trial.number: fitted}
+
+def _reporter(trial: Any, objective: str, verbose: int, running: _Running) -> TrialReporter:
+    """The trial's driver callback: its epochs to Optuna, to its line, and the stop."""
+    return TrialReporter(
+        trial,
+        objective,
+        verbose=verbose >= 2,
+        stop=running.stop,
+        shown=lambda epochs, value: running.progress.epoch(trial, epochs, objective, value),
+    )
 
 
-def _say(verbose: int, study: Any, trial: Any, state: str, detail: str) -> None:
-    """The study line printed as a trial ends."""
-    if not verbose:
-        return
+def _logged_settings(search: Search) -> dict[str, Any]:
+    """The search's settings, as its MLflow parent run logs them."""
+    pruner = search.pruner
+    return {
+        "objective": search.objective,
+        "direction": search.direction,
+        "trials": search.trials,
+        "concurrency": search.concurrency,
+        "pruner": pruner if isinstance(pruner, str | None) else _name(pruner),
+        "sampler": _name(search.sampler) if search.sampler is not None else "TPESampler",
+        "seed": search.seed,
+    }
+
+
+def _name(value: Any) -> str:
+    """A sampler's or pruner's class name."""
+    return type(value).__name__
+
+
+def _say(running: _Running, study: Any, trial: Any, state: str, detail: str) -> None:
+    """The line saying how a trial ended, with the study's counts and best so far."""
     counts = _counts(study)
     try:
         best = f", best {study.best_value:.4g} (trial {study.best_trial.number})"
     except ValueError:
         best = ""
-    print(
-        f"sparkdl search: trial {trial.number} {state} ({detail}) | "
-        f"{counts['COMPLETE']} complete, {counts['PRUNED']} pruned, "
-        f"{counts['FAIL']} failed{best}",
-        flush=True,
+    running.progress.ended(
+        trial,
+        f"sparkdl search: trial {trial.number} {state} ({detail})",
+        f"{counts['COMPLETE']} complete, {counts['PRUNED']} pruned, {counts['FAIL']} failed{best}",
     )
 
 

@@ -232,3 +232,28 @@ def test_a_sharded_service_in_the_cluster_with_tls_callbacks_and_the_bar(
     assert last is not None and last.epoch == 12
     for a, b in zip(last.weights, model.get_weights(), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.slow  # four fits
+def test_a_search_runs_its_trials_over_connect(digits) -> None:
+    """sparkdl.search over a Connect session: the trials' fits (their services in the
+    cluster) run at once as the task slots allow, and the best model scores."""
+    pytest.importorskip("optuna")
+    from benchmarks.search import build
+    from sparkdl.search import Search
+
+    train_df, test_df, (_, x_test, _, y_test) = digits
+
+    def space(trial):  # type: ignore[no-untyped-def]
+        units = trial.suggest_int("units", 8, 32, log=True)
+        return {"model": build(units, trial.suggest_float("rate", 1e-3, 1e-2, log=True))}
+
+    estimator = KerasEstimator(model=build(8, 1e-3), features_col="features", epochs=4)
+    result = Search(
+        estimator, space, objective="val_accuracy", trials=4, concurrency=2, pruner=None, seed=0
+    ).fit(train_df, validation_data=test_df)
+    assert list(result.trials.state) == ["COMPLETE"] * 4
+    assert result.best_value is not None and result.best_value >= 0.8
+    assert accuracy(result.best_model.get_model(), x_test, y_test) >= 0.8
+    scored = result.best_model.transform(test_df).limit(5).collect()
+    assert len(scored) == 5

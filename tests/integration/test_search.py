@@ -127,10 +127,21 @@ def test_concurrency_is_sized_from_the_task_slots_and_objectives_are_checked(
         Search(two_workers, lambda t: {}, objective="val_loss", trials=1).fit(train_df)
 
 
-def test_cross_validator_fits_its_models_at_once(spark, digits) -> None:
+def test_cross_validator_fits_its_models_at_once(spark, digits, monkeypatch) -> None:
+    """Its fits overlap in time, and the fits of one fold share that fold's data scan."""
     from pyspark.ml.evaluation import MulticlassClassificationEvaluator
     from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
 
+    from sparkdl.driver import data
+
+    scans = []
+    real = data.summarize
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        scans.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(data, "summarize", counted)  # a spy: the real scan runs
     train_df, _, _ = digits
     spans: list[tuple[float, float]] = []
     lock = threading.Lock()
@@ -165,3 +176,45 @@ def test_cross_validator_fits_its_models_at_once(spark, digits) -> None:
     model = cv.fit(train_df)
     assert len(model.avgMetrics) == 2 and np.all(np.array(model.avgMetrics) > 0.6)
     assert any(a[0] < b[1] and b[0] < a[1] for i, a in enumerate(spans) for b in spans[i + 1 :])
+    # 2 folds x 2 param maps: one scan per fold, then the final refit on all rows.
+    assert len(scans) == 3, scans
+
+
+def test_mlflow_gets_a_parent_run_and_a_nested_run_per_trial(spark, digits, tmp_path) -> None:
+    """With mlflow_run on the estimator: the search's parent run holds its settings and
+    best value; each trial's run is nested under it, with the trial's parameters, its
+    state and the metrics and model its fit logged (the trials run in threads of their
+    own, each with its own active run)."""
+    mlflow = pytest.importorskip("mlflow")
+    mlflow.set_tracking_uri(f"file://{tmp_path / 'mlruns'}")
+    mlflow.set_experiment("sparkdl-search")
+    train_df, test_df, _ = digits
+
+    def small(trial):  # type: ignore[no-untyped-def]
+        units = trial.suggest_int("units", 4, 32, log=True)
+        if trial.number == 2:
+            raise ValueError("a space that fails for this trial")
+        return {"model": _mlp(units, 3e-3), "batch_size": 64}
+
+    estimator = KerasEstimator(
+        model=_mlp(8, 1e-3), features_col="features", epochs=2, mlflow_run="digits-search"
+    )
+    result = Search(
+        estimator, small, objective="val_accuracy", trials=3, concurrency=2, pruner=None, seed=0
+    ).fit(train_df, validation_data=test_df)
+    assert mlflow.active_run() is None  # the parent run the search started is ended
+    runs = mlflow.search_runs(experiment_names=["sparkdl-search"], output_format="list")
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert [p.info.run_name for p in parents] == ["digits-search"]
+    parent = parents[0]
+    assert parent.data.params["objective"] == "val_accuracy"
+    assert parent.data.metrics["best_val_accuracy"] == pytest.approx(result.best_value)
+    children = sorted(
+        (r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id),
+        key=lambda r: int(r.data.tags["optuna.trial"]),
+    )
+    assert [c.data.tags["optuna.state"] for c in children] == ["COMPLETE", "COMPLETE", "FAIL"]
+    assert [c.info.status for c in children] == ["FINISHED", "FINISHED", "FAILED"]
+    for child in children[:2]:
+        assert "trial.units" in child.data.params and "val_accuracy" in child.data.metrics
+        assert child.data.params["epochs"] == "2"  # the trial's fit logged into its run

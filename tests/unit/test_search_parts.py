@@ -89,3 +89,39 @@ def test_only_failures_the_cluster_caused_are_retried() -> None:
     assert cluster_failure(WorkerError("lost", {-1: "trace"}))
     assert not cluster_failure(WorkerError("1 worker(s) failed", {0: "trace"}, reported=True))
     assert not cluster_failure(ValueError("a bad model"))
+
+
+def test_a_search_draws_a_line_per_running_trial_and_a_study_line(monkeypatch, capsys) -> None:
+    """On a terminal (tqdm installed): a bar per running trial, redrawn at its epochs
+    with its objective, gone when it ends; the ending is printed above the bars and the
+    study bar counts it. Elsewhere: one printed line per ended trial."""
+    pytest.importorskip("tqdm")
+    from types import SimpleNamespace
+
+    from sparkdl.search import progress as progress_module
+    from sparkdl.search.progress import SearchProgress
+
+    monkeypatch.setattr(progress_module, "on_terminal", lambda: True)
+    shown = SearchProgress(verbose=1, total=2, slots=2, epochs=3)
+    assert shown.drawn
+    first, second = SimpleNamespace(number=0), SimpleNamespace(number=1)
+    shown.started(first)
+    shown.started(second)
+    shown.epoch(first, 2, "val_accuracy", 0.91)
+    shown.ended(first, "sparkdl search: trial 0 COMPLETE (val_accuracy 0.93)", "1 complete")
+    shown.started(SimpleNamespace(number=2))  # takes the slot trial 0 left
+    shown.close()
+    err = capsys.readouterr()
+    drawn = err.err + err.out
+    assert "trial 0" in drawn and "trial 1" in drawn and "val_accuracy 0.91" in drawn
+    assert "sparkdl search: trial 0 COMPLETE" in drawn and "1 complete" in drawn
+
+    monkeypatch.setattr(progress_module, "on_terminal", lambda: False)
+    plain = SearchProgress(verbose=1, total=2, slots=2, epochs=3)
+    assert not plain.drawn
+    plain.started(first)
+    plain.epoch(first, 1, "val_accuracy", 0.5)
+    plain.ended(first, "sparkdl search: trial 0 PRUNED (at epoch 1)", "0 complete, 1 pruned")
+    assert capsys.readouterr().out == (
+        "sparkdl search: trial 0 PRUNED (at epoch 1) | 0 complete, 1 pruned\n"
+    )
