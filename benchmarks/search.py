@@ -1,10 +1,13 @@
 """Hyper-parameter search three ways on one budget: one trial after another, sparkdl's
 ``Search`` (trials at once, ASHA pruning), and Hyperopt's ``SparkTrials``.
 
-The space (the same for all three): the hidden units of the digits MLP (8 to 128, log)
-and Adam's learning rate (3e-4 to 3e-2, log); batch 32, ``--epochs`` epochs; the
-objective is the validation accuracy on the 360 held-out rows of scikit-learn's digits
-(1,437 training rows). ``--trials`` trials each, on ``local[2]``:
+The space (the same for all three): the hidden units of an MLP (8 to 128, log) and
+Adam's learning rate (3e-4 to 3e-2, log); ``--epochs`` epochs; the objective is the
+validation accuracy on held-out rows. ``--workload digits`` (the default): scikit-learn's
+digits, 1,437 training and 360 held-out rows, batch 32; ``--workload teacher``: rows of
+``benchmarks/scale.py``'s fixed teacher network (100 features, 10 classes; ``--rows``
+training rows, a fifth as many held out), batch 128. ``--trials`` trials each, on
+``local[2]``:
 
 * ``sequential``: ``Search`` with ``concurrency=1`` and no pruner: every trial a sparkdl
   fit of one worker to its last epoch, one after another;
@@ -21,6 +24,7 @@ epochs trained in all. ``--png`` plots best-so-far against time for the three.
 Run:
     .venv/bin/python benchmarks/search.py
     .venv/bin/python benchmarks/search.py --trials 8 --epochs 6 --png /tmp/search.png
+    .venv/bin/python benchmarks/search.py --workload teacher --rows 20000 --epochs 6
 """
 
 from __future__ import annotations
@@ -39,13 +43,13 @@ UNITS = (8, 128)
 RATES = (3e-4, 3e-2)
 
 
-def build(units: int, rate: float) -> Any:
+def build(units: int, rate: float, features: int = 64) -> Any:
     import keras
 
     keras.utils.set_random_seed(0)
     model = keras.Sequential(
         [
-            keras.Input((64,)),
+            keras.Input((features,)),
             keras.layers.Dense(units, activation="relu"),
             keras.layers.Dense(10, activation="softmax"),
         ]
@@ -56,10 +60,18 @@ def build(units: int, rate: float) -> Any:
     return model
 
 
-def space(trial: Any) -> dict[str, Any]:
-    units = trial.suggest_int("units", *UNITS, log=True)
-    rate = trial.suggest_float("learning_rate", *RATES, log=True)
-    return {"model": build(units, rate), "batch_size": 32}
+def make_space(features: int, batch: int) -> Any:
+    """The search space over models of ``features`` inputs, with batches of ``batch``."""
+
+    def space(trial: Any) -> dict[str, Any]:
+        units = trial.suggest_int("units", *UNITS, log=True)
+        rate = trial.suggest_float("learning_rate", *RATES, log=True)
+        return {"model": build(units, rate, features), "batch_size": batch}
+
+    return space
+
+
+space = make_space(64, 32)  # digits
 
 
 def run_search(args: argparse.Namespace, train: Any, test: Any, *, concurrent: bool) -> dict:
@@ -67,7 +79,7 @@ def run_search(args: argparse.Namespace, train: Any, test: Any, *, concurrent: b
     from sparkdl.search import Search
 
     estimator = KerasEstimator(
-        model=build(8, 1e-3),
+        model=build(8, 1e-3, args.features),
         features_col="features",
         label_col="label",
         num_workers=1,
@@ -76,7 +88,7 @@ def run_search(args: argparse.Namespace, train: Any, test: Any, *, concurrent: b
     started = time.time()
     result = Search(
         estimator,
-        space,
+        make_space(args.features, args.batch),
         objective="val_accuracy",
         trials=args.trials,
         concurrency=2 if concurrent else 1,
@@ -105,11 +117,11 @@ def run_spark_trials(args: argparse.Namespace, arrays: tuple) -> dict:
     from hyperopt import STATUS_OK, SparkTrials, fmin, hp, tpe
 
     x_train, x_test, y_train, y_test = arrays
-    epochs = args.epochs
+    epochs, features, batch = args.epochs, args.features, args.batch
 
     def objective(params: dict) -> dict:
-        model = build(int(params["units"]), float(params["learning_rate"]))
-        model.fit(x_train, y_train, epochs=epochs, batch_size=32, verbose=0)
+        model = build(int(params["units"]), float(params["learning_rate"]), features)
+        model.fit(x_train, y_train, epochs=epochs, batch_size=batch, verbose=0)
         accuracy = float(model.evaluate(x_test, y_test, verbose=0)[1])
         return {"loss": -accuracy, "status": STATUS_OK, "ended": time.time()}
 
@@ -143,6 +155,31 @@ def run_spark_trials(args: argparse.Namespace, arrays: tuple) -> dict:
     }
 
 
+def teacher_arrays(args: argparse.Namespace) -> tuple:
+    """Training and held-out rows of scale.py's teacher: (x_train, x_test, y_train, y_test)."""
+    import numpy as np
+
+    from benchmarks.scale import teacher_rows, teacher_weights
+
+    weights = teacher_weights(args.seed)
+    x_train, y_train = teacher_rows(weights, np.random.default_rng([args.seed, 1]), args.rows)
+    x_test, y_test = teacher_rows(weights, np.random.default_rng([args.seed, 2]), args.rows // 5)
+    return x_train, x_test, y_train, y_test
+
+
+def frames(spark: Any, arrays: tuple) -> tuple[Any, Any]:
+    """The training and held-out rows as DataFrames of ``features`` and ``label``."""
+    import pandas as pd
+
+    x_train, x_test, y_train, y_test = arrays
+
+    def frame(x: Any, y: Any) -> Any:
+        rows = pd.DataFrame({"features": list(x.astype("float32")), "label": y.astype("int64")})
+        return spark.createDataFrame(rows, "features array<float>, label long").repartition(2)
+
+    return frame(x_train, y_train), frame(x_test, y_test)
+
+
 def _best_so_far(ends: list[tuple[float, float]]) -> list[tuple[float, float]]:
     curve, best = [], float("-inf")
     for at, value in sorted(ends):
@@ -162,7 +199,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--ways", nargs="+", default=["sequential", "search", "sparktrials"])
     parser.add_argument("--png", default=None, help="plot best-so-far against time")
+    parser.add_argument("--workload", choices=["digits", "teacher"], default="digits")
+    parser.add_argument("--rows", type=int, default=20_000, help="teacher: training rows")
     args = parser.parse_args()
+    args.features, args.batch = (64, 32) if args.workload == "digits" else (100, 128)
 
     import optuna
     from pyspark.sql import SparkSession
@@ -177,7 +217,8 @@ def main() -> None:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    train, test = digits_frames(spark)
+    arrays = digits_arrays(0) if args.workload == "digits" else teacher_arrays(args)
+    train, test = digits_frames(spark) if args.workload == "digits" else frames(spark, arrays)
     train, test = train.cache(), test.cache()
     train.count(), test.count()
     runs: dict[str, dict] = {}
@@ -188,12 +229,13 @@ def main() -> None:
     }
     for way in args.ways:
         if way == "sparktrials":
-            runs[way] = run_spark_trials(args, digits_arrays(0))
+            runs[way] = run_spark_trials(args, arrays)
         else:
             runs[way] = run_search(args, train, test, concurrent=way == "search")
         print(f"{names[way]}: done in {runs[way]['wall']:.1f} s {runs[way]['states']}", flush=True)
     print(
-        f"\n{args.trials} trials, {args.epochs} epochs, digits, local[2], seed {args.seed}\n\n"
+        f"\n{args.trials} trials, {args.epochs} epochs, {args.workload}, local[2], "
+        f"seed {args.seed}\n\n"
         "| way | wall s | best val acc | s to within 0.5 pt of its best | epochs trained |\n"
         "|---|---:|---:|---:|---:|"
     )
