@@ -3,13 +3,14 @@
 # compatibility subset (pytest -m compat) in it:
 #   bash scripts/matrix.sh oldest   PySpark 3.5, TensorFlow 2.16, numpy 1.26 (.venv-oldest)
 #   bash scripts/matrix.sh jax      PySpark 4.2, Keras on JAX, no TensorFlow (.venv-jax)
-#   bash scripts/matrix.sh newest   PySpark 4.3, pandas 3, TensorFlow 2.21 (.venv-newest)
 #   bash scripts/matrix.sh torch    PySpark 4.3, Keras on PyTorch (CPU), no TF or JAX
+#                                   (.venv-torch)
 #   bash scripts/matrix.sh jax --setup-only    builds (or checks) the environment only
 # The stack's pins are tests/matrix/<name>.txt (a pip constraints file); its header
 # names the extras to install, the environment the tests run in and pytest's selection. A second run
 # reinstalls nothing that is in place (pip checks the pins, from its cache or PyPI).
-# `bash scripts/test.sh --all` runs both.
+# `bash scripts/test.sh --all` runs the three; the main environment (.venv) is the
+# newest of everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name="${1:?usage: bash scripts/matrix.sh oldest|jax|newest|torch [pytest arguments]}"

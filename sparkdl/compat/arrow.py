@@ -24,6 +24,8 @@ from sparkdl.errors import ConfigError
 
 __all__ = ["require_pyarrow"]
 
+#: pyarrow 26's own words when numpy is 1.x.
+_NEEDS_NUMPY2 = re.compile(r"requires numpy 2", re.IGNORECASE)
 #: A reason that blames the numpy package.
 _NUMPY = re.compile(r"\bnumpy\b", re.IGNORECASE)
 #: The first pyarrow that needs numpy 2 (apache/arrow#48473).
@@ -57,14 +59,25 @@ def arrow_numpy_mismatch(reason: str, pyarrow: str, numpy: str) -> str:
         'pyarrow 26.0.1 cannot be imported: pyarrow requires NumPy 2.0 or newer, found 1.26.4.'
         >>> 'pip install "pyarrow>=10.0.1,<26"' in message
         True
+        >>> old = arrow_numpy_mismatch("numpy.core.multiarray failed to import", "14.0.2", "2.1.0")
+        >>> old.splitlines()[1][:60]
+        'This Python has numpy 2.1.0; pyarrow before 16 was built for'
+        >>> 'pip install "pyarrow>=16"' in old
+        True
     """
     message = f"pyarrow {pyarrow} cannot be imported: {reason}."
-    if _NUMPY.search(reason):
+    needs_numpy2 = _NEEDS_NUMPY2.search(reason) or numpy.startswith("1.")
+    if _NUMPY.search(reason) and needs_numpy2:
         message += (
             f"\npyarrow {NUMPY2_PYARROW} and later need numpy 2, and this Python has numpy "
             f"{numpy}. Keep numpy 1.x (TensorFlow 2.16 and 2.17 need it) with pip install "
             f'"pyarrow>=10.0.1,<{NUMPY2_PYARROW}", or move to numpy 2 (with TensorFlow 2.18 '
             "or later)."
+        )
+    elif _NUMPY.search(reason):
+        message += (
+            f"\nThis Python has numpy {numpy}; pyarrow before 16 was built for numpy 1.x. "
+            'Upgrade it: pip install "pyarrow>=16".'
         )
     else:
         message += '\nReinstall it: pip install --force-reinstall "pyarrow>=10.0.1".'

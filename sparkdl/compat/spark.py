@@ -437,7 +437,7 @@ def failure_summary(exc: BaseException) -> tuple[str, str]:
     )
     if match:
         # PySpark 4.3 ends a Python exception's message with its SQL state line.
-        trace = re.sub(r"(\n\s*SQLSTATE: \w+)+\s*$", "", match.group(0))
+        trace = re.sub(r"\n[ \t]*SQLSTATE: \w+[ \t]*(?=\n|$)", "", match.group(0)).rstrip()
         last = trace.strip().splitlines()[-1]
     else:
         lines = [

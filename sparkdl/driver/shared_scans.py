@@ -31,7 +31,7 @@ __all__ = ["SharingFits", "frame_key", "sharing", "summary"]
 
 T = TypeVar("T")
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # reentrant: SharingFits may close in a finalizer
 _users = 0
 _kept: dict[Hashable, Any] = {}
 _running: dict[Hashable, threading.Lock] = {}

@@ -57,10 +57,15 @@ class Tracker:
             active = mlflow.start_run(run_name=name)
         self.run_id: str = active.info.run_id
         self.client = mlflow.tracking.MlflowClient()
+        # A run that already holds params (the user's run around several fits, a search
+        # trial's run on its retry) keeps them: MLflow refuses to change a param.
+        held = {} if self.owns_run else self.client.get_run(self.run_id).data.params
         self.client.log_batch(
             self.run_id,
             params=[
-                mlflow.entities.Param(str(k), str(v)[:6000]) for k, v in sorted(params.items())
+                mlflow.entities.Param(str(k), str(v)[:6000])
+                for k, v in sorted(params.items())
+                if str(k) not in held
             ],
         )
 

@@ -55,14 +55,14 @@ class SearchProgress:
             else None
         )
 
-    def started(self, trial: Any) -> None:
-        """A trial's fit starts: its line."""
+    def started(self, trial: Any, epochs: int | None = None) -> None:
+        """A trial's fit of ``epochs`` epochs (default: the search's) starts: its line."""
         if not self.drawn:
             return
         with self._lock:
             slot = self._free.pop(0) if self._free else len(self._bars) + 1
             self._bars[trial.number] = self._tqdm(
-                total=self.epochs,
+                total=epochs or self.epochs,
                 position=slot,
                 desc=f"trial {trial.number}",
                 unit="epoch",

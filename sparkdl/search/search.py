@@ -272,9 +272,10 @@ class Search:
                 flush=True,
             )
         persisted = [_persist(df) for df in (dataset, validation_data) if df is not None]
-        running.runs = SearchRuns.start(config.mlflow_run, study.study_name, _logged_settings(self))
         running.progress = SearchProgress(self.verbose, running.missing, concurrency, config.epochs)
         try:
+            settings = _logged_settings(self, concurrency, workers)
+            running.runs = SearchRuns.start(config.mlflow_run, study.study_name, settings)
             with shared_scans.sharing():  # trials of the same columns share one data scan
                 self._run(study, running, dataset, validation_data, concurrency, workers)
         except BaseException:
@@ -376,7 +377,7 @@ class Search:
             _tell_failed(study, trial, f"{type(exc).__name__}: {exc}", started)
             _say(running, study, trial, "FAIL", str(exc))
             return
-        running.progress.started(trial)
+        running.progress.started(trial, estimator.config.epochs)
         for attempt in range(self.retries + 1):
             if running.stop.is_set():
                 _tell_failed(study, trial, INTERRUPTED, started)
@@ -469,14 +470,16 @@ def _reporter(trial: Any, objective: str, verbose: int, running: _Running) -> Tr
     )
 
 
-def _logged_settings(search: Search) -> dict[str, Any]:
-    """The search's settings, as its MLflow parent run logs them."""
+def _logged_settings(search: Search, concurrency: int, workers: int) -> dict[str, Any]:
+    """The search's settings, as its MLflow parent run logs them (the concurrency and
+    workers per trial it chose)."""
     pruner = search.pruner
     return {
         "objective": search.objective,
         "direction": search.direction,
         "trials": search.trials,
-        "concurrency": search.concurrency,
+        "concurrency": concurrency,
+        "workers": workers,
         "pruner": pruner if isinstance(pruner, str | None) else _name(pruner),
         "sampler": _name(search.sampler) if search.sampler is not None else "TPESampler",
         "seed": search.seed,
@@ -490,6 +493,8 @@ def _name(value: Any) -> str:
 
 def _say(running: _Running, study: Any, trial: Any, state: str, detail: str) -> None:
     """The line saying how a trial ended, with the study's counts and best so far."""
+    if not running.progress.verbose:
+        return
     counts = _counts(study)
     try:
         best = f", best {study.best_value:.4g} (trial {study.best_trial.number})"

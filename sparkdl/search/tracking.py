@@ -21,12 +21,16 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from typing import Any
 
 from sparkdl.driver import tracking
+from sparkdl.errors import ConfigError
 
 __all__ = ["SearchRuns"]
+
+_log = logging.getLogger(__name__)
 
 #: MLflow's run status for each of Optuna's final trial states.
 _STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
@@ -58,62 +62,110 @@ class SearchRuns:
             mlflow_run: The estimator's ``mlflow_run`` setting.
             study_name: The study's name (the parent run's name unless ``mlflow_run``
                 names it).
-            params: The search's settings, logged to the parent run.
+            params: The search's settings, logged to the parent run as
+                ``search.<name>`` (params on a run it starts, tags on the caller's).
+
+        Raises:
+            ConfigError: MLflow is not installed.
         """
         if not tracking.wanted(mlflow_run):
             return None
-        import mlflow
+        try:
+            import mlflow
+        except ImportError as exc:
+            raise ConfigError(
+                "mlflow_run= needs MLflow: pip install 'mlflow-skinny>=2.16' (the extra "
+                "'sparkdl-keras[mlflow]')."
+            ) from exc
 
         active = mlflow.active_run()
         owns = active is None
         if active is None:
             name = mlflow_run if isinstance(mlflow_run, str) else study_name
             active = mlflow.start_run(run_name=name)
-        runs = cls(mlflow, active.info.run_id, owns)
-        runs.client.log_batch(runs.parent, params=_params(params))
+        try:
+            runs = cls(mlflow, active.info.run_id, owns)
+            runs._record({f"search.{k}": v for k, v in params.items()})
+        except BaseException:
+            if owns:
+                mlflow.end_run(status="FAILED")
+            raise
         return runs
+
+    def _record(self, values: dict[str, Any]) -> None:
+        """``values`` on the parent run: params on a run the search started, tags on the
+        caller's run (which may hold params of the same names with other values)."""
+        if self.owns:
+            self.client.log_batch(self.parent, params=_params(values))
+        else:
+            for key, value in values.items():
+                self.client.set_tag(self.parent, key, str(value)[:5000])
 
     @contextlib.contextmanager
     def trial(self, study: Any, trial: Any) -> Iterator[None]:
         """The trial's nested run, the active run of this thread while inside; on the
         way out it gets the trial's parameters (``trial.<name>``), state and value, and
         ends with the status of that state (``KILLED`` for a pruned trial)."""
-        run = self.client.create_run(
-            self._experiment,
-            run_name=f"trial-{trial.number}",
-            tags={"mlflow.parentRunId": self.parent, "optuna.trial": str(trial.number)},
-        )
-        run_id = run.info.run_id
-        self._mlflow.start_run(run_id=run_id)
+        run_id = self._open(trial)
+        if run_id is None:  # MLflow is a record: the trial runs without its run
+            yield
+            return
         status = "FAILED"
         try:
             yield
             frozen = study.get_trials(deepcopy=False)[trial.number]
-            state = frozen.state.name
-            status = _STATUS.get(state, "FAILED")
+            status = _STATUS.get(frozen.state.name, "FAILED")
+            self._trial_logs(run_id, frozen)
+        finally:
+            try:
+                self._mlflow.end_run(status=status)
+            except Exception as exc:
+                _log.warning("trial %d's MLflow run did not end: %s", trial.number, exc)
+
+    def _open(self, trial: Any) -> str | None:
+        """The trial's run, created under the parent and made this thread's active run;
+        ``None`` (said in the log) when MLflow refused."""
+        try:
+            run = self.client.create_run(
+                self._experiment,
+                run_name=f"trial-{trial.number}",
+                tags={"mlflow.parentRunId": self.parent, "optuna.trial": str(trial.number)},
+            )
+            self._mlflow.start_run(run_id=run.info.run_id)
+        except Exception as exc:
+            _log.warning("trial %d runs without an MLflow run: %s", trial.number, exc)
+            return None
+        return str(run.info.run_id)
+
+    def _trial_logs(self, run_id: str, frozen: Any) -> None:
+        """The trial's parameters, state and value on its run (best effort)."""
+        try:
             # Prefixed: the trial's fit logs its own settings to this run too.
             trial_params = {f"trial.{k}": v for k, v in frozen.params.items()}
             self.client.log_batch(run_id, params=_params(trial_params))
-            self.client.set_tag(run_id, "optuna.state", state)
+            self.client.set_tag(run_id, "optuna.state", frozen.state.name)
             if frozen.value is not None:
                 self.client.log_metric(run_id, "objective", float(frozen.value))
-        finally:
-            self._mlflow.end_run(status=status)
+        except Exception as exc:
+            _log.warning("trial %d's MLflow run lacks its results: %s", frozen.number, exc)
 
     def finish(self, study: Any, objective: str) -> None:
-        """Logs the best trial to the parent run and ends it if the search started it."""
+        """Records the best trial on the parent run (best effort: the search's result
+        stands whatever MLflow says) and ends it if the search started it."""
         try:
-            best = study.best_trial
-        except ValueError:  # no trial completed
-            best = None
-        if best is not None:
-            self.client.log_metric(self.parent, f"best_{objective}", float(best.value))
-            self.client.set_tag(self.parent, "best_trial", str(best.number))
-            self.client.log_batch(
-                self.parent, params=_params({f"best.{k}": v for k, v in best.params.items()})
-            )
-        if self.owns:  # started in this thread, by start()
-            self._mlflow.end_run()
+            try:
+                best = study.best_trial
+            except ValueError:  # no trial completed
+                best = None
+            if best is not None:
+                self.client.log_metric(self.parent, f"best_{objective}", float(best.value))
+                self.client.set_tag(self.parent, "best_trial", str(best.number))
+                self._record({f"best.{k}": v for k, v in best.params.items()})
+        except Exception as exc:
+            _log.warning("the search's MLflow run lacks its best trial: %s", exc)
+        finally:
+            if self.owns:  # started in this thread, by start()
+                self._mlflow.end_run()
 
     def fail(self) -> None:
         """Ends the parent run as failed if the search started it."""

@@ -237,7 +237,8 @@ def test_a_sharded_service_in_the_cluster_with_tls_callbacks_and_the_bar(
 @pytest.mark.slow  # four fits
 def test_a_search_runs_its_trials_over_connect(digits) -> None:
     """sparkdl.search over a Connect session: the trials' fits (their services in the
-    cluster) run at once as the task slots allow, and the best model scores."""
+    cluster, whose relay takes a slot: one trial at a time on local[3]) complete, and
+    the best model scores."""
     pytest.importorskip("optuna")
     from benchmarks.search import build
     from sparkdl.search import Search
@@ -253,6 +254,7 @@ def test_a_search_runs_its_trials_over_connect(digits) -> None:
         estimator, space, objective="val_accuracy", trials=4, concurrency=2, pruner=None, seed=0
     ).fit(train_df, validation_data=test_df)
     assert list(result.trials.state) == ["COMPLETE"] * 4
+    assert result.concurrency == 1  # 3 slots: a worker and the relay per trial
     assert result.best_value is not None and result.best_value >= 0.8
     assert accuracy(result.best_model.get_model(), x_test, y_test) >= 0.8
     scored = result.best_model.transform(test_df).limit(5).collect()

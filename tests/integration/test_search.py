@@ -180,12 +180,15 @@ def test_cross_validator_fits_its_models_at_once(spark, digits, monkeypatch) -> 
     assert len(scans) == 3, scans
 
 
-def test_mlflow_gets_a_parent_run_and_a_nested_run_per_trial(spark, digits, tmp_path) -> None:
+def test_mlflow_gets_a_parent_run_and_a_nested_run_per_trial(
+    spark, digits, tmp_path, monkeypatch
+) -> None:
     """With mlflow_run on the estimator: the search's parent run holds its settings and
     best value; each trial's run is nested under it, with the trial's parameters, its
     state and the metrics and model its fit logged (the trials run in threads of their
     own, each with its own active run)."""
     mlflow = pytest.importorskip("mlflow")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3.x asks for it
     mlflow.set_tracking_uri(f"file://{tmp_path / 'mlruns'}")
     mlflow.set_experiment("sparkdl-search")
     train_df, test_df, _ = digits
@@ -207,7 +210,9 @@ def test_mlflow_gets_a_parent_run_and_a_nested_run_per_trial(spark, digits, tmp_
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     assert [p.info.run_name for p in parents] == ["digits-search"]
     parent = parents[0]
-    assert parent.data.params["objective"] == "val_accuracy"
+    assert parent.data.params["search.objective"] == "val_accuracy"
+    assert parent.data.params["search.concurrency"] == "2"
+    assert parent.data.params["best.units"] == str(result.best_params["units"])
     assert parent.data.metrics["best_val_accuracy"] == pytest.approx(result.best_value)
     children = sorted(
         (r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id),

@@ -74,7 +74,7 @@ def test_the_plan_carries_the_backend_to_the_workers() -> None:
     assert plan.describe(None)["backend"] == f"Keras on {plan.backend} (the driver's)"
 
 
-@pytest.mark.parametrize("name", ["tensorflow", "jax"])
+@pytest.mark.parametrize("name", ["tensorflow", "jax", "torch"])
 def test_picking_a_backend_imports_none(name: str) -> None:
     """The factory and a backend's preparation load no backend package (nor Keras): a
     fresh interpreter picks either and finds none loaded."""
@@ -89,7 +89,7 @@ def test_picking_a_backend_imports_none(name: str) -> None:
         "    backend.prepare(environ={})\n"
         "except BackendError:\n"  # its package is not installed here
         "    pass\n"
-        "loaded = [m for m in ('tensorflow', 'jax', 'keras') if m in sys.modules]\n"
+        "loaded = [m for m in ('tensorflow', 'jax', 'torch', 'keras') if m in sys.modules]\n"
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -109,7 +109,10 @@ def test_a_search_draws_a_line_per_running_trial_and_a_study_line(monkeypatch, c
     shown.started(second)
     shown.epoch(first, 2, "val_accuracy", 0.91)
     shown.ended(first, "sparkdl search: trial 0 COMPLETE (val_accuracy 0.93)", "1 complete")
-    shown.started(SimpleNamespace(number=2))  # takes the slot trial 0 left
+    third = SimpleNamespace(number=2)
+    shown.started(third, epochs=7)  # takes the slot trial 0 left, with its own epochs
+    assert shown._bars[2].slot == 1 and shown._bars[2].total == 7
+    assert shown._bars[1].slot == 2
     shown.close()
     err = capsys.readouterr()
     drawn = err.err + err.out

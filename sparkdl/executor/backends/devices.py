@@ -57,11 +57,10 @@ def assign_gpus(task_context: Any) -> list[str] | None:
 
 
 def _torch_cuda_started() -> bool:
-    """Whether PyTorch has started CUDA in this process (it reads
-    ``CUDA_VISIBLE_DEVICES`` then, not at import)."""
-    torch = sys.modules.get("torch")
-    cuda = getattr(torch, "cuda", None)
-    return bool(cuda is not None and cuda.is_initialized())
+    """Whether PyTorch may have read ``CUDA_VISIBLE_DEVICES`` in this process: Keras's
+    torch backend asks ``torch.cuda.is_available()`` as it loads, which initialises
+    CUDA's driver (it reads the variable then), before torch's own lazy CUDA start."""
+    return "torch" in sys.modules
 
 
 def _tensorflow_started() -> bool:

@@ -100,4 +100,8 @@ def _owned(array: np.ndarray, tensor: Any) -> np.ndarray:
     CPU; a GPU's parameter is always read into new host memory)."""
     if getattr(getattr(tensor, "device", None), "type", None) != "cpu":
         return array
-    return array.copy() if np.may_share_memory(array, tensor.detach().numpy()) else array
+    try:
+        shared = np.may_share_memory(array, tensor.detach().numpy())
+    except (TypeError, RuntimeError):  # a dtype numpy has no view of (bfloat16): copied
+        return array.copy()
+    return array.copy() if shared else array
