@@ -36,7 +36,7 @@ class SearchProgress:
 
     def __init__(self, verbose: int, total: int, slots: int, epochs: int) -> None:
         self.verbose = verbose
-        self.epochs = epochs
+        self.total, self.slots, self.epochs = total, slots, epochs
         self._lock = threading.Lock()
         self._bars: dict[int, Any] = {}
         self._free = list(range(1, slots + 1))
@@ -54,6 +54,16 @@ class SearchProgress:
             if self.drawn
             else None
         )
+
+    def announce(self, trials: int, workers: int) -> None:
+        """The search's first line: trials to run of the study's ``trials``, how many
+        at once and with how many workers each."""
+        if self.verbose:
+            print(
+                f"sparkdl search: {self.total} trial(s) to run of {trials}, "
+                f"{self.slots} at once, {workers} worker(s) each",
+                flush=True,
+            )
 
     def started(self, trial: Any, epochs: int | None = None) -> None:
         """A trial's fit of ``epochs`` epochs (default: the search's) starts: its line."""

@@ -265,14 +265,9 @@ class Search:
         _close_stale(optuna, study)
         running = _Running(missing=max(0, self.trials - _finished(optuna, study)))
         concurrency, workers = trial_slots(dataset.sparkSession, self.estimator, self.concurrency)
-        if self.verbose:
-            print(
-                f"sparkdl search: {running.missing} trial(s) to run of {self.trials}, "
-                f"{concurrency} at once, {workers} worker(s) each",
-                flush=True,
-            )
-        persisted = [_persist(df) for df in (dataset, validation_data) if df is not None]
         running.progress = SearchProgress(self.verbose, running.missing, concurrency, config.epochs)
+        running.progress.announce(self.trials, workers)
+        persisted = [_persist(df) for df in (dataset, validation_data) if df is not None]
         try:
             settings = _logged_settings(self, concurrency, workers)
             running.runs = SearchRuns.start(config.mlflow_run, study.study_name, settings)
