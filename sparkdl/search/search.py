@@ -392,6 +392,7 @@ class Search:
                 again = cluster_failure(exc) and attempt < self.retries
                 if again and not running.stop.is_set():
                     _log.warning("trial %d failed (%s): running it again", trial.number, exc)
+                    trial.set_user_attr("retries", attempt + 1)
                     reporter.restart()
                     if estimator.config.checkpoint_dir:  # from its last checkpointed epoch
                         estimator._set(resume=True)

@@ -223,3 +223,34 @@ def test_mlflow_gets_a_parent_run_and_a_nested_run_per_trial(
     for child in children[:2]:
         assert "trial.units" in child.data.params and "val_accuracy" in child.data.metrics
         assert child.data.params["epochs"] == "2"  # the trial's fit logged into its run
+
+
+def test_a_trial_whose_worker_process_dies_runs_again_and_completes(
+    spark, digits, tmp_path
+) -> None:
+    """A cluster failure, for real: the trial's Python worker exits mid-fit (as a lost
+    executor's would, with no report); local[2] retries no task, so the fit fails, and
+    the search runs the trial again, which completes."""
+    from tests.integration.failure_fit import crash_loss
+
+    train_df, test_df, _ = digits
+    marker = str(tmp_path / "died")
+    loss = crash_loss(marker, partition=0, after_steps=5)
+
+    def dying(trial):  # type: ignore[no-untyped-def]
+        units = trial.suggest_int("units", 8, 16)
+        model = _mlp(units, 3e-3)
+        model.compile(
+            keras.optimizers.Adam(3e-3), loss=loss, metrics=["accuracy"], jit_compile=False
+        )
+        return {"model": model, "custom_objects": {loss.__name__: loss}, "batch_size": 64}
+
+    estimator = KerasEstimator(
+        model=_mlp(8, 1e-3), features_col="features", epochs=2, num_workers=1
+    )
+    result = Search(
+        estimator, dying, objective="val_accuracy", trials=1, concurrency=1, pruner=None
+    ).fit(train_df, validation_data=test_df)
+    assert os.path.exists(marker)  # the first attempt's process really died
+    assert list(result.trials.state) == ["COMPLETE"]
+    assert result.study.trials[0].user_attrs["retries"] == 1
