@@ -229,13 +229,22 @@ def test_a_trial_whose_worker_process_dies_runs_again_and_completes(
     spark, digits, tmp_path
 ) -> None:
     """A cluster failure, for real: the trial's Python worker exits mid-fit (as a lost
-    executor's would, with no report); local[2] retries no task, so the fit fails, and
-    the search runs the trial again, which completes."""
-    from tests.integration.failure_fit import crash_loss
+    executor's would, with no report) in every attempt Spark makes of the training stage
+    (it retries a barrier stage 4 times), so the fit fails; the search runs the trial
+    again, and that fit, whose process lives, completes."""
+    from tests.integration.failure_fit import _loss_with_hook
 
     train_df, test_df, _ = digits
-    marker = str(tmp_path / "died")
-    loss = crash_loss(marker, partition=0, after_steps=5)
+    marker = tmp_path / "deaths"
+
+    def die_four_times() -> None:
+        deaths = marker.read_text().count("\n") if marker.exists() else 0
+        if deaths < 4:
+            with open(marker, "a") as out:
+                out.write("died\n")
+            os._exit(1)
+
+    loss = _loss_with_hook("dying_loss", 0, die_four_times)
 
     def dying(trial):  # type: ignore[no-untyped-def]
         units = trial.suggest_int("units", 8, 16)
@@ -251,6 +260,6 @@ def test_a_trial_whose_worker_process_dies_runs_again_and_completes(
     result = Search(
         estimator, dying, objective="val_accuracy", trials=1, concurrency=1, pruner=None
     ).fit(train_df, validation_data=test_df)
-    assert os.path.exists(marker)  # the first attempt's process really died
+    assert marker.read_text().count("\n") == 4  # every stage attempt's process died
     assert list(result.trials.state) == ["COMPLETE"]
     assert result.study.trials[0].user_attrs["retries"] == 1
