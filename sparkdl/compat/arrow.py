@@ -28,6 +28,8 @@ __all__ = ["require_pyarrow"]
 _NEEDS_NUMPY2 = re.compile(r"requires numpy 2", re.IGNORECASE)
 #: A reason that blames the numpy package.
 _NUMPY = re.compile(r"\bnumpy\b", re.IGNORECASE)
+#: What :func:`_version` says of a package that is not installed.
+_MISSING = "(not installed)"
 #: The first pyarrow that needs numpy 2 (apache/arrow#48473).
 NUMPY2_PYARROW = 26
 
@@ -64,28 +66,40 @@ def arrow_numpy_mismatch(reason: str, pyarrow: str, numpy: str) -> str:
         'This Python has numpy 2.1.0; pyarrow before 16 was built for'
         >>> 'pip install "pyarrow>=16"' in old
         True
+        >>> other = arrow_numpy_mismatch("numpy.core.multiarray failed", "17.0.0", "2.0.0")
+        >>> other.splitlines()[1]
+        'Reinstall it: pip install --force-reinstall "pyarrow>=10.0.1".'
     """
     message = f"pyarrow {pyarrow} cannot be imported: {reason}."
-    needs_numpy2 = _NEEDS_NUMPY2.search(reason) or numpy.startswith("1.")
-    if _NUMPY.search(reason) and needs_numpy2:
+    major = _major(pyarrow)
+    numpy_2 = _major(numpy) >= 2
+    if _NEEDS_NUMPY2.search(reason) or (_NUMPY.search(reason) and major >= NUMPY2_PYARROW):
         message += (
             f"\npyarrow {NUMPY2_PYARROW} and later need numpy 2, and this Python has numpy "
             f"{numpy}. Keep numpy 1.x (TensorFlow 2.16 and 2.17 need it) with pip install "
             f'"pyarrow>=10.0.1,<{NUMPY2_PYARROW}", or move to numpy 2 (with TensorFlow 2.18 '
             "or later)."
         )
-    elif _NUMPY.search(reason):
+    elif _NUMPY.search(reason) and numpy_2 and 0 <= major < 16:
         message += (
             f"\nThis Python has numpy {numpy}; pyarrow before 16 was built for numpy 1.x. "
             'Upgrade it: pip install "pyarrow>=16".'
         )
+    elif _NUMPY.search(reason) and numpy == _MISSING:
+        message += '\nnumpy is not installed: pip install "numpy>=1.26,<3".'
     else:
         message += '\nReinstall it: pip install --force-reinstall "pyarrow>=10.0.1".'
     return message
+
+
+def _major(version: str) -> int:
+    """A version's major number; -1 when it has none (not installed)."""
+    head = version.split(".", 1)[0]
+    return int(head) if head.isdigit() else -1
 
 
 def _version(name: str) -> str:
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
-        return "(not installed)"
+        return _MISSING

@@ -102,8 +102,11 @@ class SharingFits:
         count: The number of param maps.
 
     Example:
+        >>> from sparkdl.driver import shared_scans
         >>> fits = SharingFits(iter([(0, "model")]), 1)
-        >>> next(fits), _users
+        >>> shared_scans._users  # sharing while a model is still to come
+        1
+        >>> next(fits), shared_scans._users
         ((0, 'model'), 0)
     """
 

@@ -14,10 +14,13 @@ Example:
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from sparkdl.compat.mlflow import keras_autologging_on
 from sparkdl.errors import ConfigError
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["Tracker", "wanted"]
 
@@ -60,6 +63,15 @@ class Tracker:
         # A run that already holds params (the user's run around several fits, a search
         # trial's run on its retry) keeps them: MLflow refuses to change a param.
         held = {} if self.owns_run else self.client.get_run(self.run_id).data.params
+        differ = sorted(k for k, v in params.items() if k in held and held[k] != str(v)[:6000])
+        if differ:
+            _log.warning(
+                "MLflow run %s already holds params %s with other values (an earlier fit "
+                "in the same run): they keep those values; start a run per fit to log each "
+                "fit's own.",
+                self.run_id,
+                ", ".join(differ),
+            )
         self.client.log_batch(
             self.run_id,
             params=[

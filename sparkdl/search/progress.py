@@ -1,12 +1,13 @@
 """What a search shows while it runs: a line per running trial and a study line.
 
 On a terminal or in a notebook with tqdm installed (the extra ``sparkdl-keras[progress]``),
-``verbose=1`` draws a study bar (trials done of the study's total, with how many
+``verbose=1`` draws a study bar (this run's trials done of those it has to run, with how many
 completed, were pruned and failed, and the best value so far) and under it one bar per
 running trial (its epochs, with its last objective value), redrawn at each of the
 trial's epochs; a trial's bar goes when it ends, and a line saying how it ended is
 printed above the bars. Elsewhere (a log file, a job's stdout) each trial's end is one
-printed line, with the same counts; ``verbose=2`` adds a printed line per trial epoch.
+printed line, with the same counts. ``verbose=2`` prints those lines and a line per
+trial epoch instead of drawing bars.
 
 Example:
     >>> shown = SearchProgress(verbose=0, total=8, slots=2, epochs=5)
@@ -49,11 +50,7 @@ class SearchProgress:
             if tqdm is not None and (notebook_bar(tqdm) or on_terminal()):
                 self._tqdm = tqdm
         self.drawn = self._tqdm is not None
-        self._study: Any = (
-            self._tqdm(total=total, position=0, desc="search", unit="trial", leave=True)
-            if self.drawn
-            else None
-        )
+        self._study: Any = None  # drawn by announce(), below its line
 
     def announce(self, trials: int, workers: int) -> None:
         """The search's first line: trials to run of the study's ``trials``, how many
@@ -63,6 +60,10 @@ class SearchProgress:
                 f"sparkdl search: {self.total} trial(s) to run of {trials}, "
                 f"{self.slots} at once, {workers} worker(s) each",
                 flush=True,
+            )
+        if self.drawn:
+            self._study = self._tqdm(
+                total=self.total, position=0, desc="search", unit="trial", leave=True
             )
 
     def started(self, trial: Any, epochs: int | None = None) -> None:
@@ -104,8 +105,21 @@ class SearchProgress:
                 self._free.sort()
                 bar.close()
             self._tqdm.write(line)
-            self._study.update(1)
-            self._study.set_postfix_str(counts, refresh=True)
+            if self._study is not None:
+                self._study.update(1)
+                self._study.set_postfix_str(counts, refresh=True)
+
+    def forget(self, trial: Any) -> None:
+        """Removes a trial's line if it still has one (a trial that ended without
+        :meth:`ended`: interrupted, or its study's storage failed)."""
+        if not self.drawn:
+            return
+        with self._lock:
+            bar = self._bars.pop(trial.number, None)
+            if bar is not None:
+                self._free.append(bar.slot)
+                self._free.sort()
+                bar.close()
 
     def close(self) -> None:
         """Closes every line (the search ended or was interrupted)."""
@@ -115,4 +129,5 @@ class SearchProgress:
             for bar in self._bars.values():
                 bar.close()
             self._bars.clear()
-            self._study.close()
+            if self._study is not None:
+                self._study.close()

@@ -167,8 +167,9 @@ class Search:
         study_name: The study's name in ``storage`` (a stored study of that name
             goes on).
         retries: Times a trial whose fit failed for a cluster reason is run again.
-        verbose: 1 prints a line as each trial ends and a line per trial epoch with 2;
-            0 prints nothing.
+        verbose: 1 draws a line per running trial and a study line on a terminal or
+            in a notebook with tqdm (elsewhere prints a line as each trial ends); 2
+            prints a line as each trial ends and one per trial epoch; 0 prints nothing.
 
     Example:
         >>> import keras
@@ -353,6 +354,7 @@ class Search:
                     raise
             finally:
                 running.live.discard(trial)
+                running.progress.forget(trial)
 
     def _trial(
         self,

@@ -88,7 +88,7 @@ class SearchRuns:
             runs._record({f"search.{k}": v for k, v in params.items()})
         except BaseException:
             if owns:
-                mlflow.end_run(status="FAILED")
+                _ended(mlflow, "FAILED", "the search's")
             raise
         return runs
 
@@ -113,14 +113,9 @@ class SearchRuns:
         status = "FAILED"
         try:
             yield
-            frozen = study.get_trials(deepcopy=False)[trial.number]
-            status = _STATUS.get(frozen.state.name, "FAILED")
-            self._trial_logs(run_id, frozen)
+            status = self._trial_logs(run_id, study, trial)
         finally:
-            try:
-                self._mlflow.end_run(status=status)
-            except Exception as exc:
-                _log.warning("trial %d's MLflow run did not end: %s", trial.number, exc)
+            _ended(self._mlflow, status, f"trial {trial.number}'s")
 
     def _open(self, trial: Any) -> str | None:
         """The trial's run, created under the parent and made this thread's active run;
@@ -131,23 +126,33 @@ class SearchRuns:
                 run_name=f"trial-{trial.number}",
                 tags={"mlflow.parentRunId": self.parent, "optuna.trial": str(trial.number)},
             )
-            self._mlflow.start_run(run_id=run.info.run_id)
         except Exception as exc:
             _log.warning("trial %d runs without an MLflow run: %s", trial.number, exc)
             return None
+        try:
+            self._mlflow.start_run(run_id=run.info.run_id)
+        except Exception as exc:  # the run ends now, not left running under the parent
+            _log.warning("trial %d runs without an MLflow run: %s", trial.number, exc)
+            with contextlib.suppress(Exception):
+                self.client.set_terminated(run.info.run_id, "FAILED")
+            return None
         return str(run.info.run_id)
 
-    def _trial_logs(self, run_id: str, frozen: Any) -> None:
-        """The trial's parameters, state and value on its run (best effort)."""
+    def _trial_logs(self, run_id: str, study: Any, trial: Any) -> str:
+        """The trial's parameters, state and value on its run (best effort); returns
+        the run's final status for the trial's state."""
         try:
+            frozen = study.get_trials(deepcopy=False)[trial.number]
             # Prefixed: the trial's fit logs its own settings to this run too.
             trial_params = {f"trial.{k}": v for k, v in frozen.params.items()}
             self.client.log_batch(run_id, params=_params(trial_params))
             self.client.set_tag(run_id, "optuna.state", frozen.state.name)
             if frozen.value is not None:
                 self.client.log_metric(run_id, "objective", float(frozen.value))
+            return _STATUS.get(frozen.state.name, "FAILED")
         except Exception as exc:
-            _log.warning("trial %d's MLflow run lacks its results: %s", frozen.number, exc)
+            _log.warning("trial %d's MLflow run lacks its results: %s", trial.number, exc)
+            return "FAILED"
 
     def finish(self, study: Any, objective: str) -> None:
         """Records the best trial on the parent run (best effort: the search's result
@@ -165,12 +170,21 @@ class SearchRuns:
             _log.warning("the search's MLflow run lacks its best trial: %s", exc)
         finally:
             if self.owns:  # started in this thread, by start()
-                self._mlflow.end_run()
+                _ended(self._mlflow, "FINISHED", "the search's")
 
     def fail(self) -> None:
-        """Ends the parent run as failed if the search started it."""
+        """Ends the parent run as failed if the search started it (an MLflow error is
+        logged, never raised over the search's own)."""
         if self.owns:
-            self._mlflow.end_run(status="FAILED")
+            _ended(self._mlflow, "FAILED", "the search's")
+
+
+def _ended(mlflow: Any, status: str, whose: str) -> None:
+    """Ends this thread's active run with ``status``; an MLflow error is logged only."""
+    try:
+        mlflow.end_run(status=status)
+    except Exception as exc:
+        _log.warning("%s MLflow run did not end: %s", whose, exc)
 
 
 def _params(values: dict[str, Any]) -> list[Any]:

@@ -104,6 +104,7 @@ def test_a_search_draws_a_line_per_running_trial_and_a_study_line(monkeypatch, c
     monkeypatch.setattr(progress_module, "on_terminal", lambda: True)
     shown = SearchProgress(verbose=1, total=2, slots=2, epochs=3)
     assert shown.drawn
+    shown.announce(trials=2, workers=1)  # its line, then the study bar under it
     first, second = SimpleNamespace(number=0), SimpleNamespace(number=1)
     shown.started(first)
     shown.started(second)
@@ -113,10 +114,13 @@ def test_a_search_draws_a_line_per_running_trial_and_a_study_line(monkeypatch, c
     shown.started(third, epochs=7)  # takes the slot trial 0 left, with its own epochs
     assert shown._bars[2].slot == 1 and shown._bars[2].total == 7
     assert shown._bars[1].slot == 2
+    shown.forget(second)  # a trial that ended without its line (interrupted)
+    assert set(shown._bars) == {2} and shown._free == [2]
     shown.close()
     err = capsys.readouterr()
     drawn = err.err + err.out
-    assert "trial 0" in drawn and "trial 1" in drawn and "val_accuracy 0.91" in drawn
+    assert "2 trial(s) to run of 2" in err.out and "search:" in err.err  # line, then bar
+    assert "trial 1" in drawn and "val_accuracy 0.91" in drawn
     assert "sparkdl search: trial 0 COMPLETE" in drawn and "1 complete" in drawn
 
     monkeypatch.setattr(progress_module, "on_terminal", lambda: False)
@@ -128,3 +132,33 @@ def test_a_search_draws_a_line_per_running_trial_and_a_study_line(monkeypatch, c
     assert capsys.readouterr().out == (
         "sparkdl search: trial 0 PRUNED (at epoch 1) | 0 complete, 1 pruned\n"
     )
+
+
+def test_fits_of_one_tuner_share_scans_until_the_last_model_is_taken() -> None:
+    """KerasEstimator.fitMultiple's iterator: scans are shared from its creation until
+    its last model was taken, or a fit failed, or it was dropped."""
+    from sparkdl.driver import shared_scans
+    from sparkdl.driver.shared_scans import SharingFits
+
+    fits = SharingFits(iter([(0, "a"), (1, "b")]), 2)
+    assert shared_scans._users == 1
+    assert next(fits) == (0, "a") and shared_scans._users == 1
+    assert next(fits) == (1, "b") and shared_scans._users == 0
+
+    def failing():  # type: ignore[no-untyped-def]
+        yield (0, "a")
+        raise RuntimeError("a fit failed")
+
+    broken = SharingFits(failing(), 2)
+    next(broken)
+    with pytest.raises(RuntimeError, match="a fit failed"):
+        next(broken)
+    assert shared_scans._users == 0
+
+    dropped = SharingFits(iter([(0, "a")]), 3)
+    assert shared_scans._users == 1
+    del dropped
+    import gc
+
+    gc.collect()
+    assert shared_scans._users == 0
