@@ -140,10 +140,11 @@ def test_fits_of_one_tuner_share_scans_until_the_last_model_is_taken() -> None:
     from sparkdl.driver import shared_scans
     from sparkdl.driver.shared_scans import SharingFits
 
+    before = shared_scans._users  # another search of this process may be sharing
     fits = SharingFits(iter([(0, "a"), (1, "b")]), 2)
-    assert shared_scans._users == 1
-    assert next(fits) == (0, "a") and shared_scans._users == 1
-    assert next(fits) == (1, "b") and shared_scans._users == 0
+    assert shared_scans._users == before + 1
+    assert next(fits) == (0, "a") and shared_scans._users == before + 1
+    assert next(fits) == (1, "b") and shared_scans._users == before
 
     def failing():  # type: ignore[no-untyped-def]
         yield (0, "a")
@@ -153,12 +154,12 @@ def test_fits_of_one_tuner_share_scans_until_the_last_model_is_taken() -> None:
     next(broken)
     with pytest.raises(RuntimeError, match="a fit failed"):
         next(broken)
-    assert shared_scans._users == 0
+    assert shared_scans._users == before
 
     dropped = SharingFits(iter([(0, "a")]), 3)
-    assert shared_scans._users == 1
+    assert shared_scans._users == before + 1
     del dropped
     import gc
 
     gc.collect()
-    assert shared_scans._users == 0
+    assert shared_scans._users == before
