@@ -22,7 +22,23 @@ from sparkdl.errors import ConfigError
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["Tracker", "wanted"]
+__all__ = ["Tracker", "import_mlflow", "wanted"]
+
+
+def import_mlflow() -> Any:
+    """The ``mlflow`` module.
+
+    Raises:
+        ConfigError: MLflow is not installed; the message says how to install it.
+    """
+    try:
+        import mlflow
+    except ImportError as exc:
+        raise ConfigError(
+            "mlflow_run= needs MLflow: pip install 'mlflow-skinny>=2.16' (the extra "
+            "'sparkdl-keras[mlflow]')."
+        ) from exc
+    return mlflow
 
 
 def wanted(mlflow_run: bool | str | None) -> bool:
@@ -45,13 +61,7 @@ class Tracker:
     """
 
     def __init__(self, mlflow_run: bool | str | None, params: dict[str, Any]) -> None:
-        try:
-            import mlflow
-        except ImportError as exc:
-            raise ConfigError(
-                "mlflow_run= needs MLflow: pip install 'mlflow-skinny>=2.16' (the extra "
-                "'sparkdl-keras[mlflow]')."
-            ) from exc
+        mlflow = import_mlflow()
         self._mlflow = mlflow
         active = mlflow.active_run()
         self.owns_run = active is None

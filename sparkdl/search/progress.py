@@ -99,11 +99,7 @@ class SearchProgress:
             print(f"{line} | {counts}", flush=True)
             return
         with self._lock:
-            bar = self._bars.pop(trial.number, None)
-            if bar is not None:
-                self._free.append(bar.slot)
-                self._free.sort()
-                bar.close()
+            self._drop(trial)
             self._tqdm.write(line)
             if self._study is not None:
                 self._study.update(1)
@@ -115,11 +111,15 @@ class SearchProgress:
         if not self.drawn:
             return
         with self._lock:
-            bar = self._bars.pop(trial.number, None)
-            if bar is not None:
-                self._free.append(bar.slot)
-                self._free.sort()
-                bar.close()
+            self._drop(trial)
+
+    def _drop(self, trial: Any) -> None:
+        """Closes the trial's bar, if it has one, and frees its slot (lock held)."""
+        bar = self._bars.pop(trial.number, None)
+        if bar is not None:
+            self._free.append(bar.slot)
+            self._free.sort()
+            bar.close()
 
     def close(self) -> None:
         """Closes every line (the search ended or was interrupted)."""

@@ -26,7 +26,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from sparkdl.driver import tracking
-from sparkdl.errors import ConfigError
 
 __all__ = ["SearchRuns"]
 
@@ -70,14 +69,7 @@ class SearchRuns:
         """
         if not tracking.wanted(mlflow_run):
             return None
-        try:
-            import mlflow
-        except ImportError as exc:
-            raise ConfigError(
-                "mlflow_run= needs MLflow: pip install 'mlflow-skinny>=2.16' (the extra "
-                "'sparkdl-keras[mlflow]')."
-            ) from exc
-
+        mlflow = tracking.import_mlflow()
         active = mlflow.active_run()
         owns = active is None
         if active is None:

@@ -37,6 +37,22 @@ def _estimator() -> KerasEstimator:
     )
 
 
+@pytest.fixture
+def scans(monkeypatch) -> list[int]:  # type: ignore[no-untyped-def]
+    """One entry per data scan a fit ran (a spy: the real scan runs)."""
+    from sparkdl.driver import data
+
+    found: list[int] = []
+    real = data.summarize
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        found.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(data, "summarize", counted)
+    return found
+
+
 def _overlap(trials) -> bool:  # type: ignore[no-untyped-def]
     spans = [
         (row.started, row.started + row.seconds)
@@ -90,18 +106,8 @@ def test_a_search_runs_trials_at_once_prunes_records_failures_and_resumes(
 
 
 def test_concurrency_is_sized_from_the_task_slots_and_objectives_are_checked(
-    spark, digits, monkeypatch, tmp_path
+    spark, digits, scans, tmp_path
 ) -> None:
-    from sparkdl.driver import data
-
-    scans = []
-    real = data.summarize
-
-    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
-        scans.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(data, "summarize", counted)  # a spy: the real scan runs
     train_df, _, _ = digits
     two_workers = KerasEstimator(
         model=_mlp(8, 1e-3),
@@ -127,21 +133,11 @@ def test_concurrency_is_sized_from_the_task_slots_and_objectives_are_checked(
         Search(two_workers, lambda t: {}, objective="val_loss", trials=1).fit(train_df)
 
 
-def test_cross_validator_fits_its_models_at_once(spark, digits, monkeypatch) -> None:
+def test_cross_validator_fits_its_models_at_once(spark, digits, scans) -> None:
     """Its fits overlap in time, and the fits of one fold share that fold's data scan."""
     from pyspark.ml.evaluation import MulticlassClassificationEvaluator
     from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
 
-    from sparkdl.driver import data
-
-    scans = []
-    real = data.summarize
-
-    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
-        scans.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(data, "summarize", counted)  # a spy: the real scan runs
     train_df, _, _ = digits
     spans: list[tuple[float, float]] = []
     lock = threading.Lock()

@@ -27,12 +27,27 @@ from sparkdl.executor.backends.base import Backend, BatchLayout
 from sparkdl.executor.blocks import Csr
 from sparkdl.executor.weight_access import WeightAccess
 
-__all__ = ["JaxBackend", "JaxWeights", "replayed"]
+__all__ = ["GeneratorFeeds", "JaxBackend", "JaxWeights", "replayed"]
 
 _log = logging.getLogger(__name__)
 
 
-class JaxBackend(Backend):
+class GeneratorFeeds:
+    """The feeds of a backend without an input pipeline of its own (JAX, PyTorch):
+    ``model.fit`` reads the feed's generator itself; validation and ``evaluate`` a
+    ``keras.utils.PyDataset`` of known length (:func:`replayed`)."""
+
+    def endless(self, layout: BatchLayout, make: Callable[[], Iterator[Any]]) -> Any:
+        return make()
+
+    def counted(self, layout: BatchLayout, make: Callable[[], Iterator[Any]], batches: int) -> Any:
+        return replayed(make, batches)
+
+    def streamed(self, layout: BatchLayout, make: Callable[[], Iterator[Any]]) -> Any:
+        return make()
+
+
+class JaxBackend(GeneratorFeeds, Backend):
     """Keras on JAX."""
 
     name = "jax"
@@ -52,15 +67,6 @@ class JaxBackend(Backend):
         if not gpus:
             _log.info("sparkdl worker: no GPU visible, training on the CPU")
         return gpus
-
-    def endless(self, layout: BatchLayout, make: Callable[[], Iterator[Any]]) -> Any:
-        return make()
-
-    def counted(self, layout: BatchLayout, make: Callable[[], Iterator[Any]], batches: int) -> Any:
-        return replayed(make, batches)
-
-    def streamed(self, layout: BatchLayout, make: Callable[[], Iterator[Any]]) -> Any:
-        return make()
 
     def sparse_batch(self, rows: Csr, *, tensor: bool = False) -> Any:
         """A ``jax.experimental.sparse.BCOO`` (what both a generator and

@@ -23,14 +23,13 @@ Example:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
 from sparkdl.contract.backends import BackendError
-from sparkdl.executor.backends.base import Backend, BatchLayout
-from sparkdl.executor.backends.jax import replayed
+from sparkdl.executor.backends.base import Backend
+from sparkdl.executor.backends.jax import GeneratorFeeds
 from sparkdl.executor.blocks import Csr
 from sparkdl.executor.weight_access import WeightAccess
 
@@ -39,7 +38,7 @@ __all__ = ["TorchBackend", "TorchWeights"]
 _log = logging.getLogger(__name__)
 
 
-class TorchBackend(Backend):
+class TorchBackend(GeneratorFeeds, Backend):
     """Keras on PyTorch."""
 
     name = "torch"
@@ -54,15 +53,6 @@ class TorchBackend(Backend):
         if not gpus:
             _log.info("sparkdl worker: no GPU visible, training on the CPU")
         return gpus
-
-    def endless(self, layout: BatchLayout, make: Callable[[], Iterator[Any]]) -> Any:
-        return make()
-
-    def counted(self, layout: BatchLayout, make: Callable[[], Iterator[Any]], batches: int) -> Any:
-        return replayed(make, batches)
-
-    def streamed(self, layout: BatchLayout, make: Callable[[], Iterator[Any]]) -> Any:
-        return make()
 
     def sparse_batch(self, rows: Csr, *, tensor: bool = False) -> Any:
         """Refused: Keras's torch backend takes no sparse inputs."""
