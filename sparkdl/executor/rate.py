@@ -1,15 +1,27 @@
-"""The worker half of the large-batch recipe: a Keras callback that sets the rate.
+"""The worker's Keras callbacks that set the learning rate batch by batch.
 
-Before every batch it sets the optimizer's learning rate to what
-:class:`~sparkdl.sync.recipe.LearningRateRecipe` says for the optimizer's step count
-(the scaled rate, ramped over the warm-up). The user's rate is read once, when the
-first batch begins; a driver callback that changes it (``ReduceLROnPlateau``) passes
-the new one through :meth:`ScaledRate.rebase`.
+:class:`ScaledRate` is the worker half of the large-batch recipe. Before every batch it
+sets the optimizer's learning rate to what :class:`~sparkdl.sync.recipe.LearningRateRecipe`
+says for the optimizer's step count (the scaled rate, ramped over the warm-up). The
+user's rate is read once, when the first batch begins; a driver callback that changes it
+(``ReduceLROnPlateau``) passes the new one through :meth:`ScaledRate.rebase`.
+
+:class:`ShortBatchRate` scales the step of an epoch's short last batch by the rows it
+holds. Every worker of a fit ends its epoch with such a batch (its partition's rows
+modulo the batch size: often a row or two), each at the worker's scaled rate, and the
+merge then adds or averages those steps as if each were a full batch's: a few rows'
+noisy gradient moved the merged model as far as a whole batch's. Measured on digits
+(CNN, SGD 0.03, 2 workers syncing every batch), the merged model's training loss
+jumped from 0.16 to 1.10 at the epochs' ends while the workers' own loss kept falling;
+with the step scaled (or with rows that fill every batch) it fell smoothly. A row then
+moves the model as much in the short batch as in any other.
 
 Example:
     >>> from sparkdl.sync.recipe import LearningRateRecipe
     >>> ScaledRate(LearningRateRecipe(factor=4.0), steps_per_epoch=10).recipe.factor
     4.0
+    >>> ShortBatchRate(rows=70, batch_size=32).share  # the last of 3 batches holds 6 rows
+    0.1875
 """
 
 from __future__ import annotations
@@ -20,7 +32,7 @@ import keras
 
 from sparkdl.sync.recipe import LearningRateRecipe
 
-__all__ = ["ScaledRate"]
+__all__ = ["ScaledRate", "ShortBatchRate"]
 
 
 class ScaledRate(keras.callbacks.Callback):
@@ -63,3 +75,51 @@ class ScaledRate(keras.callbacks.Callback):
         if rate != self._set:
             optimizer.learning_rate = rate
             self._set = rate
+
+
+class ShortBatchRate(keras.callbacks.Callback):
+    """Scales the learning rate of an epoch's short last batch by its share of a batch.
+
+    Args:
+        rows: The rows of the worker's epoch.
+        batch_size: The fit's batch size.
+
+    The rate is restored once the batch ends. Nothing is scaled when the epoch's batches
+    are all full, when the epoch is a single batch (a partition smaller than a batch
+    trains as plain Keras does), when the optimizer's rate comes from a schedule (it
+    cannot be set), or with ``steps_per_execution`` above 1 (the short batch shares a
+    call with full ones).
+
+    Example:
+        >>> ShortBatchRate(rows=64, batch_size=32).share  # every batch full
+        1.0
+    """
+
+    def __init__(self, rows: int, batch_size: int) -> None:
+        super().__init__()
+        self.steps = -(-rows // batch_size) if batch_size else 0
+        short = rows % batch_size if batch_size else 0
+        #: The short batch's rows over a full batch's (1.0: nothing to scale).
+        self.share = short / batch_size if short and self.steps > 1 else 1.0
+        self._restore: float | None = None
+
+    def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        """Scales the rate before the epoch's last batch, when it is short."""
+        if self.share == 1.0 or batch != self.steps - 1 or not self._settable():
+            return
+        optimizer = self.model.optimizer
+        self._restore = float(optimizer.learning_rate)
+        optimizer.learning_rate = self._restore * self.share
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        """Puts the rate back after the short batch."""
+        if self._restore is not None:
+            self.model.optimizer.learning_rate = self._restore
+            self._restore = None
+
+    def _settable(self) -> bool:
+        from sparkdl.contract.keras_io import scheduled_rate
+
+        if int(getattr(self.model, "steps_per_execution", 1) or 1) > 1:
+            return False
+        return not scheduled_rate(self.model)

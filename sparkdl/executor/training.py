@@ -42,7 +42,7 @@ from sparkdl.executor.callback import SyncCallback
 from sparkdl.executor.channel import Channel, PushPath, open_pusher
 from sparkdl.executor.feed import Feed
 from sparkdl.executor.precision import loss_scaled, mixed_precision_model
-from sparkdl.executor.rate import ScaledRate
+from sparkdl.executor.rate import ScaledRate, ShortBatchRate
 from sparkdl.protocol import failures
 from sparkdl.server.state.replicas import FULL
 from sparkdl.sync.modes import Standing
@@ -283,6 +283,9 @@ def _fit_epochs(
         # Without shuffling, the rows left are the epoch's last ones; else a fresh
         # random subset of as many.
         start = held_in - rows if rows is not None and not plan.shuffle else 0
+        callbacks = [sync] if sync.rate is None else [sync.rate, sync]
+        if plan.num_workers > 1:  # the merged model moves by each row alike
+            callbacks.insert(-1, ShortBatchRate(held_in if rows is None else rows, plan.batch_size))
         model.fit(
             feed.train(start, held_in, shuffle=plan.shuffle, seed=seed + first, limit=rows),
             steps_per_epoch=steps_for(held_in if rows is None else rows, plan.batch_size),
@@ -290,7 +293,7 @@ def _fit_epochs(
             initial_epoch=first,
             shuffle=False,  # the pipeline shuffles
             verbose=0,
-            callbacks=[sync] if sync.rate is None else [sync.rate, sync],
+            callbacks=callbacks,
             validation_data=validation,
         )
 
