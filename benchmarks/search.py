@@ -117,11 +117,19 @@ def _pruner(args: argparse.Namespace) -> Any:
     """The Search way's pruner: a name, or ASHA with the rungs given."""
     if args.min_resource is None and args.reduction is None:
         return args.pruner
+    if args.pruner != "asha":
+        raise SystemExit("--min-resource and --reduction set ASHA's rungs: drop --pruner")
     import optuna
 
     return optuna.pruners.SuccessiveHalvingPruner(
         min_resource=args.min_resource or "auto", reduction_factor=args.reduction or 4
     )
+
+
+def _pruner_name(args: argparse.Namespace) -> str:
+    if args.min_resource is None and args.reduction is None:
+        return "ASHA" if args.pruner == "asha" else args.pruner
+    return f"ASHA, min_resource {args.min_resource or 'auto'}, reduction {args.reduction or 4}"
 
 
 def run_spark_trials(args: argparse.Namespace, arrays: tuple) -> dict:
@@ -204,6 +212,24 @@ def _within(curve: list[tuple[float, float]], best: float, points: float = 0.005
     return next((at for at, value in curve if value >= best - points), float("inf"))
 
 
+def _print_table(args: argparse.Namespace, runs: dict[str, dict], names: dict[str, str]) -> None:
+    """The ways' figures as a markdown table."""
+    print(
+        f"\n{args.trials} trials, {args.epochs} epochs, {args.workload}, local[2], "
+        f"seed {args.seed}\n\n"
+        "| way | wall s | best val acc | s to within 0.5 pt of its best "
+        "| s to within 0.5 pt of the sequential best | epochs trained |\n"
+        "|---|---:|---:|---:|---:|---:|"
+    )
+    target = runs["sequential"]["best"] if "sequential" in runs else None
+    for way, got in runs.items():
+        versus = "" if target is None else f"{_within(got['curve'], target):.1f}"
+        print(
+            f"| {names[way]} | {got['wall']:.1f} | {got['best']:.4f} | "
+            f"{_within(got['curve'], got['best']):.1f} | {versus} | {got['epochs']} |"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=16)
@@ -239,7 +265,7 @@ def main() -> None:
     runs: dict[str, dict] = {}
     names = {
         "sequential": "sequential (every trial to its end)",
-        "search": f"sparkdl Search ({_pruner(args)}, 2 at once)",
+        "search": f"sparkdl Search ({_pruner_name(args)}, 2 at once)",
         "sparktrials": "Hyperopt SparkTrials (parallelism 2)",
     }
     for way in args.ways:
@@ -248,20 +274,7 @@ def main() -> None:
         else:
             runs[way] = run_search(args, train, test, concurrent=way == "search")
         print(f"{names[way]}: done in {runs[way]['wall']:.1f} s {runs[way]['states']}", flush=True)
-    print(
-        f"\n{args.trials} trials, {args.epochs} epochs, {args.workload}, local[2], "
-        f"seed {args.seed}\n\n"
-        "| way | wall s | best val acc | s to within 0.5 pt of its best "
-        "| s to within 0.5 pt of the sequential best | epochs trained |\n"
-        "|---|---:|---:|---:|---:|---:|"
-    )
-    target = runs["sequential"]["best"] if "sequential" in runs else None
-    for way, got in runs.items():
-        versus = "" if target is None else f"{_within(got['curve'], target):.1f}"
-        print(
-            f"| {names[way]} | {got['wall']:.1f} | {got['best']:.4f} | "
-            f"{_within(got['curve'], got['best']):.1f} | {versus} | {got['epochs']} |"
-        )
+    _print_table(args, runs, names)
     if args.png:
         import matplotlib
 

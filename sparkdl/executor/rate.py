@@ -80,27 +80,34 @@ class ScaledRate(keras.callbacks.Callback):
 class ShortBatchRate(keras.callbacks.Callback):
     """Scales the learning rate of an epoch's short last batch by its share of a batch.
 
+    The rate is restored once the batch ends. An epoch that is one short batch (a
+    partition smaller than a batch, or the rows a resumed epoch has left) is scaled too:
+    every batch moves the model by its rows. Nothing is scaled when the epoch's batches
+    are all full, when the optimizer's rate comes from a schedule (it cannot be set),
+    with ``steps_per_execution`` above 1 (the short batch shares a call with full ones),
+    or when a loss is summed over the batch rather than averaged (its gradient already
+    shrinks with the rows).
+
     Args:
-        rows: The rows of the worker's epoch.
+        rows: The rows of the epoch this ``model.fit`` call trains.
         batch_size: The fit's batch size.
 
-    The rate is restored once the batch ends. Nothing is scaled when the epoch's batches
-    are all full, when the epoch is a single batch (a partition smaller than a batch
-    trains as plain Keras does), when the optimizer's rate comes from a schedule (it
-    cannot be set), or with ``steps_per_execution`` above 1 (the short batch shares a
-    call with full ones).
+    Attributes:
+        steps: The epoch's batches; the last is the short one.
+        share: The short batch's rows over a full batch's (1.0: nothing to scale).
 
     Example:
         >>> ShortBatchRate(rows=64, batch_size=32).share  # every batch full
         1.0
+        >>> ShortBatchRate(rows=3, batch_size=4).share  # one short batch
+        0.75
     """
 
     def __init__(self, rows: int, batch_size: int) -> None:
         super().__init__()
         self.steps = -(-rows // batch_size) if batch_size else 0
         short = rows % batch_size if batch_size else 0
-        #: The short batch's rows over a full batch's (1.0: nothing to scale).
-        self.share = short / batch_size if short and self.steps > 1 else 1.0
+        self.share = short / batch_size if short else 1.0
         self._restore: float | None = None
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
@@ -122,4 +129,15 @@ class ShortBatchRate(keras.callbacks.Callback):
 
         if int(getattr(self.model, "steps_per_execution", 1) or 1) > 1:
             return False
-        return not scheduled_rate(self.model)
+        return not scheduled_rate(self.model) and _averaged_losses(self.model.loss)
+
+
+def _averaged_losses(loss: Any) -> bool:
+    """Whether every loss of a compiled model averages over the batch (Keras's default
+    ``"sum_over_batch_size"``; a name or a plain function does)."""
+    if isinstance(loss, dict):
+        return all(_averaged_losses(each) for each in loss.values())
+    if isinstance(loss, (list, tuple)):
+        return all(_averaged_losses(each) for each in loss)
+    reduction = getattr(loss, "reduction", "sum_over_batch_size")
+    return reduction in ("sum_over_batch_size", "mean", "mean_with_sample_weight")

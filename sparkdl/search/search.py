@@ -157,9 +157,9 @@ class Search:
             study's finished trials count).
         concurrency: Trials at once; ``None``: as many as the cluster's task slots
             hold for the trials' workers. Never more than that.
-        pruner: ``"asha"`` (Optuna's ``SuccessiveHalvingPruner`` with its first rung at a
-            quarter of the estimator's epochs and a third of the trials kept at each
-            rung, the default),
+        pruner: ``"asha"`` (Optuna's ``SuccessiveHalvingPruner`` with ``min_resource``
+            a quarter of the estimator's epochs, rounded up, and ``reduction_factor=3``;
+            the default),
             ``"median"``, ``None`` (none), or any ``optuna.pruners.BasePruner``.
         sampler: Any ``optuna.samplers.BaseSampler``; ``None``: TPE seeded with
             ``seed``.
@@ -593,9 +593,9 @@ def _optuna() -> Any:
 
 def _pruner(optuna: Any, pruner: Any, epochs: int) -> Any:
     if pruner == "asha":
-        # The first rung after a quarter of the epochs, a third kept at each: judged at
-        # its first epoch (Optuna's default for a fit's handful of epochs), a trial's rank
-        # had not settled (teacher workload, 16 trials of 8 epochs: best 0.739-0.748
+        # The first rung a quarter of the epochs in, a third kept at each: judged after
+        # its 2nd epoch with a quarter kept (Optuna's defaults), a trial's rank had not
+        # settled (teacher workload, 16 trials of 8 epochs: best 0.739-0.748
         # against 0.759 so, and 0.755 without pruning; docs/benchmarks/search.md).
         return optuna.pruners.SuccessiveHalvingPruner(
             min_resource=max(1, math.ceil(epochs / 4)), reduction_factor=3

@@ -136,48 +136,54 @@ def test_the_workers_callback_sets_the_scaled_rate_each_batch_and_rebases() -> N
 
 def test_an_epochs_short_last_batch_steps_by_its_share_of_rows() -> None:
     """10 rows in batches of 4: the third batch holds 2 rows and steps at half the rate,
-    after the scaled rate of the recipe; the rate is back before the next epoch, whose
-    weights move as the rows of its batches say (an SGD step on a linear model)."""
+    after the scaled rate of the recipe; the rate is back before the next epoch."""
     model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1, use_bias=False)])
     model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
     rate = ScaledRate(LearningRateRecipe(factor=4.0), steps_per_epoch=3)
-    seen: list[float] = []
-    record = keras.callbacks.LambdaCallback(
-        on_train_batch_begin=lambda b, logs: seen.append(float(model.optimizer.learning_rate))
-    )
-    x = np.ones((10, 1), np.float32)
-    short = ShortBatchRate(rows=10, batch_size=4)
-    model.fit(
-        x, x, batch_size=4, epochs=2, shuffle=False, callbacks=[rate, short, record], verbose=0
-    )
+    seen = _rates_seen(model, x=np.ones((10, 1), np.float32), batch_size=4, epochs=2,
+                       callbacks=[rate, ShortBatchRate(rows=10, batch_size=4)])  # fmt: skip
     np.testing.assert_allclose(seen, [0.04, 0.04, 0.02] * 2, rtol=1e-6)
     assert float(model.optimizer.learning_rate) == pytest.approx(0.04)
 
 
+def test_an_epoch_of_one_short_batch_steps_by_its_rows_too() -> None:
+    """A partition smaller than a batch, or the rows a resumed epoch has left."""
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+    seen = _rates_seen(model, x=np.ones((3, 1), np.float32), batch_size=4, epochs=1,
+                       callbacks=[ShortBatchRate(rows=3, batch_size=4)])  # fmt: skip
+    np.testing.assert_allclose(seen, [0.0075], rtol=1e-6)
+
+
 @pytest.mark.parametrize(
-    ("rows", "batch_size", "compile_settings"),
+    ("rows", "compile_settings", "scheduled"),
     [
-        (8, 4, {}),  # every batch full
-        (3, 4, {}),  # one short batch is the whole epoch: plain Keras's step
-        (10, 4, {"steps_per_execution": 2}),  # the short batch shares a call
-        (10, 4, {"scheduled": True}),  # a schedule's rate cannot be set
+        (8, {}, False),  # every batch full
+        (10, {"steps_per_execution": 2}, False),  # the short batch shares a call
+        (10, {}, True),  # a schedule's rate cannot be set
+        (10, {"loss": keras.losses.MeanSquaredError(reduction="sum")}, False),  # summed
     ],
 )
 def test_the_short_batch_rate_leaves_alone_what_it_cannot_or_need_not_scale(
-    rows: int, batch_size: int, compile_settings: dict
+    rows: int, compile_settings: dict, scheduled: bool
 ) -> None:
-    scheduled = compile_settings.pop("scheduled", False)
     rate = keras.optimizers.schedules.ExponentialDecay(0.01, 10, 0.9) if scheduled else 0.01
     model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
-    model.compile(optimizer=keras.optimizers.SGD(rate), loss="mse", **compile_settings)
+    model.compile(optimizer=keras.optimizers.SGD(rate), **{"loss": "mse", **compile_settings})
+    seen = _rates_seen(model, x=np.ones((rows, 1), np.float32), batch_size=4, epochs=1,
+                       callbacks=[ShortBatchRate(rows=rows, batch_size=4)])  # fmt: skip
+    assert len(seen) >= 2 and max(seen) == pytest.approx(min(seen), rel=0.2), seen
+
+
+def _rates_seen(model, *, x, batch_size: int, epochs: int, callbacks: list) -> list[float]:  # type: ignore[no-untyped-def]
+    """The optimizer's rate at each batch's start, after ``callbacks`` set it."""
     seen: list[float] = []
     record = keras.callbacks.LambdaCallback(
         on_train_batch_begin=lambda b, logs: seen.append(float(model.optimizer.learning_rate))
     )
-    x = np.ones((rows, 1), np.float32)
-    short = ShortBatchRate(rows=rows, batch_size=batch_size)
-    model.fit(x, x, batch_size=batch_size, epochs=1, callbacks=[short, record], verbose=0)
-    assert max(seen) == pytest.approx(min(seen), rel=0.2)  # no batch at a fraction of it
+    model.fit(x, x, batch_size=batch_size, epochs=epochs, shuffle=False,
+              callbacks=[*callbacks, record], verbose=0)  # fmt: skip
+    return seen
 
 
 def test_a_schedule_under_auto_keeps_textbook_deltas_and_refuses_a_warm_up() -> None:

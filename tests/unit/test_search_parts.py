@@ -17,6 +17,7 @@ from sparkdl.search.search import (
     _direction,
     _final,
     _finished,
+    _pruner,
     cluster_failure,
 )
 
@@ -50,6 +51,24 @@ def test_the_reporter_names_a_missing_objective_and_prunes_a_nan() -> None:
         TrialReporter(trial, "val_auc").on_epoch_end(0, {"loss": 1.0})
     with pytest.raises(optuna.TrialPruned):
         TrialReporter(trial, "loss").on_epoch_end(0, {"loss": math.nan})
+
+
+def test_asha_judges_trials_after_a_quarter_of_their_epochs_and_keeps_a_third() -> None:
+    """8 epochs: Optuna's steps are the 0-based epochs, so the first rung is at step 2
+    (after the third epoch); of three trials there, one goes on."""
+    pruner = _pruner(optuna, "asha", 8)
+    assert (pruner._min_resource, pruner._reduction_factor) == (2, 3)
+    assert _pruner(optuna, "asha", 1)._min_resource == 1
+    study = _study(pruner)
+    stopped = []
+    for value in (0.9, 0.8, 0.7):
+        trial = study.ask()
+        for step in range(3):
+            trial.report(value, step)
+            if trial.should_prune():
+                stopped.append((value, step))
+                break
+    assert stopped == [(0.8, 2), (0.7, 2)]
 
 
 def test_the_direction_follows_the_metric_and_an_unknown_one_is_asked_for() -> None:
