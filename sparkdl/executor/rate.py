@@ -30,7 +30,9 @@ from typing import Any
 
 import keras
 
+from sparkdl.contract.keras_io import scheduled_rate
 from sparkdl.sync.recipe import LearningRateRecipe
+from sparkdl.sync.schedule import steps_for
 
 __all__ = ["ScaledRate", "ShortBatchRate"]
 
@@ -105,8 +107,8 @@ class ShortBatchRate(keras.callbacks.Callback):
 
     def __init__(self, rows: int, batch_size: int) -> None:
         super().__init__()
-        self.steps = -(-rows // batch_size) if batch_size else 0
-        short = rows % batch_size if batch_size else 0
+        self.steps = steps_for(rows, batch_size)
+        short = rows % batch_size
         self.share = short / batch_size if short else 1.0
         self._restore: float | None = None
 
@@ -125,8 +127,6 @@ class ShortBatchRate(keras.callbacks.Callback):
             self._restore = None
 
     def _settable(self) -> bool:
-        from sparkdl.contract.keras_io import scheduled_rate
-
         if int(getattr(self.model, "steps_per_execution", 1) or 1) > 1:
             return False
         return not scheduled_rate(self.model) and _averaged_losses(self.model.loss)

@@ -283,12 +283,13 @@ def _fit_epochs(
         # Without shuffling, the rows left are the epoch's last ones; else a fresh
         # random subset of as many.
         start = held_in - rows if rows is not None and not plan.shuffle else 0
+        epoch_rows = held_in if rows is None else rows
         callbacks = [sync] if sync.rate is None else [sync.rate, sync]
         if plan.num_workers > 1:  # the merged model moves by each row alike
-            callbacks.insert(-1, ShortBatchRate(held_in if rows is None else rows, plan.batch_size))
+            callbacks.insert(-1, ShortBatchRate(epoch_rows, plan.batch_size))
         model.fit(
             feed.train(start, held_in, shuffle=plan.shuffle, seed=seed + first, limit=rows),
-            steps_per_epoch=steps_for(held_in if rows is None else rows, plan.batch_size),
+            steps_per_epoch=steps_for(epoch_rows, plan.batch_size),
             epochs=last,
             initial_epoch=first,
             shuffle=False,  # the pipeline shuffles
