@@ -85,6 +85,8 @@ class WorkerReport:
         cache_mode: Where the partition was cached: ``"memory"`` or ``"disk"``.
         data_bytes: Bytes of the cached partition (float32 features and labels, CSR
             for sparse features; validation rows included).
+        record_batch_bytes: Bytes of the largest Arrow record batch the task received
+            (:mod:`sparkdl.driver.arrow_batches` bounds them).
         peak_rss_bytes: Peak resident memory of the worker process during the task.
         started_at: ``time.time()`` at the task's start.
         ended_at: ``time.time()`` at its end.
@@ -121,6 +123,7 @@ class WorkerReport:
     attempt: int = 0
     cache_mode: str = "memory"
     data_bytes: int = 0
+    record_batch_bytes: int = 0
     peak_rss_bytes: int = 0
     started_at: float = 0.0
     ended_at: float = 0.0

@@ -40,7 +40,7 @@ from sparkdl.contract.metric_states import MetricStates
 from sparkdl.contract.payload import WorkerPayload
 from sparkdl.contract.plan import FitPlan, format_resolved
 from sparkdl.contract.reports import SERVICE_KEYS, FitReport
-from sparkdl.driver import cluster, data, tracking
+from sparkdl.driver import arrow_batches, cluster, data, tracking
 from sparkdl.driver.background import Background
 from sparkdl.driver.followers import Followers
 from sparkdl.driver.interrupt import interrupt_raises
@@ -237,9 +237,12 @@ class Fit:
             f"{plan.epochs} epochs, {rows} rows"
         )
         validation = self.validation.frame if self.validation is not None else None
-        return JobLauncher(
-            tools, group, name, self.prepared.frame, validation, self.prepared.summary
+        prepared = self.prepared
+        summary = prepared.summary
+        bytes_per_row = arrow_batches.row_bytes(
+            prepared.frame.schema, summary.widths, summary.label_widths, prepared.sparse
         )
+        return JobLauncher(tools, group, name, prepared.frame, validation, summary, bytes_per_row)
 
     # ---------------------------------------------------------------- set-up
     def _plan(self, tools: SessionTools) -> FitPlan:

@@ -26,6 +26,7 @@ from pyspark.sql import functions as F
 from sparkdl.compat.spark import failure_summary, is_unsupported_barrier_chain, retries_ran_out
 from sparkdl.contract.payload import RESULT_SCHEMA, VALIDATION, WorkerPayload, train_function
 from sparkdl.contract.reports import WorkerReport
+from sparkdl.driver.arrow_batches import bounded_batches
 from sparkdl.driver.interrupt import run_job
 from sparkdl.errors import SparkDLError, WorkerError
 from sparkdl.protocol.failures import headline
@@ -50,6 +51,8 @@ class JobLauncher:
         frame: The training rows.
         validation: The validation rows (prepared like the training rows), or ``None``.
         summary: The scan of the training rows (rows per partition).
+        bytes_per_row: About how many bytes a row of ``frame`` takes in Arrow (the job's
+            record batches are bounded by it: :mod:`sparkdl.driver.arrow_batches`).
     """
 
     def __init__(
@@ -60,6 +63,7 @@ class JobLauncher:
         frame: DataFrame,
         validation: DataFrame | None,
         summary: DataSummary,
+        bytes_per_row: int = 0,
     ) -> None:
         self.tools = tools
         self.group = group
@@ -67,6 +71,7 @@ class JobLauncher:
         self._frame = frame
         self._validation = validation
         self._summary = summary
+        self._bytes_per_row = bytes_per_row
 
     def run(
         self,
@@ -87,7 +92,10 @@ class JobLauncher:
             WorkerError: The job failed (each failed worker's traceback inside).
             KeyboardInterrupt: Ctrl-C: the fit's jobs were cancelled.
         """
-        with self.tools.quiet_task_failures():  # the WorkerError says it, traces inside
+        with (
+            self.tools.quiet_task_failures(),  # the WorkerError says it, traces inside
+            bounded_batches(self.tools.spark, self._bytes_per_row),
+        ):
             reports, rows = run_job(
                 self.tools,
                 self.group,

@@ -137,7 +137,7 @@ def _cache_and_train(
     hosted_rows: list[pa.RecordBatch] = []
     with contextlib.ExitStack() as caches:
         data, held_out = _open_caches(caches, payload, payload.cached_columns())
-        _cache(batches, data, held_out, progress)
+        batch_bytes = _cache(batches, data, held_out, progress)
         cache_seconds = time.perf_counter() - progress.started
         progress.phase = "train"
         hosted = None
@@ -156,6 +156,7 @@ def _cache_and_train(
 
         report = train(payload, channel, progress.worker, data, held_out, joined)
         report.cache_mode = data.mode
+        report.record_batch_bytes = batch_bytes
         report.data_bytes = data.data_bytes + (held_out.data_bytes if held_out else 0)
         if hosted is not None:
             channel.leave()
@@ -170,16 +171,19 @@ def _cache(
     data: PartitionCache,
     held_out: PartitionCache | None,
     progress: _Progress,
-) -> None:
+) -> int:
     """Caches the partition, one record batch in Python at a time (``progress.phase``
-    tells Spark's input stream failing from the cache failing)."""
+    tells Spark's input stream failing from the cache failing); returns the largest
+    batch's bytes."""
     stream = iter(batches)
+    largest = 0
     while True:
         progress.phase = "read"
         batch = next(stream, None)
         if batch is None:
-            break
+            return largest
         progress.phase = "cache"
+        largest = max(largest, batch.nbytes)
         _append(batch, data, held_out)
 
 

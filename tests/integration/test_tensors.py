@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 
 from examples.digits import digits_arrays
 from sparkdl import KerasEstimator, KerasModel
+from sparkdl.driver.arrow_batches import BATCH_BYTES, RECORDS_SETTING
 from sparkdl.driver.tensors import SequencePadding
 from sparkdl.errors import ConfigError, SchemaError
 
@@ -291,3 +292,55 @@ def test_a_dict_model_takes_an_image_and_padded_tokens_by_its_keys(spark) -> Non
     got = np.array([r.prediction for r in fitted.transform(df).select("prediction").collect()])
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     assert "loss" in fitted.evaluate(df)
+
+
+def _wide_images(spark, rows: int, side: int):  # type: ignore[no-untyped-def]
+    """``rows`` Spark image structs of ``side`` x ``side`` x 3 (12 KB at 64), made in
+    the JVM, in one partition."""
+    data = F.expr(f"unhex(repeat(lpad(hex(id % 256), 2, '0'), {side * side * 3}))")
+    image = F.struct(
+        F.lit("mem://wide.png").alias("origin"),
+        F.lit(side).alias("height"),
+        F.lit(side).alias("width"),
+        F.lit(3).alias("nChannels"),
+        F.lit(16).alias("mode"),
+        data.alias("data"),
+    )
+    return spark.range(rows, numPartitions=1).select(
+        image.alias("image"), (F.col("id") % 2).cast("int").alias("label")
+    )
+
+
+@pytest.mark.compat
+def test_wide_rows_reach_a_worker_in_record_batches_of_bounded_bytes(spark) -> None:
+    """1,200 images of 12 KB would come as one 15 MB record batch (Spark's 10,000 rows);
+    the fit lowers the session's rows per batch for its job to about 4 MB of rows, keeps
+    a smaller setting of the session's own, and puts the session's value back."""
+    side = 64
+    df = _wide_images(spark, 1_200, side)
+
+    def fit():  # type: ignore[no-untyped-def]
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential(
+            [
+                keras.Input((side, side, 3)),
+                keras.layers.Rescaling(1 / 255),
+                keras.layers.GlobalAveragePooling2D(),
+                keras.layers.Dense(2, activation="softmax"),
+            ]
+        )
+        model.compile("adam", "sparse_categorical_crossentropy")
+        est = KerasEstimator(model=model, features_col="image", num_workers=1, epochs=1)
+        (worker,) = est.fit(df).fit_report["workers"]
+        assert worker["rows"] == 1_200
+        return worker["record_batch_bytes"]
+
+    own = spark.conf.get(RECORDS_SETTING)
+    assert 1.2 * BATCH_BYTES >= fit() >= 0.5 * BATCH_BYTES
+    assert spark.conf.get(RECORDS_SETTING) == own
+    spark.conf.set(RECORDS_SETTING, "100")
+    try:
+        assert fit() <= 100 * (side * side * 3 + 64)
+        assert spark.conf.get(RECORDS_SETTING) == "100"
+    finally:
+        spark.conf.set(RECORDS_SETTING, own)
