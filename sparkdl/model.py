@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 import io
+import math
 import os
 import zipfile
 from collections.abc import Sequence
@@ -29,7 +30,7 @@ from sparkdl.compat.spark import param_parent
 from sparkdl.contract import custom_objects as custom_objects_module
 from sparkdl.contract import payload
 from sparkdl.contract.keras_io import model_from_bytes
-from sparkdl.driver import data, data_scan
+from sparkdl.driver import arrow_batches, data, data_scan
 from sparkdl.driver.warmup import tensorflow_logs
 from sparkdl.errors import ConfigError, ModelError
 from sparkdl.ml import persistence, predict
@@ -304,8 +305,11 @@ class KerasModel(Model, ColumnParams, persistence.Persistable, MLWritable, MLRea
             label_kinds=[kind for _, kind in labels],
             weighted=weight is not None,
         )
-        # The driver's model merges the partitions' metric states (reset by Keras anyway).
-        return evaluation.evaluate_frame(frame, scoring, model=model)
+        widths = [math.prod(shape) for shape in scoring.input_shapes]
+        row = arrow_batches.row_bytes(frame.schema, widths, sparse=scoring.sparse_columns)
+        with arrow_batches.bounded_batches(dataset.sparkSession, row):
+            # The driver's model merges the partitions' metric states (reset by Keras anyway).
+            return evaluation.evaluate_frame(frame, scoring, model=model)
 
     def copy(self, extra: dict[Any, Any] | None = None) -> KerasModel:
         """A copy with ``extra`` Params set; it shares the (immutable) model bytes."""

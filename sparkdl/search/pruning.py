@@ -3,10 +3,14 @@
 sparkdl runs Keras callbacks on the driver after every worker has reported an epoch,
 with the epoch's logs merged over workers (``val_*`` included). :class:`TrialReporter`
 reports the search's objective from them to the trial (``trial.report(value, epoch)``)
-and asks its pruner; when the pruner gives up, it raises ``optuna.TrialPruned``, which
-aborts the fit: the workers stop before the next epoch (a synchronous fit waits at each
-epoch's end for the driver's callbacks) and the job ends, freeing its task slots for
-the next trial.
+and asks its pruner. When the pruner gives up, it sets ``pruned`` and stops the fit as
+EarlyStopping does (``model.stop_training``): the workers end after this epoch (a
+synchronous fit waits at each epoch's end for the driver's callbacks; an asynchronous
+one may finish the epoch it is in) and the job ends, freeing its task slots for the
+next trial. Stopping rather than aborting keeps each task's Python worker, with
+TensorFlow imported, for the next trial's task: a task that fails takes its Python
+worker with it. When the search itself stops (``stop``), it raises
+``optuna.TrialPruned``, which aborts the fit at once.
 """
 
 from __future__ import annotations
@@ -30,6 +34,10 @@ class TrialReporter(keras.callbacks.Callback):
         stop: An event that, once set, stops the trial at its next epoch's end.
         shown: Called with the epochs done and the objective's value at each epoch's
             end (the search's line for the trial).
+
+    Attributes:
+        pruned: Whether the pruner stopped the trial (its fit then ends normally).
+        epochs: Epochs reported so far.
     """
 
     def __init__(
@@ -48,6 +56,7 @@ class TrialReporter(keras.callbacks.Callback):
         self.stop = stop
         self.shown = shown
         self.epochs = 0
+        self.pruned = False
         self._reported: set[int] = set()
 
     def restart(self) -> None:
@@ -81,7 +90,11 @@ class TrialReporter(keras.callbacks.Callback):
         if self.stop is not None and self.stop.is_set():
             raise optuna.TrialPruned(f"the search stopped at epoch {self.epochs}")
         if not math.isfinite(value) or self.trial.should_prune():
-            raise optuna.TrialPruned(f"pruned at epoch {self.epochs} ({value:.4g})")
+            # Stopped, not aborted: the workers end at this epoch and their tasks return,
+            # so Spark keeps their Python workers (TensorFlow imported) for the next
+            # trial; a failed task's Python worker exits.
+            self.pruned = True
+            self.model.stop_training = True
 
 
 def epochs_reported(trial: Any) -> int:

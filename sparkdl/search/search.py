@@ -385,13 +385,8 @@ class Search:
             try:
                 fitted = estimator.fit(dataset)
                 break
-            except optuna.TrialPruned:
-                if running.stop.is_set():  # the search's stop, not the pruner's
-                    _tell_failed(study, trial, INTERRUPTED, started, reporter)
-                    return
-                _end(trial, started, reporter)
-                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-                _say(running, study, trial, "PRUNED", f"at epoch {reporter.epochs}")
+            except optuna.TrialPruned:  # the search's stop (the pruner stops the fit)
+                _tell_failed(study, trial, INTERRUPTED, started, reporter)
                 return
             except Exception as exc:
                 again = cluster_failure(exc) and attempt < self.retries
@@ -407,8 +402,12 @@ class Search:
                 _tell_failed(study, trial, why, started, reporter)
                 _say(running, study, trial, "FAIL", why.splitlines()[0])
                 return
-        value = _final(fitted.history, self.objective, _restores_best(estimator), self.direction)
         _end(trial, started, reporter)
+        if reporter.pruned:
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            _say(running, study, trial, "PRUNED", f"at epoch {reporter.epochs}")
+            return
+        value = _final(fitted.history, self.objective, _restores_best(estimator), self.direction)
         if value is None:
             message = f"the fit's history has no finite {self.objective!r}"
             _tell_failed(study, trial, message, started, reporter)

@@ -5,7 +5,9 @@ lets a stored study resume."""
 from __future__ import annotations
 
 import math
+import threading
 
+import keras
 import pytest
 
 from sparkdl.errors import ConfigError, WorkerError
@@ -32,13 +34,15 @@ def _study(pruner=None):  # type: ignore[no-untyped-def]
 def test_the_reporter_reports_each_epoch_once_and_prunes() -> None:
     study = _study(optuna.pruners.ThresholdPruner(lower=0.5))
     trial = study.ask()
-    reporter = TrialReporter(trial, "val_accuracy")
+    reporter = _reporter(trial, "val_accuracy")
     reporter.on_epoch_end(0, {"val_accuracy": 0.7, "loss": 1.0})
     reporter.restart()  # a retried fit reports its epoch 0 again: not a second time
     reporter.on_epoch_end(0, {"val_accuracy": 0.9})
     assert reporter.epochs == 1
-    with pytest.raises(optuna.TrialPruned):
-        reporter.on_epoch_end(1, {"val_accuracy": 0.2})
+    assert not reporter.pruned and not reporter.model.stop_training
+    # Pruned: the fit is stopped as EarlyStopping stops it (its tasks end, not fail).
+    reporter.on_epoch_end(1, {"val_accuracy": 0.2})
+    assert reporter.pruned and reporter.model.stop_training
     study.tell(trial, state=optuna.trial.TrialState.PRUNED)
     stored = study.trials[0]
     assert stored.intermediate_values == {0: 0.7, 1: 0.2}
@@ -49,8 +53,23 @@ def test_the_reporter_names_a_missing_objective_and_prunes_a_nan() -> None:
     trial = _study().ask()
     with pytest.raises(KeyError, match=r"val_auc.*'loss'"):
         TrialReporter(trial, "val_auc").on_epoch_end(0, {"loss": 1.0})
-    with pytest.raises(optuna.TrialPruned):
-        TrialReporter(trial, "loss").on_epoch_end(0, {"loss": math.nan})
+    reporter = _reporter(trial, "loss")
+    reporter.on_epoch_end(0, {"loss": math.nan})
+    assert reporter.pruned and reporter.model.stop_training
+    # The search's own stop aborts the fit at once.
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(optuna.TrialPruned, match="the search stopped"):
+        TrialReporter(trial, "loss", stop=stop).on_epoch_end(1, {"loss": 1.0})
+
+
+def _reporter(trial, objective: str) -> TrialReporter:  # type: ignore[no-untyped-def]
+    """A reporter following a model, as the fit's driver callbacks do."""
+    reporter = TrialReporter(trial, objective)
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    model.stop_training = False
+    reporter.set_model(model)
+    return reporter
 
 
 def test_asha_judges_trials_after_a_quarter_of_their_epochs_and_keeps_a_third() -> None:
