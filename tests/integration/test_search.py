@@ -62,6 +62,25 @@ def _overlap(trials) -> bool:  # type: ignore[no-untyped-def]
     return any(a[0] < b[1] and b[0] < a[1] for i, a in enumerate(spans) for b in spans[i + 1 :])
 
 
+def _last_job(spark) -> int:  # type: ignore[no-untyped-def]
+    """The id of a job run now (jobs are numbered in order)."""
+    spark.range(1).count()
+    return max(spark.sparkContext.statusTracker().getJobIdsForGroup())
+
+
+def _failed_jobs(spark, first: int) -> list[int]:  # type: ignore[no-untyped-def]
+    """Jobs from ``first`` on that failed or were cancelled (ids until 50 unknown)."""
+    tracker = spark.sparkContext.statusTracker()
+    failed, job, unknown = [], first, 0
+    while unknown < 50:
+        info = tracker.getJobInfo(job)
+        unknown = unknown + 1 if info is None else 0
+        if info is not None and info.status == "FAILED":
+            failed.append(job)
+        job += 1
+    return failed
+
+
 def test_a_search_runs_trials_at_once_prunes_records_failures_and_resumes(
     spark, digits, tmp_path
 ) -> None:
@@ -81,6 +100,7 @@ def test_a_search_runs_trials_at_once_prunes_records_failures_and_resumes(
             study_name="digits",
         ).fit(train_df, validation_data=test_df)
 
+    first_job = _last_job(spark) + 1
     result = search(8)
     trials = result.trials
     assert len(trials) == 8 and result.concurrency == 2 and result.workers == 1
@@ -91,6 +111,8 @@ def test_a_search_runs_trials_at_once_prunes_records_failures_and_resumes(
     assert states.get("PRUNED", 0) >= 1, trials
     pruned = trials[trials.state == "PRUNED"]
     assert (pruned.epochs < EPOCHS).all()  # stopped before their last epoch
+    # Stopped, not aborted: no job failed, so every task's Python worker was kept.
+    assert _failed_jobs(spark, first_job) == []
     assert _overlap(trials), trials  # two trials trained at the same time
     assert result.best_value >= 0.9
     assert set(result.best_params) == {"units", "learning_rate"}
