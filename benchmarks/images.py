@@ -16,17 +16,23 @@ Rows of the table:
 
 * ``plain Keras``: ``model.fit`` on the numpy arrays (uint8 images, or float32 / 255
   for the nested run), in this process, which may use every core;
-* ``sparkdl image, W worker(s)`` / ``sparkdl nested, W worker(s)``: a fit on
-  ``local[W]`` (one Python worker process per core), ``frequency="epoch"``.
+* ``sparkdl image, W worker(s)`` / ``sparkdl nested, W worker(s)``: a fit of W workers
+  on ``local[C]`` (C: the machine's cores) with ``spark.task.cpus`` C / W, so that
+  every run has the cores plain Keras has: one worker gets all C as TensorFlow's
+  threads (the same processes per core as plain Keras), two get C / 2 each;
+  ``frequency="epoch"``.
 
 Figures: ``samples/s`` (rows x epochs over the training seconds: plain Keras the wall
 time of ``model.fit``, sparkdl ``fit_report``'s ``train_seconds``, the slowest
-worker's loop), ``x Keras`` (measured side by side in this run), ``fit s`` (sparkdl's
-whole fit), and for sparkdl the worker with the highest peak: its process's peak RSS,
+worker's loop), ``x Keras`` (sparkdl's samples/s over plain Keras's, measured in
+turn: ``--repeats`` rounds of plain Keras then each sparkdl fit; the median of the
+rounds' ratios and their range: plain Keras's own speed varied 1.8x between runs on
+the 2-core machine), ``fit s`` (sparkdl's whole fit), and for sparkdl, the largest over
+the rounds, the worker with the highest peak: its process's peak RSS,
 the bytes of its cached partition (``data_bytes``: uint8 images are 1 byte a value,
 nested arrays 4) and the peak's growth over an idle fit of the same model on
-``--idle-rows`` rows in the same session, per byte of partition (the target: at most
-1.25).
+``--idle-rows`` rows (the same epochs: a fit's fixed costs include its epochs') in the
+same session, per byte of partition (the target: at most 1.25).
 
 Run:
     .venv/bin/python benchmarks/images.py                          # 50k images
@@ -180,7 +186,7 @@ def sparkdl_fit(
         )
         return est.fit(frame)
 
-    idle = fit(df.limit(args.idle_rows), 1).fit_report
+    idle = fit(df.limit(args.idle_rows), args.epochs).fit_report
     started = time.perf_counter()
     fitted = fit(df, args.epochs)
     wall = time.perf_counter() - started
@@ -209,9 +215,8 @@ def main() -> None:
     parser.add_argument("--idle-rows", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", default="/tmp/sparkdl-images")
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-
-    from pyspark.sql import SparkSession
 
     os.makedirs(args.workdir, exist_ok=True)
     started = time.perf_counter()
@@ -229,30 +234,55 @@ def main() -> None:
     warm = cnn(True, args.seed)  # Keras's first model in this process pays its start-up
     warm.fit(*images(256, args.seed), epochs=1, batch_size=args.batch_size, verbose=0)
     for kind in args.kinds:
-        base = plain_keras(args, kind)
+        bases: list[dict[str, Any]] = []
+        runs: dict[int, list[dict[str, Any]]] = {w: [] for w in args.workers}
+        for _ in range(args.repeats):  # plain Keras, then each sparkdl fit: in turn
+            bases.append(plain_keras(args, kind))
+            for workers in args.workers:
+                got = _in_session(paths[kind], kind, workers, args)
+                got["ratio"] = got["samples_s"] / bases[-1]["samples_s"]
+                runs[workers].append(got)
         print(
-            f"| plain Keras, {kind} arrays | {base['samples_s']:,.0f} | 1.00 | | "
-            f"{base['accuracy']:.3f} | | | |",
+            f"| plain Keras, {kind} arrays | {_median(bases, 'samples_s'):,.0f} | 1.00 | | "
+            f"{_median(bases, 'accuracy'):.3f} | | | |",
             flush=True,
         )
-        for workers in args.workers:
-            spark = (
-                SparkSession.builder.master(f"local[{workers}]")
-                .config("spark.ui.enabled", "false")
-                .config("spark.ui.showConsoleProgress", "false")
-                .config("spark.sql.shuffle.partitions", str(workers))
-                .getOrCreate()
-            )
-            spark.sparkContext.setLogLevel("ERROR")
-            got = sparkdl_fit(spark, paths[kind], kind, workers, args)
-            spark.stop()
+        for workers, got in runs.items():
             print(
-                f"| sparkdl {kind}, {workers} worker(s) | {got['samples_s']:,.0f} | "
-                f"{got['samples_s'] / base['samples_s']:.2f} | {got['fit_s']:.1f} | "
-                f"{got['accuracy']:.3f} | {got['peak_mb']:,.0f} | {got['data_mb']:,.0f} | "
-                f"{got['growth_per_byte']:.2f} |",
+                f"| sparkdl {kind}, {workers} worker(s) | {_median(got, 'samples_s'):,.0f} | "
+                f"{_median(got, 'ratio'):.2f} ({min(g['ratio'] for g in got):.2f}-"
+                f"{max(g['ratio'] for g in got):.2f}) | {_median(got, 'fit_s'):.1f} | "
+                f"{_median(got, 'accuracy'):.3f} | {max(g['peak_mb'] for g in got):,.0f} | "
+                f"{got[0]['data_mb']:,.0f} | {max(g['growth_per_byte'] for g in got):.2f} |",
                 flush=True,
             )
+
+
+def _in_session(path: str, kind: str, workers: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One sparkdl fit of ``workers`` workers in a session of its own (every core)."""
+    from pyspark.sql import SparkSession
+
+    cores = os.cpu_count() or 1
+    spark = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .config("spark.task.cpus", str(max(1, cores // workers)))
+        # The JVM the first session starts serves every later one: room for the
+        # nested arrays' Parquet reads (1 GB ran out once).
+        .config("spark.driver.memory", "4g")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(workers))
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        return sparkdl_fit(spark, path, kind, workers, args)
+    finally:
+        spark.stop()
+
+
+def _median(runs: list[dict[str, Any]], key: str) -> float:
+    return float(np.median([r[key] for r in runs]))
 
 
 if __name__ == "__main__":

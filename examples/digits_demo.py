@@ -13,13 +13,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Spark's Python workers must run this interpreter (the one with sparkdl installed).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-import sparkdl
-
-with sparkdl.quiet_tensorflow():  # TensorFlow's start-up log lines stay off the terminal
-    import keras  # noqa: F401  (loaded here, quietly; the examples use it)
-
 from pyspark.sql import SparkSession
 
+import sparkdl
 from examples.digits import accuracy, digits_arrays, digits_frames, digits_model
 from sparkdl import KerasEstimator
 
@@ -33,6 +29,10 @@ def main() -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     sparkdl.warm_up(spark)  # workers import TensorFlow while this script loads the data
+    # This process imports it too, after the warm-up has started (so the two overlap),
+    # with TensorFlow's start-up log lines kept off the terminal.
+    with sparkdl.quiet_tensorflow():
+        import keras  # noqa: F401  (the examples use it)
     train_df, test_df = digits_frames(spark)
     _, x_test, _, y_test = digits_arrays()
     estimator = KerasEstimator(

@@ -43,7 +43,15 @@ from sparkdl.compat.spark import quiet_task_failures, task_slots
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["ClassicTools", "ConnectTools", "Inline", "SessionTools", "is_connect", "session_tools"]
+__all__ = [
+    "ClassicTools",
+    "ConnectTools",
+    "Inline",
+    "SessionTools",
+    "is_connect",
+    "session_key",
+    "session_tools",
+]
 
 #: Rows of the ``range`` whose partitions tell a Connect session's default parallelism.
 _PROBE_ROWS = 1 << 20
@@ -61,6 +69,24 @@ def is_connect(spark: Any) -> bool:
         False
     """
     return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def session_key(spark: Any) -> str:
+    """Names one session's runtime settings (``spark.conf``): a Spark Connect session
+    by its id; a classic one by its JVM session, which PySpark may wrap in more than one
+    Python object (``getActiveSession`` on PySpark 3.5 makes a new wrapper); anything
+    else by its Python identity.
+
+    Example:
+        >>> session_key(object()).startswith("python:")
+        True
+    """
+    if is_connect(spark):
+        return f"connect:{spark.session_id}"
+    jsession = getattr(spark, "_jsparkSession", None)
+    if jsession is not None:
+        return f"jvm:{jsession.hashCode()}"  # java.lang.Object's: the JVM object's identity
+    return f"python:{id(spark)}"
 
 
 def session_tools(spark: SparkSession) -> SessionTools:

@@ -6,8 +6,9 @@ reports the search's objective from them to the trial (``trial.report(value, epo
 and asks its pruner. When the pruner gives up, it sets ``pruned`` and stops the fit as
 EarlyStopping does (``model.stop_training``): the workers end after this epoch (a
 synchronous fit waits at each epoch's end for the driver's callbacks; an asynchronous
-one may finish the epoch it is in) and the job ends, freeing its task slots for the
-next trial. Stopping rather than aborting keeps each task's Python worker, with
+fit's workers do not wait, and may train on until the stop reaches them, an epoch or
+more; the epochs they close after the stop are not reported) and the job ends,
+freeing its task slots for the next trial. Stopping rather than aborting keeps each task's Python worker, with
 TensorFlow imported, for the next trial's task: a task that fails takes its Python
 worker with it. When the search itself stops (``stop``), it raises
 ``optuna.TrialPruned``, which aborts the fit at once.
@@ -67,6 +68,8 @@ class TrialReporter(keras.callbacks.Callback):
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         import optuna
 
+        if self.pruned:  # epochs an asynchronous fit closes after its stop: not the trial's
+            return
         logs = logs or {}
         self.epochs = max(self.epochs, epoch + 1)
         value = logs.get(self.objective)

@@ -8,7 +8,8 @@ them, and tells the study how it ended:
 * **COMPLETE** with the objective's value at the last epoch;
 * **PRUNED** when the pruner gave up on it at an epoch's end
   (:class:`~sparkdl.search.pruning.TrialReporter` reports each epoch's merged
-  metrics, the driver's own, and stops the fit: its job ends before the next epoch);
+  metrics, the driver's own, and stops the fit as EarlyStopping does: a synchronous
+  fit's job ends before the next epoch), even if its fit fails after that;
 * **FAIL** with the error's message when its settings, model or fit failed; a fit
   that failed for a cluster reason (a lost executor, a task that ran out of retries) is
   run again first, ``retries`` times.
@@ -386,9 +387,12 @@ class Search:
                 fitted = estimator.fit(dataset)
                 break
             except optuna.TrialPruned:  # the search's stop (the pruner stops the fit)
-                _tell_failed(study, trial, INTERRUPTED, started, reporter)
+                if not _told_pruned(study, trial, running, started, reporter):
+                    _tell_failed(study, trial, INTERRUPTED, started, reporter)
                 return
             except Exception as exc:
+                if _told_pruned(study, trial, running, started, reporter):
+                    return  # failed after its pruning (its last epochs, its result)
                 again = cluster_failure(exc) and attempt < self.retries
                 if again and not running.stop.is_set():
                     _log.warning("trial %d failed (%s): running it again", trial.number, exc)
@@ -402,11 +406,9 @@ class Search:
                 _tell_failed(study, trial, why, started, reporter)
                 _say(running, study, trial, "FAIL", why.splitlines()[0])
                 return
-        _end(trial, started, reporter)
-        if reporter.pruned:
-            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-            _say(running, study, trial, "PRUNED", f"at epoch {reporter.epochs}")
+        if _told_pruned(study, trial, running, started, reporter):
             return
+        _end(trial, started, reporter)
         value = _final(fitted.history, self.objective, _restores_best(estimator), self.direction)
         if value is None:
             message = f"the fit's history has no finite {self.objective!r}"
@@ -457,6 +459,18 @@ class Search:
         reporter = _reporter(trial, self.objective, self.verbose, running)
         estimator.callbacks = [*own, reporter]
         return estimator, reporter
+
+
+def _told_pruned(
+    study: Any, trial: Any, running: _Running, started: float, reporter: TrialReporter
+) -> bool:
+    """Tells the study the trial was pruned, if its pruner stopped it; whether it was."""
+    if not reporter.pruned:
+        return False
+    _end(trial, started, reporter)
+    study.tell(trial, state=_optuna().trial.TrialState.PRUNED)
+    _say(running, study, trial, "PRUNED", f"at epoch {reporter.epochs}")
+    return True
 
 
 def _reporter(trial: Any, objective: str, verbose: int, running: _Running) -> TrialReporter:

@@ -63,13 +63,21 @@ def _overlap(trials) -> bool:  # type: ignore[no-untyped-def]
 
 
 def _last_job(spark) -> int:  # type: ignore[no-untyped-def]
-    """The id of a job run now (jobs are numbered in order)."""
-    spark.range(1).count()
-    return max(spark.sparkContext.statusTracker().getJobIdsForGroup())
+    """The id of a job run now, in a job group of its own (jobs are numbered in order)."""
+    sc = spark.sparkContext
+    sc.setJobGroup("test-search-marker", "the search test's marker job")
+    try:
+        spark.range(1).count()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+        sc.setLocalProperty("spark.job.description", None)
+    (job,) = sc.statusTracker().getJobIdsForGroup("test-search-marker")
+    return int(job)
 
 
 def _failed_jobs(spark, first: int) -> list[int]:  # type: ignore[no-untyped-def]
-    """Jobs from ``first`` on that failed or were cancelled (ids until 50 unknown)."""
+    """Jobs from ``first`` on that failed or were cancelled (ids until 50 unknown); the
+    search runs alone in the session meanwhile."""
     tracker = spark.sparkContext.statusTracker()
     failed, job, unknown = [], first, 0
     while unknown < 50:

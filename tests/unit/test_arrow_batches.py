@@ -1,10 +1,12 @@
 """The fit's bound on Arrow record batches: rows per batch from a row's bytes, and the
-session setting lowered for fits that overlap and put back after the last."""
+session setting lowered for fits that overlap and put back after the last, whatever
+happens inside, and never a failed fit for a session that refuses the setting."""
 
 from __future__ import annotations
 
 import threading
 
+import pytest
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -16,6 +18,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from sparkdl.driver import arrow_batches
 from sparkdl.driver.arrow_batches import (
     BATCH_BYTES,
     RECORDS_SETTING,
@@ -37,23 +40,37 @@ IMAGE = StructType(
 
 
 class _Conf:
-    """A session's runtime settings, as ``spark.conf`` answers them."""
+    """A session's runtime settings as ``spark.conf`` answers them (``None``: not set),
+    refusing to show or change them when told to."""
 
-    def __init__(self, value: str) -> None:
-        self.values = {RECORDS_SETTING: value}
-        self.history: list[str] = []
+    def __init__(self, value: str | None, *, refuse: str = "") -> None:
+        self.values: dict[str, str] = {} if value is None else {RECORDS_SETTING: value}
+        self.history: list[str | None] = []
+        self.refuse = refuse
 
-    def get(self, key: str) -> str:
-        return self.values[key]
+    def get(self, key: str, default: str | None = None) -> str | None:
+        if "get" in self.refuse:
+            raise RuntimeError("CONFIG_NOT_AVAILABLE")
+        return self.values.get(key, default)
 
     def set(self, key: str, value: str) -> None:
+        if "set" in self.refuse:
+            raise RuntimeError("CANNOT_MODIFY_CONFIG")
         self.values[key] = value
         self.history.append(value)
 
+    def unset(self, key: str) -> None:
+        self.values.pop(key, None)
+        self.history.append(None)
+
 
 class _Session:
-    def __init__(self, value: str = "10000") -> None:
-        self.conf = _Conf(value)
+    def __init__(self, value: str | None = None, *, refuse: str = "") -> None:
+        self.conf = _Conf(value, refuse=refuse)
+
+
+def _value(spark: _Session) -> str | None:
+    return spark.conf.values.get(RECORDS_SETTING)
 
 
 def test_a_row_counts_its_values_at_their_types_size() -> None:
@@ -74,44 +91,85 @@ def test_rows_per_batch_hold_about_the_batch_bytes_and_never_more_than_the_sessi
     assert records_per_batch(BATCH_BYTES // 100, 10_000) == 100
     assert records_per_batch(8, 10_000) == 10_000
     assert records_per_batch(8, 0) == BATCH_BYTES // 8  # 0: the session sets no limit
+    assert records_per_batch(8, -1) == BATCH_BYTES // 8
     assert records_per_batch(10 * BATCH_BYTES, 10_000) == 1
 
 
 def test_overlapping_fits_share_the_smallest_and_the_last_puts_the_session_back() -> None:
-    spark = _Session("10000")
-    conf = spark.conf
+    spark = _Session(None)  # not set: Spark's 10,000 rows
     with bounded_batches(spark, BATCH_BYTES // 500) as first:
-        assert first == 500 and conf.values[RECORDS_SETTING] == "500"
+        assert first == 500 and _value(spark) == "500"
         with bounded_batches(spark, BATCH_BYTES // 200) as second:
-            assert second == 200 and conf.values[RECORDS_SETTING] == "200"
-        assert conf.values[RECORDS_SETTING] == "500"
-        with bounded_batches(spark, BATCH_BYTES // 900):
-            assert conf.values[RECORDS_SETTING] == "500"
-    assert conf.values[RECORDS_SETTING] == "10000"
-    assert conf.history == ["500", "200", "500", "500", "500", "10000"]
+            assert second == 200 and _value(spark) == "200"
+        assert _value(spark) == "500"
+        with bounded_batches(spark, BATCH_BYTES // 900) as third:
+            assert third == 900 and _value(spark) == "500"
+    assert RECORDS_SETTING not in spark.conf.values  # unset again, not set to 10000
+    assert spark.conf.history == ["500", "200", "500", "500", "500", None]
+    assert arrow_batches._lowered == {}
 
 
 def test_narrow_rows_and_a_smaller_session_setting_leave_the_session_alone() -> None:
-    spark = _Session("100")
-    with bounded_batches(spark, 3_000) as records:
+    small, narrow = _Session("100"), _Session("10000")
+    with bounded_batches(small, 3_000) as records:
         assert records == 100
-    with bounded_batches(_Session("10000"), 8):
-        pass
-    assert spark.conf.history == []
+    with bounded_batches(narrow, 8) as records:
+        assert records == 10_000
+    assert small.conf.history == [] and narrow.conf.history == []
 
 
-def test_fits_from_threads_end_with_the_session_value() -> None:
+@pytest.mark.parametrize("own", ["0", "-1", " 5000 "])
+def test_no_limit_is_lowered_and_a_spaced_number_is_read(own: str) -> None:
+    spark = _Session(own)
+    with bounded_batches(spark, BATCH_BYTES // 4_000) as records:
+        assert records == 4_000 and _value(spark) == "4000"
+    assert _value(spark) == own
+
+
+def test_an_error_inside_puts_the_session_back() -> None:
     spark = _Session("10000")
-    barrier = threading.Barrier(4)
+    with pytest.raises(KeyboardInterrupt):
+        with bounded_batches(spark, BATCH_BYTES // 50):
+            assert _value(spark) == "50"
+            raise KeyboardInterrupt
+    assert _value(spark) == "10000" and arrow_batches._lowered == {}
 
-    def fit(width: int) -> None:
-        with bounded_batches(spark, BATCH_BYTES // width):
-            barrier.wait(timeout=10)
 
-    threads = [threading.Thread(target=fit, args=(w,)) for w in (100, 200, 300, 400)]
+@pytest.mark.parametrize("refuse", ["get", "set"])
+def test_a_session_that_refuses_the_setting_keeps_its_batches_and_the_fit_goes_on(
+    refuse: str,
+) -> None:
+    spark = _Session("10000", refuse=refuse)
+    with bounded_batches(spark, BATCH_BYTES // 50) as records:
+        assert records == 10_000
+    assert _value(spark) == "10000" and arrow_batches._lowered == {}
+
+
+def test_fits_from_threads_end_in_any_order_with_the_session_value() -> None:
+    """A enters, B enters (asks for fewer), A leaves (B's value stays), B leaves."""
+    spark = _Session("10000")
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen: dict[str, str | None] = {}
+
+    def a() -> None:
+        with bounded_batches(spark, BATCH_BYTES // 300):
+            a_in.set()
+            assert b_in.wait(10)
+        a_out.set()
+
+    def b() -> None:
+        assert a_in.wait(10)
+        with bounded_batches(spark, BATCH_BYTES // 100):
+            seen["both"] = _value(spark)
+            b_in.set()
+            assert a_out.wait(10)
+            seen["b alone"] = _value(spark)
+
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=10)
-    assert spark.conf.values[RECORDS_SETTING] == "10000"
-    assert "100" in spark.conf.history
+        t.join(timeout=20)
+    assert not any(t.is_alive() for t in threads)
+    assert seen == {"both": "100", "b alone": "100"}
+    assert _value(spark) == "10000" and arrow_batches._lowered == {}
