@@ -8,9 +8,9 @@ EarlyStopping does (``model.stop_training``): the workers end after this epoch (
 synchronous fit waits at each epoch's end for the driver's callbacks; an asynchronous
 fit's workers do not wait, and may train on until the stop reaches them, an epoch or
 more; the epochs they close after the stop are not reported) and the job ends,
-freeing its task slots for the next trial. Stopping rather than aborting keeps each task's Python worker, with
-TensorFlow imported, for the next trial's task: a task that fails takes its Python
-worker with it. When the search itself stops (``stop``), it raises
+freeing its task slots for the next trial. Stopping rather than aborting keeps each
+task's Python worker, with TensorFlow imported, for the next trial's task: a task that
+fails takes its Python worker with it. When the search itself stops (``stop``), it raises
 ``optuna.TrialPruned``, which aborts the fit at once.
 """
 

@@ -121,17 +121,16 @@ def test_narrow_rows_and_a_smaller_session_setting_leave_the_session_alone() -> 
 @pytest.mark.parametrize("own", ["0", "-1", " 5000 "])
 def test_no_limit_is_lowered_and_a_spaced_number_is_read(own: str) -> None:
     spark = _Session(own)
-    with bounded_batches(spark, BATCH_BYTES // 4_000) as records:
-        assert records == 4_000 and _value(spark) == "4000"
+    with bounded_batches(spark, BATCH_BYTES // 4_096) as records:
+        assert records == 4_096 and _value(spark) == "4096"
     assert _value(spark) == own
 
 
 def test_an_error_inside_puts_the_session_back() -> None:
     spark = _Session("10000")
-    with pytest.raises(KeyboardInterrupt):
-        with bounded_batches(spark, BATCH_BYTES // 50):
-            assert _value(spark) == "50"
-            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt), bounded_batches(spark, BATCH_BYTES // 50):
+        assert _value(spark) == "50"
+        raise KeyboardInterrupt
     assert _value(spark) == "10000" and arrow_batches._lowered == {}
 
 
