@@ -263,9 +263,11 @@ def _in_session(path: str, kind: str, workers: int, args: argparse.Namespace) ->
     from pyspark.sql import SparkSession
 
     cores = os.cpu_count() or 1
+    if workers > cores or cores % workers:
+        raise SystemExit(f"--workers {workers}: give a divisor of the {cores} cores")
     spark = (
         SparkSession.builder.master(f"local[{cores}]")
-        .config("spark.task.cpus", str(max(1, cores // workers)))
+        .config("spark.task.cpus", str(cores // workers))
         # The JVM the first session starts serves every later one: room for the
         # nested arrays' Parquet reads (1 GB ran out once).
         .config("spark.driver.memory", "4g")

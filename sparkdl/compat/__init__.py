@@ -9,8 +9,9 @@ which error it raises) when the internal is gone, so that an upgrade of that dep
 breaks one known module rather than code spread over the package:
 
 * :mod:`sparkdl.compat.spark`: PySpark's ``SparkContext._jsc`` / ``_jvm`` handles (task
-  slots, an empty job, Hadoop's FileSystem, the ``AppStatusStore``'s task list), the
-  text of Spark's job-failure exceptions, and ``Params._dummy`` / ``_resetUid``.
+  slots, an empty job, Hadoop's FileSystem, the ``AppStatusStore``'s task list), a
+  session's ``_jsparkSession`` (which session a setting belongs to), the text of
+  Spark's job-failure exceptions, and ``Params._dummy`` / ``_resetUid``.
 * :mod:`sparkdl.compat.cheroot`: the ``_pyio`` read / write buffers of cheroot's socket
   streams, the selector of its ``ConnectionManager`` (``server._connections``) and the
   per-connection ``lru_cache`` wrappers of ``HTTPConnection``.

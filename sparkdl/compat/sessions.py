@@ -49,7 +49,6 @@ __all__ = [
     "Inline",
     "SessionTools",
     "is_connect",
-    "session_key",
     "session_tools",
 ]
 
@@ -69,24 +68,6 @@ def is_connect(spark: Any) -> bool:
         False
     """
     return type(spark).__module__.startswith("pyspark.sql.connect")
-
-
-def session_key(spark: Any) -> str:
-    """Names one session's runtime settings (``spark.conf``): a Spark Connect session
-    by its id; a classic one by its JVM session, which PySpark may wrap in more than one
-    Python object (``getActiveSession`` on PySpark 3.5 makes a new wrapper); anything
-    else by its Python identity.
-
-    Example:
-        >>> session_key(object()).startswith("python:")
-        True
-    """
-    if is_connect(spark):
-        return f"connect:{spark.session_id}"
-    jsession = getattr(spark, "_jsparkSession", None)
-    if jsession is not None:
-        return f"jvm:{jsession.hashCode()}"  # java.lang.Object's: the JVM object's identity
-    return f"python:{id(spark)}"
 
 
 def session_tools(spark: SparkSession) -> SessionTools:

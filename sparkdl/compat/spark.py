@@ -13,7 +13,9 @@ through the Py4J handles of the ``SparkContext`` (``sc._jsc``, the JVM
 * :func:`status_store` and :func:`stage_tasks`: the driver's ``AppStatusStore`` (behind
   Spark's UI), whose task list tells the parameter service which task attempts run;
 * :func:`quiet_task_failures`: the level of the log4j loggers that print a failed
-  task's Java stack trace on the driver, raised while a fit's job runs.
+  task's Java stack trace on the driver, raised while a fit's job runs;
+* :func:`session_key`: a classic session's JVM ``SparkSession`` (``spark._jsparkSession``),
+  which names the session whose runtime settings a fit lowers.
 
 Two private members of PySpark's ``Params``, which every third-party stage uses because
 PySpark offers nothing public for them: :func:`param_parent` (``Params._dummy()``, the
@@ -57,12 +59,37 @@ __all__ = [
     "reset_uid",
     "retries_ran_out",
     "run_empty_job",
+    "session_key",
     "stage_tasks",
     "status_store",
     "task_slots",
 ]
 
 _log = logging.getLogger(__name__)
+
+
+def session_key(spark: Any) -> str:
+    """Names one session's runtime settings (``spark.conf``).
+
+    A Spark Connect session by its public ``session_id``. A classic session by its JVM
+    ``SparkSession`` (Py4J handle ``spark._jsparkSession``, its ``hashCode``: the JVM's
+    identity hash): PySpark may wrap one session in several Python objects
+    (``SparkSession.getActiveSession`` on PySpark 3.5 makes a new wrapper), and classic
+    PySpark has no public id of a session. Without the handle it falls back to the
+    object's Python identity; two fits through two wrappers of one session are then
+    taken for two sessions, and the later to end may put back the other's lowered
+    value (:func:`sparkdl.driver.arrow_batches.bounded_batches`).
+
+    Example:
+        >>> session_key(object()).startswith("python:")
+        True
+    """
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        return f"connect:{spark.session_id}"
+    jsession = getattr(spark, "_jsparkSession", None)
+    if jsession is not None:
+        return f"jvm:{jsession.hashCode()}"
+    return f"python:{id(spark)}"
 
 
 def task_slots(sc: SparkContext) -> int:

@@ -47,7 +47,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from sparkdl.compat.sessions import session_key
+from sparkdl.compat.spark import session_key
 from sparkdl.contract.payload import feature_name, label_name
 
 __all__ = ["BATCH_BYTES", "RECORDS_SETTING", "bounded_batches", "records_per_batch", "row_bytes"]
@@ -61,7 +61,7 @@ BATCH_BYTES = 4 * 1024 * 1024
 
 _log = logging.getLogger(__name__)
 _lock = threading.Lock()
-#: Per session (:func:`~sparkdl.compat.sessions.session_key`): the session's own value
+#: Per session (:func:`~sparkdl.compat.spark.session_key`): the session's own value
 #: (``None``: not set) and the rows each fit inside asks for.
 _lowered: dict[str, tuple[str | None, list[int]]] = {}
 
@@ -127,7 +127,9 @@ def bounded_batches(spark: Any, bytes_per_row: int) -> Iterator[int]:
             (:func:`row_bytes`).
 
     Yields:
-        The rows per batch the job gets (the session's own when not lowered).
+        The rows per batch this fit asked for when it lowered the setting, else the
+        session's own (read, or Spark's default when unreadable). Another fit inside
+        may hold it lower.
 
     Example:
         >>> with bounded_batches(spark, bytes_per_row=1_048_576) as records:  # doctest: +SKIP
@@ -152,9 +154,9 @@ def bounded_batches(spark: Any, bytes_per_row: int) -> Iterator[int]:
         if lowered:
             with _lock:
                 wanted.remove(records)
-                if not wanted:
-                    del _lowered[key]
-                _write(spark, str(min(wanted)) if wanted else own)
+                restored = _write(spark, str(min(wanted)) if wanted else own)
+                if not wanted and restored:
+                    del _lowered[key]  # else the next fit still knows the session's own
 
 
 def _read(spark: Any) -> tuple[bool, str | None]:

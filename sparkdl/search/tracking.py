@@ -7,8 +7,9 @@ search logs its settings to a parent run (the active run, or one it starts, name
 parameters (as ``trial.<name>``), its state (``COMPLETE``, ``PRUNED``, ``FAIL``), its
 objective and, from the trial's fit (which logs into the active run of its thread), the
 fit's settings, each epoch's merged metrics and the trained model (a pruned trial's
-fit ends normally, so its run holds the model as it stood when pruned). At the end the
-parent run gets the best value and parameters.
+fit ends normally, so its run holds the model as the fit ended: a synchronous fit's at
+the pruned epoch; none if the fit failed after the prune). At the end the parent run
+gets the best value and parameters.
 
 MLflow keeps the active run per thread; the trials run in threads of their own, so each
 trial's run is created under the parent (the ``mlflow.parentRunId`` tag, what

@@ -24,6 +24,7 @@ from sparkdl.compat.spark import (
     read_all_bytes,
     retries_ran_out,
     run_empty_job,
+    session_key,
     stage_tasks,
     status_store,
     task_slots,
@@ -101,6 +102,17 @@ def test_task_slots_is_the_local_core_count(spark) -> None:
     cores = local_cores(sc.master)
     assert slots == cores, changed(f"maxNumConcurrentTasks: {slots} on {sc.master}")
     assert task_slots(sc) == cores
+
+
+def test_session_key_names_the_jvm_session_whatever_wraps_it(spark) -> None:
+    """Two Python wrappers of one session share its key; another session has its own."""
+    from pyspark.sql import SparkSession
+
+    key = session_key(spark)
+    assert key.startswith("jvm:"), changed(f"SparkSession._jsparkSession (key {key!r})")
+    again = SparkSession(spark.sparkContext, spark._jsparkSession)  # another wrapper
+    assert session_key(again) == key, changed("the JVM session's hashCode")
+    assert session_key(spark.newSession()) != key
 
 
 def test_run_empty_job_adds_a_job_to_the_current_group(spark) -> None:

@@ -43,7 +43,7 @@ class _Conf:
     """A session's runtime settings as ``spark.conf`` answers them (``None``: not set),
     refusing to show or change them when told to."""
 
-    def __init__(self, value: str | None, *, refuse: str = "") -> None:
+    def __init__(self, value: str | None, *, refuse: tuple[str, ...] = ()) -> None:
         self.values: dict[str, str] = {} if value is None else {RECORDS_SETTING: value}
         self.history: list[str | None] = []
         self.refuse = refuse
@@ -60,12 +60,14 @@ class _Conf:
         self.history.append(value)
 
     def unset(self, key: str) -> None:
+        if "unset" in self.refuse:
+            raise RuntimeError("CANNOT_MODIFY_CONFIG")
         self.values.pop(key, None)
         self.history.append(None)
 
 
 class _Session:
-    def __init__(self, value: str | None = None, *, refuse: str = "") -> None:
+    def __init__(self, value: str | None = None, *, refuse: tuple[str, ...] = ()) -> None:
         self.conf = _Conf(value, refuse=refuse)
 
 
@@ -138,7 +140,7 @@ def test_an_error_inside_puts_the_session_back() -> None:
 def test_a_session_that_refuses_the_setting_keeps_its_batches_and_the_fit_goes_on(
     refuse: str,
 ) -> None:
-    spark = _Session("10000", refuse=refuse)
+    spark = _Session("10000", refuse=(refuse,))
     with bounded_batches(spark, BATCH_BYTES // 50) as records:
         assert records == 10_000
     assert _value(spark) == "10000" and arrow_batches._lowered == {}
@@ -172,3 +174,43 @@ def test_fits_from_threads_end_in_any_order_with_the_session_value() -> None:
     assert not any(t.is_alive() for t in threads)
     assert seen == {"both": "100", "b alone": "100"}
     assert _value(spark) == "10000" and arrow_batches._lowered == {}
+
+
+class _JvmSession:
+    """The JVM session behind PySpark's wrappers (its Py4J ``hashCode``)."""
+
+    def hashCode(self) -> int:  # Java's name
+        return 42
+
+
+class _Wrapper:
+    """A Python wrapper of a classic session: two may wrap one JVM session."""
+
+    def __init__(self, jsession: _JvmSession, conf: _Conf) -> None:
+        self._jsparkSession = jsession
+        self.conf = conf
+
+
+def test_two_wrappers_of_one_session_share_its_lowering() -> None:
+    """A enters through one wrapper, B through another, A leaves, B leaves: B must not
+    take A's lowered value for the session's own."""
+    conf, jvm = _Conf(None), _JvmSession()
+    a = bounded_batches(_Wrapper(jvm, conf), BATCH_BYTES // 500)
+    b = bounded_batches(_Wrapper(jvm, conf), BATCH_BYTES // 800)
+    a.__enter__()
+    b.__enter__()
+    a.__exit__(None, None, None)
+    assert conf.values[RECORDS_SETTING] == "800"
+    b.__exit__(None, None, None)
+    assert RECORDS_SETTING not in conf.values and arrow_batches._lowered == {}
+
+
+def test_a_refused_restore_keeps_the_session_value_for_the_next_fit() -> None:
+    spark = _Session(None, refuse=("unset",))
+    with bounded_batches(spark, BATCH_BYTES // 500):
+        pass
+    assert _value(spark) == "500"  # the session refused to take it back
+    spark.conf.refuse = ()
+    with bounded_batches(spark, BATCH_BYTES // 700) as records:
+        assert records == 700 and _value(spark) == "700"
+    assert RECORDS_SETTING not in spark.conf.values and arrow_batches._lowered == {}

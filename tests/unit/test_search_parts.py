@@ -43,6 +43,9 @@ def test_the_reporter_reports_each_epoch_once_and_prunes() -> None:
     # Pruned: the fit is stopped as EarlyStopping stops it (its tasks end, not fail).
     reporter.on_epoch_end(1, {"val_accuracy": 0.2})
     assert reporter.pruned and reporter.model.stop_training
+    # An asynchronous fit may close another epoch after the stop: not the trial's.
+    reporter.on_epoch_end(2, {"val_accuracy": 0.9})
+    assert reporter.epochs == 2
     study.tell(trial, state=optuna.trial.TrialState.PRUNED)
     stored = study.trials[0]
     assert stored.intermediate_values == {0: 0.7, 1: 0.2}
