@@ -311,6 +311,7 @@ def _wide_images(spark, rows: int, side: int):  # type: ignore[no-untyped-def]
     )
 
 
+@pytest.mark.slow  # fast tier <= 6 min: tests/unit/test_arrow_batches.py stays in it
 @pytest.mark.compat
 def test_wide_rows_reach_a_worker_in_record_batches_of_bounded_bytes(spark) -> None:
     """1,200 images of 12 KB would come as one 15 MB record batch (Spark's 10,000 rows);
