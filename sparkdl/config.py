@@ -37,6 +37,7 @@ from sparkdl.protocol.client import DEFAULT_RETRIES, DEFAULT_TIMEOUT
 from sparkdl.sync.codecs import CODECS, resolve_codec
 from sparkdl.sync.merges import MERGES, STALENESS, merge_class
 from sparkdl.sync.modes import DEFAULT_ROUND_TIMEOUT, MODES, Synchronous, mode_class
+from sparkdl.sync.outer import MODEL as OUTER_MODEL
 from sparkdl.sync.outer import check as check_outer
 from sparkdl.sync.recipe import check as check_recipe
 from sparkdl.sync.registry import Registry
@@ -306,11 +307,15 @@ class SyncConfig:
         None,
         """The service's own optimizer over what each merge moves
         (:mod:`sparkdl.sync.outer`): ``"nesterov"`` (DiLoCo), ``"sgd"`` (SlowMo's
-        heavy-ball momentum) or ``None`` (the merge as it is). With ``merge="average"``
-        or ``"delta"``; synchronous rounds step on the round's change, asynchronous
-        pushes as Delayed Nesterov (the momentum updated once every ``num_workers``
-        pushes). Pair it with infrequent syncs (``frequency`` of tens to hundreds of
-        batches).""",
+        heavy-ball momentum), ``"model"`` or ``None`` (the merge as it is). With
+        ``merge="average"`` or ``"delta"``; synchronous rounds step on the round's change,
+        asynchronous pushes as Delayed Nesterov (the momentum updated once every
+        ``num_workers`` pushes). Pair ``"nesterov"`` and ``"sgd"`` with infrequent syncs
+        (``frequency`` of tens to hundreds of batches). ``"model"``: the model's own
+        compiled optimizer steps the center once per round on the round's mean gradient,
+        while workers take plain gradient steps: the one-process fit at a batch of
+        ``batch_size x num_workers`` (synchronous mode, ``frequency="batch"``, one
+        service; no ``warmup_epochs``).""",
     )
     outer_learning_rate: float | None = setting(
         None,
@@ -354,13 +359,47 @@ class SyncConfig:
                     f"{given[0]} is set but outer_optimizer is None, so nothing uses it. "
                     "Set outer_optimizer='nesterov' (DiLoCo) or 'sgd' (SlowMo)."
                 )
-        elif not merge_class(str(self.merge)).supports_outer_optimizer:
+        elif self.outer_optimizer == OUTER_MODEL:
+            self._check_model_outer()
+        if (
+            self.outer_optimizer is not None
+            and not merge_class(str(self.merge)).supports_outer_optimizer
+        ):
             supported = tuple(n for n, c in MERGES.items() if c.supports_outer_optimizer)
             raise ConfigError(
                 f"outer_optimizer={self.outer_optimizer!r} steps on the change a merge of "
                 f"the workers' progress makes, one of {supported}; merge={self.merge!r} "
                 "has an outer step of its own (elastic_alpha). Use merge='average' or "
                 "'delta', or drop outer_optimizer."
+            )
+
+    def _check_model_outer(self) -> None:
+        """``outer_optimizer="model"``: synchronous rounds of one batch, the model's rate."""
+        given = [n for n in ("outer_learning_rate", "outer_momentum") if getattr(self, n)]
+        if given:
+            raise ConfigError(
+                f"{given[0]} is set, but outer_optimizer='model' steps with the model's "
+                "own compiled optimizer, at its learning rate (scaled by lr_scaling). "
+                f"Drop {given[0]}, or compile the model with the optimizer you want."
+            )
+        if not mode_class(self.mode).barrier:
+            raise ConfigError(
+                f"outer_optimizer='model' steps once per synchronous round on the round's "
+                f"mean gradient; mode={self.mode!r} has no rounds. Set "
+                "mode='synchronous', or drop outer_optimizer."
+            )
+        if self.frequency not in ("batch", 1):
+            raise ConfigError(
+                f"outer_optimizer='model' needs a round every batch (each worker's change "
+                f"is then one gradient); frequency={self.frequency!r} would sum many "
+                "steps. Set frequency='batch', or use outer_optimizer='nesterov' for "
+                "infrequent syncs."
+            )
+        if self.sync_fragments > 1:
+            raise ConfigError(
+                f"outer_optimizer='model' steps the whole model every round; "
+                f"sync_fragments={self.sync_fragments} syncs one part at a time. Drop "
+                "sync_fragments."
             )
 
     def _check_schedule(self) -> None:
@@ -690,6 +729,17 @@ class TrainConfig(
                 f"sync_fragments={fragments} makes the fragments the service's shards, so "
                 f"service_shards={shards} must be 1 or {fragments}. Set service_shards="
                 f"{fragments}, or drop one of them."
+            )
+        if self.outer_optimizer == OUTER_MODEL and (self.warmup_epochs or shards > 1):
+            name, value = (
+                ("warmup_epochs", self.warmup_epochs)
+                if self.warmup_epochs
+                else ("service_shards", shards)
+            )
+            raise ConfigError(
+                f"outer_optimizer='model' runs one Keras optimizer over the whole model "
+                f"at its scaled rate from the first round; {name}={value} is not "
+                f"supported with it. Drop {name}."
             )
         backup, workers = self.backup_workers, self.num_workers
         if backup and workers is not None and backup >= workers:

@@ -48,8 +48,10 @@ __all__ = [
     "learning_rate",
     "model_from_bytes",
     "model_to_bytes",
+    "optimizer_config",
     "output_names",
     "resolve_input_shape",
+    "trainable_flags",
     "written_order",
 ]
 
@@ -626,6 +628,35 @@ def _version(text: str) -> tuple[int, ...]:
         lead = re.match(r"\d+", part)  # "1rc1" is 1
         parts.append(int(lead.group()) if lead else 0)
     return tuple(parts)
+
+
+def optimizer_config(model: Any) -> str:
+    """The model's compiled optimizer (unwrapped from a ``LossScaleOptimizer``),
+    Keras-serialized as JSON: what ``outer_optimizer="model"`` rebuilds beside the center.
+
+    Example:
+        >>> import keras
+        >>> net = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        >>> net.compile(optimizer=keras.optimizers.Adam(0.5), loss="mse")
+        >>> json.loads(optimizer_config(net))["config"]["learning_rate"]
+        0.5
+    """
+    import keras
+
+    return json.dumps(keras.optimizers.serialize(_inner_optimizer(model)))
+
+
+def trainable_flags(model: Any) -> tuple[bool, ...]:
+    """Whether each of ``model.weights`` (the center's order) is trainable.
+
+    Example:
+        >>> import keras
+        >>> net = keras.Sequential([keras.Input((2,)), keras.layers.BatchNormalization()])
+        >>> trainable_flags(net)
+        (True, True, False, False)
+    """
+    ids = {id(v) for v in model.trainable_weights}
+    return tuple(id(w) in ids for w in model.weights)
 
 
 def _inner_optimizer(model: Any) -> Any:

@@ -143,6 +143,8 @@ class FitPlan:
         local_master: bool = True,
         optimizer: str = "sgd",
         service_placement: str = "driver",
+        optimizer_config: str = "",
+        trainable: tuple[bool, ...] = (),
     ) -> FitPlan:
         """Resolves ``config`` for a fit over ``rows`` rows on ``num_workers`` workers.
 
@@ -164,6 +166,11 @@ class FitPlan:
                 (:func:`sparkdl.contract.keras_io.optimizer_kind`).
             service_placement: ``"driver"`` or ``"cluster"``, resolved from the
                 setting's ``"auto"`` by the session's kind.
+            optimizer_config: The compiled optimizer, serialized
+                (:func:`sparkdl.contract.keras_io.optimizer_config`), for
+                ``outer_optimizer="model"``.
+            trainable: Which of the model's weights are trainable
+                (:func:`sparkdl.contract.keras_io.trainable_flags`), for the same.
 
         Raises:
             ConfigError: ``backup_workers`` leaves no worker for a round.
@@ -177,19 +184,22 @@ class FitPlan:
         _warn_outer_amplifies(config, settings, merge, outer)
         _warn_fragments_in_whole_epochs(config, settings, rows, split)
         tls = config.service_tls  # None: on unless the master is local
+        recipe = LearningRateRecipe.of_resolved(
+            config.lr_scaling,
+            settings.lr_scaling,
+            config.warmup_epochs,
+            lr_factor=merge.lr_factor(num_workers, mode.barrier),
+            optimizer=optimizer,
+            synchronous=mode.barrier,
+        )
+        if outer is not None and outer.steps_model:  # the service scales the model's rate
+            outer = outer.of_model(optimizer_config, trainable, recipe.factor)
         return cls(
             **{f.name: getattr(config, f.name) for f in dataclasses.fields(cls) if _given(f)},
             mode=mode,
             merge=merge,
             compression=None if config.compression is None else Compression.resolve(settings),
-            lr_recipe=LearningRateRecipe.of_resolved(
-                config.lr_scaling,
-                settings.lr_scaling,
-                config.warmup_epochs,
-                lr_factor=merge.lr_factor(num_workers, mode.barrier),
-                optimizer=optimizer,
-                synchronous=mode.barrier,
-            ),
+            lr_recipe=recipe,
             num_workers=num_workers,
             initial_epoch=initial_epoch,
             frequency=config.sync.resolved_frequency,
@@ -257,12 +267,20 @@ class FitPlan:
             "backend": f"Keras on {self.backend} (the driver's)",
             "learning rate": self.lr_recipe.explain(learning_rate),
         }
+        if self.outer is not None and self.outer.steps_model:
+            lines["learning rate"] = (
+                "the service's optimizer steps at "
+                + self.lr_recipe.explain(learning_rate).split(" at ", 1)[1]
+                + "; workers take plain gradient steps (SGD, rate 1)"
+            )
         merged = merge.describe(mode.barrier)
         if merged:
             lines["merge"] = f"{merge.name}: {merged}"
         if self.outer is not None:
             when = (
-                "on each round's change"
+                "once per round"
+                if self.outer.steps_model
+                else "on each round's change"
                 if mode.barrier
                 else f"on each push, momentum once every {self.num_workers} pushes "
                 "(Delayed Nesterov)"

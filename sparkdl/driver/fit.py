@@ -48,6 +48,7 @@ from sparkdl.driver.launcher import JobLauncher
 from sparkdl.driver.service import ServiceStart, open_service, placement
 from sparkdl.driver.warmup import tensorflow_logs
 from sparkdl.errors import ConfigError
+from sparkdl.sync.outer import MODEL as OUTER_MODEL
 
 if TYPE_CHECKING:
     import keras
@@ -264,6 +265,10 @@ class Fit:
             local_master=where.local,
             optimizer=keras_io.optimizer_kind(self.model),
             service_placement=where.name,
+            optimizer_config=keras_io.optimizer_config(self.model)
+            if config.outer_optimizer == OUTER_MODEL
+            else "",
+            trainable=keras_io.trainable_flags(self.model),
         )
 
     def _announce(self, plan: FitPlan) -> dict[str, str]:
@@ -339,7 +344,7 @@ class Fit:
             if found is not None:
                 _log.info("the checkpoint's outer optimizer state is not used: none is set")
             return None
-        shapes = [tuple(w.shape) for w in self.model.weights] * 2
+        shapes = plan.outer.state_shapes(self.model.weights)
         if [tuple(a.shape) for a in found[0]] != shapes:
             raise ConfigError(
                 "The checkpoint's outer optimizer state does not match the model's "

@@ -38,6 +38,8 @@ class SyncCallback(keras.callbacks.Callback):
         val_rows: Validation rows behind the epoch's ``val_*`` logs.
         rate: The learning-rate recipe's callback (``lr_scaling``), or ``None``.
         last_epoch: The epoch the fit ends at (``FitPlan.epochs``).
+        service_rate: The service's optimizer, not the worker's, takes a rate the
+            driver sets (``outer_optimizer="model"``).
     """
 
     def __init__(
@@ -48,8 +50,12 @@ class SyncCallback(keras.callbacks.Callback):
         val_rows: int = 0,
         rate: ScaledRate | None = None,
         last_epoch: int = 0,
+        service_rate: bool = False,
     ) -> None:
         super().__init__()
+        #: The service's optimizer takes a new rate (``outer_optimizer="model"``): the
+        #: worker's own stays 1.
+        self.service_rate = service_rate
         #: The epoch the fit ends at (its closing pushes go whole under a codec).
         self.last_epoch = last_epoch
         #: The large-batch recipe's callback, which scales a rate the driver sets.
@@ -202,7 +208,7 @@ class SyncCallback(keras.callbacks.Callback):
             self.learning_rate = float(rate)  # ReduceLROnPlateau: the model's rate
             if self.rate is not None:
                 self.rate.rebase(self.learning_rate)  # scaled for the workers
-            else:
+            elif not self.service_rate:
                 self.model.optimizer.learning_rate = self.learning_rate
 
 

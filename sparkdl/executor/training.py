@@ -90,9 +90,7 @@ def train(
         compression=plan.compression,
     )
     feed, validation, val_rows = split(payload, data, held_out, held_in)
-    rate = _scaled_rate(plan, model, held_in)
-    sync = SyncCallback(pusher, schedule, val_rows=val_rows, rate=rate, last_epoch=plan.epochs)
-    sync.set_model(model)
+    sync = _sync_callback(plan, model, pusher, schedule, val_rows)
     train_start = time.perf_counter()
     setup = _Traffic.of(channel)  # the join and the first pull
     try:
@@ -162,11 +160,27 @@ def _resume(
     return epoch, skip, synced
 
 
+def _sync_callback(
+    plan: FitPlan, model: keras.Model, pusher: PushPath, schedule: Schedule, val_rows: int
+) -> SyncCallback:
+    """The worker's sync callback on ``model``, with the recipe's rate callback."""
+    sync = SyncCallback(
+        pusher,
+        schedule,
+        val_rows=val_rows,
+        rate=_scaled_rate(plan, model, schedule.rows),
+        last_epoch=plan.epochs,
+        service_rate=plan.outer is not None and plan.outer.steps_model,
+    )
+    sync.set_model(model)
+    return sync
+
+
 def _scaled_rate(plan: FitPlan, model: keras.Model, held_in: int) -> ScaledRate | None:
     """The learning-rate recipe's callback on ``model``, or ``None`` when it scales
     nothing."""
-    if not plan.lr_recipe.active:
-        return None
+    if not plan.lr_recipe.active or (plan.outer is not None and plan.outer.steps_model):
+        return None  # (the service scales the model's rate)
     rate = ScaledRate(plan.lr_recipe, steps_for(held_in, plan.batch_size))
     rate.set_model(model)
     return rate
@@ -206,8 +220,22 @@ def _build_model(payload: WorkerPayload, worker: int) -> keras.Model:
         keras.utils.set_random_seed(plan.seed + 7919 * worker)
     custom = cloudpickle.loads(payload.custom_objects) if payload.custom_objects else None
     if plan.mixed_precision:
-        return mixed_precision_model(payload.model_bytes.value, custom)
-    return model_from_bytes(payload.model_bytes.value, custom)
+        model = mixed_precision_model(payload.model_bytes.value, custom)
+    else:
+        model = model_from_bytes(payload.model_bytes.value, custom)
+    if plan.outer is not None and plan.outer.steps_model:
+        _step_plainly(model)
+    return model
+
+
+def _step_plainly(model: keras.Model) -> None:
+    """``outer_optimizer="model"``: the worker's step is its batch's gradient (``SGD`` at
+    rate 1, loss-scaled as the model's was), so the service's copy of the compiled
+    optimizer steps on the round's mean gradient."""
+    plain: keras.optimizers.Optimizer = keras.optimizers.SGD(learning_rate=1.0)
+    if isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer):
+        plain = keras.optimizers.LossScaleOptimizer(plain)
+    model.optimizer = plain
 
 
 def compute_dtypes(model: keras.Model) -> list[str]:

@@ -7,7 +7,16 @@ merged``, and the outer optimizer steps on it with its own learning rate and mom
 
 * ``"sgd"``: heavy-ball momentum, SlowMo's rule: ``m = mu m + g``, ``center -= lr m``;
 * ``"nesterov"``: DiLoCo's rule (PyTorch's Nesterov SGD): ``m = mu m + g``,
-  ``center -= lr (g + mu m)``.
+  ``center -= lr (g + mu m)``;
+* ``"model"``: the model's own compiled Keras optimizer (:class:`ModelOptimizerState`).
+  Workers then take plain gradient steps (``SGD``, rate 1) and sync every batch, so a
+  round's pseudo-gradient is the global batch's mean gradient and the center takes one
+  step of the user's optimizer on it: the one-process fit at a batch of ``batch_size x
+  num_workers`` (the rule of synchronous data-parallel training, Horovod's). An adaptive
+  optimizer (Adam, RMSprop) normalises that one gradient by its own moments; averaging
+  the workers' own Adam steps instead normalises each worker's noisier gradient, which
+  left 2-worker fits on digits 0.7-1.0 points behind plain Keras
+  (``docs/benchmarks/parity.md``).
 
 ``lr = 1`` with ``mu = 0`` is the merge itself: :meth:`OuterState.round` then returns the
 merge's result untouched, so those weights are exactly today's.
@@ -41,10 +50,12 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -62,7 +73,9 @@ __all__ = [
 ]
 
 #: ``outer_optimizer`` values (``None``: no outer optimizer).
-OUTER_OPTIMIZERS: tuple[str, ...] = ("sgd", "nesterov")
+OUTER_OPTIMIZERS: tuple[str, ...] = ("sgd", "nesterov", "model")
+#: The value that steps the center with the model's own compiled optimizer.
+MODEL = "model"
 #: DiLoCo's outer learning rate and momentum (Douillard et al. 2023).
 DEFAULT_LEARNING_RATE = 0.7
 DEFAULT_MOMENTUM = 0.9
@@ -73,14 +86,24 @@ class OuterOptimizer:
     """An outer optimizer's settings, resolved once on the driver.
 
     Args:
-        kind: ``"sgd"`` (heavy-ball momentum, SlowMo) or ``"nesterov"`` (DiLoCo).
-        learning_rate: The outer learning rate, > 0.
-        momentum: The outer momentum, in [0, 1).
+        kind: ``"sgd"`` (heavy-ball momentum, SlowMo), ``"nesterov"`` (DiLoCo) or
+            ``"model"`` (the model's compiled optimizer).
+        learning_rate: The outer learning rate, > 0 (``"model"``: unused, 1).
+        momentum: The outer momentum, in [0, 1) (``"model"``: unused, 0).
+        config: ``"model"``: the compiled optimizer, Keras-serialized as JSON.
+        trainable: ``"model"``: which of the model's weights (in the center's order)
+            the optimizer steps; the others take the merge's result (BatchNorm's
+            moving statistics are averaged).
+        rate_factor: ``"model"``: the learning-rate recipe's factor on the compiled
+            rate (:mod:`sparkdl.sync.recipe`; the workers' own rate is then 1).
     """
 
     kind: str
     learning_rate: float = DEFAULT_LEARNING_RATE
     momentum: float = DEFAULT_MOMENTUM
+    config: str = field(default="", repr=False)
+    trainable: tuple[bool, ...] = field(default=(), repr=False)
+    rate_factor: float = 1.0
 
     def __post_init__(self) -> None:
         check(self.kind, self.learning_rate, self.momentum)
@@ -93,19 +116,36 @@ class OuterOptimizer:
         Example:
             >>> OuterOptimizer.resolve(FitSettings(
             ...     {"outer_optimizer": "sgd", "outer_learning_rate": None, "outer_momentum": 0.5}))
-            OuterOptimizer(kind='sgd', learning_rate=0.7, momentum=0.5)
+            OuterOptimizer(kind='sgd', learning_rate=0.7, momentum=0.5, rate_factor=1.0)
         """
         rate, momentum = settings.outer_learning_rate, settings.outer_momentum
+        if settings.outer_optimizer == MODEL:  # its rate is the model's (of_model)
+            return cls(MODEL, learning_rate=1.0, momentum=0.0)
         return cls(
             settings.outer_optimizer,
             learning_rate=DEFAULT_LEARNING_RATE if rate is None else rate,
             momentum=DEFAULT_MOMENTUM if momentum is None else momentum,
         )
 
+    def of_model(
+        self, config: str, trainable: tuple[bool, ...], rate_factor: float
+    ) -> OuterOptimizer:
+        """``"model"`` resolved for one model: its compiled optimizer (serialized), which
+        of its weights are trainable, and the recipe's factor on its rate."""
+        return dataclasses.replace(
+            self, config=config, trainable=tuple(trainable), rate_factor=float(rate_factor)
+        )
+
     @property
     def identity(self) -> bool:
         """Whether the outer step is the merge itself (``lr = 1``, no momentum)."""
-        return self.learning_rate == 1.0 and self.momentum == 0.0
+        return self.kind != MODEL and self.learning_rate == 1.0 and self.momentum == 0.0
+
+    @property
+    def steps_model(self) -> bool:
+        """Whether the model's compiled optimizer steps the center (``"model"``): the
+        workers then take plain gradient steps at rate 1."""
+        return self.kind == MODEL
 
     def describe(self) -> str:
         """The resolved optimizer, in words.
@@ -114,7 +154,27 @@ class OuterOptimizer:
             >>> OuterOptimizer("nesterov").describe()
             'nesterov, learning rate 0.7, momentum 0.9'
         """
+        if self.kind == MODEL:
+            name = json.loads(self.config).get("class_name", "?") if self.config else "?"
+            return (
+                f"the model's {name} on each round's mean gradient (workers step with "
+                f"SGD at rate 1), its learning rate x {self.rate_factor:g}"
+            )
         return f"{self.kind}, learning rate {self.learning_rate:g}, momentum {self.momentum:g}"
+
+    def state_shapes(self, weights: Sequence[Any]) -> list[tuple[int, ...]]:
+        """The shapes of :meth:`OuterState.arrays` for a model of ``weights`` (a saved
+        state that differs was written from another model).
+
+        Example:
+            >>> OuterOptimizer("sgd").state_shapes([np.zeros((2, 3))])
+            [(2, 3), (2, 3)]
+        """
+        if self.kind == MODEL:
+            zeros = [np.zeros(tuple(w.shape), np.float32) for w in weights]
+            fresh = ModelOptimizerState(self, zeros)
+            return [tuple(a.shape) for a in fresh.arrays()]
+        return [tuple(w.shape) for w in weights] * 2
 
     def state(
         self,
@@ -123,9 +183,14 @@ class OuterOptimizer:
         num_workers: int,
         arrays: Sequence[np.ndarray] | None = None,
         pushes: int = 0,
+        compile: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
     ) -> OuterState:
         """A fresh state for a center shaped like ``center`` (or one restored from a
-        checkpoint's :meth:`OuterState.arrays` and push count)."""
+        checkpoint's :meth:`OuterState.arrays` and push count); ``compile`` compiles
+        ``"model"``'s step for the backend
+        (:func:`sparkdl.contract.backends.compiled`)."""
+        if self.kind == MODEL:
+            return ModelOptimizerState(self, center, arrays=arrays, pushes=pushes, compile=compile)
         return OuterState(self, center, num_workers=num_workers, arrays=arrays, pushes=pushes)
 
 
@@ -279,6 +344,10 @@ class OuterState:
             return after
         return self.push_steps(center, after, check)[1]
 
+    def set_learning_rate(self, rate: float) -> None:
+        """The model's rate changed on the driver: the workers' own rate carries it; an
+        outer step of its own rate stays as it is."""
+
     # -------------------------------------------------------------- checkpoint
     def arrays(self) -> list[np.ndarray]:
         """The state as arrays shaped like the weights: the momentum buffers, then the
@@ -291,6 +360,146 @@ class OuterState:
         """:meth:`arrays` and the push count, taken together."""
         with self._lock:
             return [np.array(a) for a in self.momentum + self.accumulated], self.pushes
+
+
+class ModelOptimizerState(OuterState):
+    """The model's compiled Keras optimizer beside one store's center
+    (``outer_optimizer="model"``, synchronous rounds only).
+
+    Each round the merge's result is the center less the round's mean gradient (the
+    workers stepped with ``SGD`` at rate 1 from the center), so ``center - merged`` is
+    that gradient; the optimizer, built once over Keras variables that mirror the
+    trainable weights, applies it as ``model.fit`` would (clipping, weight decay and
+    schedules included: one optimizer step per round). Other weights (BatchNorm's
+    moving statistics, integer state) take the merge's result. The state's arrays are
+    the optimizer's variables (its step count and rate first, then its slots), which
+    checkpoints and the cluster's snapshots carry.
+    """
+
+    def __init__(
+        self,
+        optimizer: OuterOptimizer,
+        center: Sequence[np.ndarray],
+        *,
+        arrays: Sequence[np.ndarray] | None = None,
+        pushes: int = 0,
+        compile: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
+    ) -> None:
+        import keras  # the service's side of a fit that already runs Keras
+
+        self._keras_ops = keras.ops
+        self.optimizer = optimizer
+        self.period = 1
+        self.momentum, self.accumulated = [], []  # unused: the Keras optimizer holds them
+        self.pushes = int(pushes)
+        self._lock = threading.Lock()
+        flags = optimizer.trainable or (True,) * len(center)
+        self._index = [i for i, c in enumerate(center) if flags[i] and is_float(c)]
+        self._keras = keras.optimizers.deserialize(json.loads(optimizer.config))
+        self._variables = [
+            keras.Variable(np.asarray(center[i], _work_dtype(center[i])), name=f"weight_{i}")
+            for i in self._index
+        ]
+        self._keras.build(self._variables)
+        #: One step: the center's values in, the optimizer applied, the new values out
+        #: (compiled where the backend pays per operation: ``compile``).
+        self._step = (compile or (lambda f: f))(self._apply)
+        self.base_rate = _fixed_rate(optimizer.config)
+        if arrays is not None:
+            self._restore(arrays)
+        elif self.base_rate is not None:
+            self._keras.learning_rate = self.base_rate * optimizer.rate_factor
+
+    def _restore(self, arrays: Sequence[np.ndarray]) -> None:
+        held = self._keras.variables
+        if len(arrays) != len(held) or any(
+            tuple(np.shape(a)) != tuple(v.shape) for a, v in zip(arrays, held, strict=True)
+        ):
+            raise ValueError(
+                "The outer optimizer's saved state does not match the model's weights: "
+                "resume with the model the checkpoint was written from."
+            )
+        for variable, array in zip(held, arrays, strict=True):
+            variable.assign(np.asarray(array, dtype=variable.dtype))
+
+    def set_learning_rate(self, rate: float) -> None:
+        """The model's rate changed on the driver (``ReduceLROnPlateau``): the center
+        steps at it times the recipe's factor from the next round."""
+        with self._lock:
+            self.base_rate = float(rate)
+            self._keras.learning_rate = self.base_rate * self.optimizer.rate_factor
+
+    def round(
+        self,
+        center: Sequence[np.ndarray],
+        merged: list[np.ndarray],
+        check: Callable[[list[np.ndarray]], None] | None = None,
+    ) -> list[np.ndarray]:
+        """The center after one optimizer step on the round's mean gradient (``check``
+        may refuse the result: the optimizer's state then stays as it was)."""
+        with self._lock, np.errstate(over="ignore", invalid="ignore"):
+            before = self._values()
+            bases, grads = [], []
+            for variable, i in zip(self._variables, self._index, strict=True):
+                base = np.asarray(center[i], dtype=variable.dtype)
+                bases.append(base)  # the center as it is (a resumed or reset one too)
+                grads.append(base - np.asarray(merged[i], dtype=variable.dtype))
+            stepped = self._step(bases, grads)
+            out = list(merged)
+            for value, i in zip(stepped, self._index, strict=True):
+                out[i] = self._keras_ops.convert_to_numpy(value).astype(center[i].dtype)
+            if check is not None:
+                try:
+                    check(out)
+                except BaseException:
+                    for variable, array in zip(self._keras.variables, before, strict=True):
+                        variable.assign(array)
+                    raise
+        return out
+
+    def _apply(self, bases: list[Any], grads: list[Any]) -> list[Any]:
+        """Sets the mirrors to ``bases``, applies ``grads``, returns the new values."""
+        for variable, base in zip(self._variables, bases, strict=True):
+            variable.assign(base)
+        tensors = [self._keras_ops.convert_to_tensor(g) for g in grads]  # (PyTorch's needs)
+        self._keras.apply(tensors, self._variables)
+        return [variable.value for variable in self._variables]
+
+    def _values(self) -> list[np.ndarray]:
+        """The optimizer's variables as arrays, in its order."""
+        return [self._keras_ops.convert_to_numpy(v) for v in self._keras.variables]
+
+    def push_steps(
+        self,
+        center: Sequence[np.ndarray],
+        after: Sequence[np.ndarray],
+        check: Callable[[list[np.ndarray]], None] | None = None,
+    ) -> tuple[list[np.ndarray | None], list[np.ndarray]]:
+        """Refused: the model's optimizer steps on synchronous rounds only (the
+        settings' check says so before a fit starts)."""
+        raise ConfigError("outer_optimizer='model' needs mode='synchronous'.")
+
+    def arrays(self) -> list[np.ndarray]:
+        """The optimizer's variables, in its order."""
+        with self._lock:
+            return self._values()
+
+    def snapshot(self) -> tuple[list[np.ndarray], int]:
+        """:meth:`arrays` and the push count, taken together."""
+        with self._lock:
+            return self._values(), self.pushes
+
+
+def _fixed_rate(config: str) -> float | None:
+    """The learning rate of a serialized Keras optimizer, or ``None`` when a schedule
+    (serialized as a dict) gives it.
+
+    Example:
+        >>> _fixed_rate('{"config": {"learning_rate": 0.001}}')
+        0.001
+    """
+    rate = json.loads(config).get("config", {}).get("learning_rate")
+    return float(rate) if isinstance(rate, (int, float)) else None
 
 
 def _work_dtype(array: np.ndarray) -> np.dtype[Any]:

@@ -123,3 +123,75 @@ def test_an_outer_state_of_another_model_is_refused_with_the_fix(digits, tmp_pat
     checkpoints.write(directory, 1, weights, {"loss": [1.0]}, {}, 1, outer=wrong)
     with pytest.raises(ConfigError, match="outer optimizer state does not match"):
         fit(train_df, epochs=2, resume=True, checkpoint_dir=directory, outer_optimizer="nesterov")
+
+
+@pytest.mark.slow
+@pytest.mark.compat
+def test_the_models_own_optimizer_steps_the_center_like_one_process_at_the_global_batch(
+    digits,
+) -> None:
+    """outer_optimizer="model": Adam steps the center once per round on the round's mean
+    gradient, so the fit ends where plain Keras does at twice the batch and twice the
+    rate (the same rows, other shuffles: within 1.5 points)."""
+    import keras
+
+    train_df, _, (x_train, x_test, y_train, y_test) = digits
+    fitted = KerasEstimator(
+        model=digits_model(),
+        num_workers=2,
+        epochs=12,
+        seed=0,
+        outer_optimizer="model",
+        frequency="batch",
+    ).fit(train_df)
+    resolved = fitted.fit_report["resolved"]
+    assert resolved["outer optimizer"].startswith("the model's Adam on each round's mean")
+    assert resolved["learning rate"].startswith("the service's optimizer steps at 0.006")
+    one = digits_model()
+    one.optimizer.learning_rate = 0.006
+    one.fit(x_train, y_train, batch_size=64, epochs=12, verbose=0)
+    reached, plain = accuracy(fitted.get_model(), x_test, y_test), accuracy(one, x_test, y_test)
+    assert reached >= 0.95 and reached >= plain - 0.015, (reached, plain)
+    # The fitted model keeps the user's optimizer and rate, not the workers' SGD.
+    optimizer = fitted.get_model().optimizer
+    assert isinstance(optimizer, keras.optimizers.Adam)
+    assert float(np.asarray(optimizer.learning_rate)) == pytest.approx(0.003)
+
+
+@pytest.mark.slow
+def test_the_models_optimizer_state_is_checkpointed_and_a_resume_goes_on_from_it(
+    digits, tmp_path
+) -> None:
+    """The checkpoint holds the service's Adam (step count and moments); a resume takes
+    it, and without it the resumed fit ends elsewhere."""
+    train_df, _, _ = digits
+    directory = str(tmp_path / "checkpoints")
+    settings = {
+        "outer_optimizer": "model",
+        "frequency": "batch",
+        "checkpoint_dir": directory,
+    }
+    fit(train_df, epochs=2, **settings)
+    saved = checkpoints.latest(directory)
+    assert saved is not None and saved.epoch == 2 and saved.outer is not None
+    steps = int(np.asarray(saved.outer[0][0]))  # Adam's step count comes first
+    assert steps == 2 * 23, steps  # 2 epochs of 23 rounds (719 rows, batches of 32)
+    resumed = fit(train_df, epochs=3, resume=True, **settings)
+    os.remove(os.path.join(saved.path, "outer.sdlw"))
+    state_file = os.path.join(saved.path, "state.json")
+    with open(state_file) as f:
+        state = json.load(f)
+    del state["outer_pushes"]
+    with open(state_file, "w") as f:
+        json.dump(state, f)
+    for path in os.listdir(directory):  # only epoch 2's checkpoint stays
+        if path != os.path.basename(saved.path):
+            shutil.rmtree(os.path.join(directory, path))
+    fresh = fit(train_df, epochs=3, resume=True, **settings)
+    assert resumed.history["loss"][:2] == fresh.history["loss"][:2]
+    assert any(
+        not np.array_equal(a, b)
+        for a, b in zip(
+            resumed.get_model().get_weights(), fresh.get_model().get_weights(), strict=True
+        )
+    )

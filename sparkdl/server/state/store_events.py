@@ -159,6 +159,8 @@ class StoreEvents(TrainingState):
         with self.lock:
             self.control.set_learning_rate(rate)
             self.center.forget_encoding()
+            if self.outer is not None:  # the model's own optimizer steps the center
+                self.outer.set_learning_rate(rate)
 
     def abort(self, reason: str) -> None:
         """Aborts training: every waiting and later request gets a 409 with ``reason``."""

@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from sparkdl.contract.backends import compiled
 from sparkdl.server.state.center import Center
 from sparkdl.server.state.control import ControlChannel
 from sparkdl.server.state.errors import StoreError
@@ -330,6 +331,14 @@ class TrainingState(abc.ABC):
                 self.control.abort(exc.message)
                 self.lock.notify_all()
                 raise
+            except Exception as exc:  # a step that fails (a Keras optimizer's) aborts too
+                message = (
+                    f"The service's outer optimizer failed to step: {type(exc).__name__}: "
+                    f"{exc}. Training stopped; the center is as the last round left it."
+                )
+                self.control.abort(message)
+                self.lock.notify_all()
+                raise StoreError(500, message) from exc
         self.center.commit(merged)
         for done in self._copy_pending:
             self._copy_epoch(done)
@@ -404,7 +413,9 @@ def _outer_state(
     if outer is None:
         return None
     arrays, pushes = saved if saved else (None, 0)
-    return outer.state(center.weights, num_workers=num_workers, arrays=arrays, pushes=pushes)
+    return outer.state(
+        center.weights, num_workers=num_workers, arrays=arrays, pushes=pushes, compile=compiled
+    )
 
 
 def _summed(updates: Sequence[Update], arrays: int) -> list[float]:

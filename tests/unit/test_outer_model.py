@@ -1,0 +1,241 @@
+"""``outer_optimizer="model"``: the service steps the center with the model's compiled
+Keras optimizer on each synchronous round's mean gradient (:mod:`sparkdl.sync.outer`),
+checked against the same optimizer applied in one process; its settings, its plan, its
+refused steps and its saved state."""
+
+from __future__ import annotations
+
+import json
+
+import keras
+import numpy as np
+import pytest
+
+from sparkdl.config import TrainConfig
+from sparkdl.contract import keras_io
+from sparkdl.contract.backends import compiled
+from sparkdl.contract.plan import FitPlan
+from sparkdl.errors import ConfigError
+from sparkdl.sync.outer import ModelOptimizerState, OuterOptimizer
+
+
+def model_outer(optimizer: keras.optimizers.Optimizer, factor: float = 1.0) -> OuterOptimizer:
+    """The plan's resolution for a model of one Dense layer and a BatchNormalization."""
+    net = keras.Sequential(
+        [keras.Input((3,)), keras.layers.Dense(2), keras.layers.BatchNormalization()]
+    )
+    net.compile(optimizer=optimizer, loss="mse")
+    return OuterOptimizer("model", 1.0, 0.0).of_model(
+        keras_io.optimizer_config(net), keras_io.trainable_flags(net), factor
+    )
+
+
+def center() -> list[np.ndarray]:
+    # Dense kernel and bias, BatchNormalization's gamma and beta (trainable), then its
+    # moving mean and variance (not trainable).
+    rng = np.random.default_rng(0)
+    return [rng.normal(size=s).astype(np.float32) for s in [(3, 2), (2,), (2,), (2,), (2,), (2,)]]
+
+
+def one_process(optimizer: keras.optimizers.Optimizer, start, gradients):  # type: ignore[no-untyped-def]
+    """The same optimizer stepping variables in one process, one step per gradient."""
+    variables = [keras.Variable(w) for w in start]
+    for grads in gradients:
+        optimizer.apply([np.asarray(g) for g in grads], variables)
+    return [np.array(v) for v in variables]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: keras.optimizers.Adam(0.01),
+        lambda: keras.optimizers.RMSprop(0.01, momentum=0.5),
+        lambda: keras.optimizers.SGD(0.1, momentum=0.9, nesterov=True),
+        lambda: keras.optimizers.AdamW(0.01, weight_decay=0.1, clipnorm=0.5),
+    ],
+)
+@pytest.mark.parametrize("compile", [None, compiled], ids=["eager", "compiled"])
+def test_each_round_is_one_step_of_the_compiled_optimizer_on_the_mean_gradient(
+    make, compile
+) -> None:
+    outer = model_outer(make())
+    c = center()
+    state = outer.state(c, num_workers=2, compile=compile)
+    rng = np.random.default_rng(1)
+    trainable, steps = c[:4], []
+    for _ in range(3):
+        grads = [rng.normal(size=w.shape).astype(np.float32) for w in trainable]
+        moved = [rng.normal(size=w.shape).astype(np.float32) for w in c[4:]]
+        # The workers stepped with SGD at rate 1: the merge gives center - gradient.
+        merged = [w - g for w, g in zip(trainable, grads, strict=True)] + moved
+        c = state.round(c, merged)
+        steps.append(grads)
+        # Moving statistics take the merge's result; the optimizer never touches them.
+        for got, want in zip(c[4:], moved, strict=True):
+            np.testing.assert_array_equal(got, want)
+        trainable = c[:4]
+    expected = one_process(make(), center()[:4], steps)
+    for got, want in zip(c[:4], expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_the_rate_is_the_compiled_one_times_the_recipes_factor_and_follows_the_driver() -> None:
+    outer = model_outer(keras.optimizers.SGD(0.1), factor=4.0)
+    c = center()
+    state = outer.state(c, num_workers=4)
+    ones = [np.ones_like(w) for w in c]
+    merged = [w - g for w, g in zip(c, ones, strict=True)]
+    after = state.round(c, merged)
+    np.testing.assert_allclose(after[0], c[0] - 0.4, rtol=1e-6)  # 0.1 x 4
+    state.set_learning_rate(0.01)  # ReduceLROnPlateau on the driver
+    merged = [w - g for w, g in zip(after, ones, strict=True)]
+    again = state.round(after, merged)
+    np.testing.assert_allclose(again[0], after[0] - 0.04, rtol=1e-5)
+
+
+def test_a_refused_round_leaves_the_optimizer_as_it_was() -> None:
+    state = model_outer(keras.optimizers.Adam(0.01)).state(center(), num_workers=2)
+    before = state.arrays()
+
+    def refuse(_: list[np.ndarray]) -> None:
+        raise OverflowError("refused")
+
+    c = center()
+    with pytest.raises(OverflowError):
+        state.round(c, [w - 1 for w in c], refuse)
+    for got, want in zip(state.arrays(), before, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_the_saved_state_resumes_the_same_steps_and_another_models_is_refused() -> None:
+    outer = model_outer(keras.optimizers.Adam(0.01))
+    c = center()
+    first = outer.state(c, num_workers=2)
+    merged = [w - 0.5 for w in c]
+    c1 = first.round(c, merged)
+    saved, pushes = first.snapshot()
+    assert [tuple(a.shape) for a in saved] == outer.state_shapes(c)
+    resumed = outer.state(c1, num_workers=2, arrays=saved, pushes=pushes)
+    merged = [w - 0.25 for w in c1]
+    for a, b in zip(first.round(c1, merged), resumed.round(c1, merged), strict=True):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="does not match the model's weights"):
+        outer.state(c, num_workers=2, arrays=saved[:-1])
+
+
+def test_a_scheduled_rate_runs_on_the_services_steps_unscaled() -> None:
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=1, decay_rate=0.5)
+    outer = model_outer(keras.optimizers.SGD(schedule), factor=2.0)
+    c = center()
+    state = outer.state(c, num_workers=2)
+    c1 = state.round(c, [w - 1 for w in c])
+    c2 = state.round(c1, [w - 1 for w in c1])
+    np.testing.assert_allclose(c[0] - c1[0], 0.1, rtol=1e-5)
+    np.testing.assert_allclose(c1[0] - c2[0], 0.05, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message", "fix"),
+    [
+        (
+            {"mode": "asynchronous", "frequency": "batch"},
+            "Set mode='synchronous'",
+            {"frequency": "batch"},
+        ),
+        ({}, "Set frequency='batch'", {"frequency": "batch"}),
+        ({"frequency": 4}, "Set frequency='batch'", {"frequency": 1}),
+        (
+            {"frequency": "batch", "outer_learning_rate": 0.5},
+            "Drop outer_learning_rate",
+            {"frequency": "batch"},
+        ),
+        (
+            {"frequency": "batch", "sync_fragments": 2},
+            "Drop sync_fragments",
+            {"frequency": "batch"},
+        ),
+        (
+            {"frequency": "batch", "warmup_epochs": 1.0},
+            "Drop warmup_epochs",
+            {"frequency": "batch"},
+        ),
+        (
+            {"frequency": "batch", "service_shards": 2},
+            "Drop service_shards",
+            {"frequency": "batch"},
+        ),
+    ],
+)
+def test_settings_it_cannot_take_are_refused_with_a_fix_that_works(settings, message, fix) -> None:
+    with pytest.raises(ConfigError, match=message):
+        TrainConfig(outer_optimizer="model", **settings)
+    TrainConfig(outer_optimizer="model", **fix)
+
+
+def test_the_plan_moves_the_recipes_factor_to_the_service_and_says_so() -> None:
+    net = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    net.compile(optimizer=keras.optimizers.Adam(0.001), loss="mse")
+    plan = FitPlan.resolve(
+        TrainConfig(outer_optimizer="model", frequency="batch"),
+        num_workers=4,
+        rows=1000,
+        threads=1,
+        service_host="127.0.0.1",
+        optimizer="adaptive",
+        optimizer_config=keras_io.optimizer_config(net),
+        trainable=keras_io.trainable_flags(net),
+    )
+    assert plan.outer is not None and plan.outer.steps_model
+    assert plan.outer.rate_factor == 4.0 and plan.outer.trainable == (True, True)
+    assert json.loads(plan.outer.config)["class_name"] == "Adam"
+    lines = plan.describe(0.001)
+    assert lines["learning rate"].startswith("the service's optimizer steps at 0.004")
+    assert "workers take plain gradient steps (SGD, rate 1)" in lines["learning rate"]
+    assert lines["outer optimizer"].startswith("the model's Adam on each round's mean gradient")
+    assert isinstance(
+        plan.outer.state([w.numpy() for w in net.weights], num_workers=4), ModelOptimizerState
+    )
+
+
+def test_a_store_steps_with_the_model_optimizer_and_a_failing_step_aborts_the_fit() -> None:
+    """Through a real store: a round's result is one compiled SGD step on the mean of the
+    workers' gradients; a step that raises aborts the fit with its cause (no worker waits
+    for a round that will never merge)."""
+    from sparkdl.server.state.errors import StoreError
+    from sparkdl.server.state.store import WeightStore
+    from sparkdl.sync.merges import Average
+    from tests.stores import joined
+
+    net = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, use_bias=False)])
+    net.compile(optimizer=keras.optimizers.SGD(0.5), loss="mse")
+    outer = OuterOptimizer("model", 1.0, 0.0).of_model(
+        keras_io.optimizer_config(net), keras_io.trainable_flags(net), 1.0
+    )
+    start = [np.zeros((2, 1), np.float32)]
+    store = joined(WeightStore(start, num_workers=2, merge=Average(), outer=outer))
+
+    def push_round(version: int, grads: tuple[float, float]) -> None:
+        for w in (0, 1):  # each worker stepped with SGD at rate 1: center - gradient
+            moved = store.weights()[0] - grads[w]
+            store.push(
+                w,
+                seq=version + 1,
+                attempt=0,
+                base_version=version,
+                arrays=[moved],
+                samples=5,
+                meta={},
+            )
+
+    push_round(0, (1.0, 3.0))  # mean gradient 2, at rate 0.5: -1
+    np.testing.assert_allclose(store.weights()[0], np.full((2, 1), -1.0))
+    assert store.outer is not None
+
+    def fail(bases, grads):  # type: ignore[no-untyped-def]
+        raise RuntimeError("no such op")
+
+    store.outer._step = fail  # type: ignore[attr-defined]
+    with pytest.raises(StoreError, match="outer optimizer failed to step: RuntimeError"):
+        push_round(1, (1.0, 1.0))
+    assert "no such op" in str(store.status().get("aborted"))
+    np.testing.assert_allclose(store.weights()[0], np.full((2, 1), -1.0))
