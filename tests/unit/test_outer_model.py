@@ -229,6 +229,9 @@ def test_a_store_steps_with_the_model_optimizer_and_a_failing_step_aborts_the_fi
 
     push_round(0, (1.0, 3.0))  # mean gradient 2, at rate 0.5: -1
     np.testing.assert_allclose(store.weights()[0], np.full((2, 1), -1.0))
+    store.set_learning_rate(0.25)  # ReduceLROnPlateau on the driver: the service's rate
+    push_round(1, (2.0, 2.0))  # mean gradient 2, at rate 0.25: -0.5
+    np.testing.assert_allclose(store.weights()[0], np.full((2, 1), -1.5))
     assert store.outer is not None
 
     def fail(bases, grads):  # type: ignore[no-untyped-def]
@@ -236,6 +239,6 @@ def test_a_store_steps_with_the_model_optimizer_and_a_failing_step_aborts_the_fi
 
     store.outer._step = fail  # type: ignore[attr-defined]
     with pytest.raises(StoreError, match="outer optimizer failed to step: RuntimeError"):
-        push_round(1, (1.0, 1.0))
+        push_round(2, (1.0, 1.0))
     assert "no such op" in str(store.status().get("aborted"))
-    np.testing.assert_allclose(store.weights()[0], np.full((2, 1), -1.0))
+    np.testing.assert_allclose(store.weights()[0], np.full((2, 1), -1.5))
