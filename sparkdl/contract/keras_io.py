@@ -39,6 +39,7 @@ __all__ = [
     "check_compiled",
     "check_input_structure",
     "check_labels",
+    "check_model_outer",
     "copy_model",
     "declared_shapes",
     "input_dims",
@@ -48,6 +49,7 @@ __all__ = [
     "learning_rate",
     "model_from_bytes",
     "model_to_bytes",
+    "optimizer_arrays",
     "optimizer_config",
     "output_names",
     "resolve_input_shape",
@@ -644,6 +646,56 @@ def optimizer_config(model: Any) -> str:
     import keras
 
     return json.dumps(keras.optimizers.serialize(_inner_optimizer(model)))
+
+
+def optimizer_arrays(model: Any) -> list[np.ndarray]:
+    """The values of the model's optimizer variables (step count, rate, slots) once it
+    has stepped (a model trained before); ``[]`` for a fresh one."""
+    import keras
+
+    optimizer = _inner_optimizer(model)
+    if optimizer is None or not getattr(optimizer, "built", False):
+        return []
+    if int(keras.ops.convert_to_numpy(optimizer.iterations)) == 0:
+        return []
+    return [keras.ops.convert_to_numpy(v) for v in optimizer.variables]
+
+
+def check_model_outer(model: Any, config: str) -> None:
+    """Refuses, on the driver, a model ``outer_optimizer="model"`` cannot step as
+    ``model.fit`` would.
+
+    Raises:
+        ConfigError: ``steps_per_execution`` above 1 (a push would hold several steps),
+            a trainable weight with a constraint (the worker's step, which recovers the
+            gradient, would apply it), or an optimizer Keras cannot rebuild from its
+            config (an unregistered class).
+    """
+    import keras
+
+    steps = int(getattr(model, "steps_per_execution", 1) or 1)
+    if steps > 1:
+        raise ConfigError(
+            f"outer_optimizer='model' needs one batch per round, and the model was compiled "
+            f"with steps_per_execution={steps}. Compile with steps_per_execution=1."
+        )
+    for variable in model.trainable_weights:
+        if getattr(variable, "constraint", None) is not None:
+            raise ConfigError(
+                f"outer_optimizer='model' takes each batch's gradient from the worker's plain "
+                f"step, and the constraint on {variable.path} would change it. Drop the "
+                "constraint, or use outer_optimizer=None."
+            )
+    try:
+        rebuilt = keras.optimizers.deserialize(json.loads(config))
+        if not isinstance(rebuilt, keras.optimizers.Optimizer):  # Keras may return a str
+            raise TypeError(f"Keras rebuilt {type(rebuilt).__name__}, not an optimizer")
+    except Exception as exc:
+        raise ConfigError(
+            f"outer_optimizer='model' rebuilds the model's optimizer on the service from its "
+            f"config, which failed ({type(exc).__name__}: {exc}). Register its class with "
+            "@keras.saving.register_keras_serializable(), or use outer_optimizer=None."
+        ) from exc
 
 
 def trainable_flags(model: Any) -> tuple[bool, ...]:

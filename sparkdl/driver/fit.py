@@ -265,11 +265,18 @@ class Fit:
             local_master=where.local,
             optimizer=keras_io.optimizer_kind(self.model),
             service_placement=where.name,
-            optimizer_config=keras_io.optimizer_config(self.model)
-            if config.outer_optimizer == OUTER_MODEL
-            else "",
+            optimizer_config=self._model_optimizer(),
             trainable=keras_io.trainable_flags(self.model),
         )
+
+    def _model_optimizer(self) -> str:
+        """The compiled optimizer, serialized and checked, for ``outer_optimizer="model"``
+        (``""`` otherwise)."""
+        if self.config.outer_optimizer != OUTER_MODEL:
+            return ""
+        serialized = keras_io.optimizer_config(self.model)
+        keras_io.check_model_outer(self.model, serialized)
+        return serialized
 
     def _announce(self, plan: FitPlan) -> dict[str, str]:
         """Checks the recipe against the model's rate and logs (and with ``verbose``
@@ -340,6 +347,8 @@ class Fit:
             ConfigError: The checkpoint's state does not fit the model's weights.
         """
         found = self.outer_state
+        if plan.outer is not None and plan.outer.steps_model and found is None:
+            found = self._stepped_optimizer(plan)
         if plan.outer is None or found is None:
             if found is not None:
                 _log.info("the checkpoint's outer optimizer state is not used: none is set")
@@ -352,6 +361,18 @@ class Fit:
                 "use a new checkpoint_dir."
             )
         return found
+
+    def _stepped_optimizer(self, plan: FitPlan) -> tuple[list[np.ndarray], int] | None:
+        """``outer_optimizer="model"`` on a model trained before: its optimizer's state
+        (step count and slots) for the service to go on from, as ``model.fit`` would."""
+        assert plan.outer is not None
+        arrays = keras_io.optimizer_arrays(self.model)
+        if not arrays:
+            return None
+        if [tuple(a.shape) for a in arrays] != plan.outer.state_shapes(self.model.weights):
+            _log.info("the model's optimizer state does not fit the service's: a fresh one")
+            return None
+        return arrays, 0
 
     def _followed(self) -> bool:
         """Something on the driver follows the fit as it runs (callbacks, checkpoints,

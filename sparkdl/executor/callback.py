@@ -77,6 +77,7 @@ class SyncCallback(keras.callbacks.Callback):
         self._validated = False
         self._step = 0  # batches of the epoch done
         self._testing = False
+        self._held: list[Any] | None = None  # local weights while the center validates
 
     def position(self) -> str:
         """Where training stands, for a failure's first line: ``"epoch 3 of 20, batch
@@ -104,6 +105,11 @@ class SyncCallback(keras.callbacks.Callback):
         self._testing = True
         # model.fit validates: the metrics still hold the epoch's training states.
         self._train_states, self._validated = MetricStates.read(self.model), True
+        if self.service_rate:
+            # The local weights are the center less the last batch's raw gradient (the
+            # epoch's closing round comes after validation): validate the center.
+            self._held = self.model.get_weights()
+            self.model.set_weights(self.pusher.center)
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         step = self._offset + batch + 1
@@ -113,6 +119,9 @@ class SyncCallback(keras.callbacks.Callback):
 
     def on_test_end(self, logs: dict[str, Any] | None = None) -> None:
         self._testing = False
+        if self._held is not None:
+            self.model.set_weights(self._held)
+            self._held = None
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         logs = logs or {}

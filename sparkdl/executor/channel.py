@@ -121,6 +121,11 @@ class PushPath(Protocol):
     def wait_seconds(self) -> float: ...
 
     @property
+    def center(self) -> list[np.ndarray]:
+        """The center as this worker last received it."""
+        ...
+
+    @property
     def pushes(self) -> int: ...
 
     @property

@@ -118,6 +118,11 @@ class Pusher:
             replica=client.control.get("replica") if compression else None,
         )
 
+    @property
+    def center(self) -> list[np.ndarray]:
+        """The center as this worker last received it."""
+        return list(self._center)
+
     def push(
         self,
         samples: int,

@@ -93,6 +93,11 @@ class ShardedPusher:
         return max(p.wait_seconds for p in self.shards)
 
     @property
+    def center(self) -> list[np.ndarray]:
+        """The center as the shards last sent it, joined."""
+        return self.layout.join([p.center for p in self.shards])
+
+    @property
     def pushes(self) -> int:
         return self._pushes
 

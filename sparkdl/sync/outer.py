@@ -395,7 +395,10 @@ class ModelOptimizerState(OuterState):
         self._lock = threading.Lock()
         flags = optimizer.trainable or (True,) * len(center)
         self._index = [i for i, c in enumerate(center) if flags[i] and is_float(c)]
-        self._keras = keras.optimizers.deserialize(json.loads(optimizer.config))
+        config = json.loads(optimizer.config)
+        # The workers' plain steps scale no loss, so nothing is there to unscale.
+        config.get("config", {}).pop("loss_scale_factor", None)
+        self._keras = keras.optimizers.deserialize(config)
         self._variables = [
             keras.Variable(np.asarray(center[i], _work_dtype(center[i])), name=f"weight_{i}")
             for i in self._index
@@ -407,7 +410,7 @@ class ModelOptimizerState(OuterState):
         self.base_rate = _fixed_rate(optimizer.config)
         if arrays is not None:
             self._restore(arrays)
-        elif self.base_rate is not None:
+        if self.base_rate is not None:  # a restored rate was scaled for other workers
             self._keras.learning_rate = self.base_rate * optimizer.rate_factor
 
     def _restore(self, arrays: Sequence[np.ndarray]) -> None:
@@ -444,6 +447,10 @@ class ModelOptimizerState(OuterState):
                 base = np.asarray(center[i], dtype=variable.dtype)
                 bases.append(base)  # the center as it is (a resumed or reset one too)
                 grads.append(base - np.asarray(merged[i], dtype=variable.dtype))
+            if not any(np.any(g) for g in grads):
+                # Every worker skipped its step (a loss scale's overflow): Keras's
+                # optimizer takes none either.
+                return list(merged)
             stepped = self._step(bases, grads)
             out = list(merged)
             for value, i in zip(stepped, self._index, strict=True):

@@ -195,3 +195,25 @@ def test_the_models_optimizer_state_is_checkpointed_and_a_resume_goes_on_from_it
             resumed.get_model().get_weights(), fresh.get_model().get_weights(), strict=True
         )
     )
+
+
+@pytest.mark.slow
+def test_a_model_trained_before_goes_on_from_its_optimizers_state(digits, tmp_path) -> None:
+    """As model.fit would: the service's Adam starts from the step count and moments
+    the model's optimizer holds (45 steps of plain Keras), not from zero."""
+    train_df, _, (x_train, _, y_train, _) = digits
+    model = digits_model()
+    model.fit(x_train, y_train, batch_size=32, epochs=1, verbose=0)  # 45 steps
+    directory = str(tmp_path / "checkpoints")
+    KerasEstimator(
+        model=model,
+        num_workers=2,
+        epochs=1,
+        seed=0,
+        outer_optimizer="model",
+        frequency="batch",
+        checkpoint_dir=directory,
+    ).fit(train_df)
+    saved = checkpoints.latest(directory)
+    assert saved is not None and saved.outer is not None
+    assert int(np.asarray(saved.outer[0][0])) == 45 + 23  # and one epoch of 23 rounds

@@ -242,3 +242,94 @@ def test_a_store_steps_with_the_model_optimizer_and_a_failing_step_aborts_the_fi
         push_round(2, (1.0, 1.0))
     assert "no such op" in str(store.status().get("aborted"))
     np.testing.assert_allclose(store.weights()[0], np.full((2, 1), -1.5))
+
+
+def test_models_it_cannot_step_are_refused_on_the_driver_with_a_fix_that_works() -> None:
+    def net(**dense):  # type: ignore[no-untyped-def]
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, **dense)])
+        return model
+
+    several = net()
+    several.compile(optimizer="adam", loss="mse", steps_per_execution=2)
+    with pytest.raises(ConfigError, match="Compile with steps_per_execution=1"):
+        keras_io.check_model_outer(several, keras_io.optimizer_config(several))
+    several.compile(optimizer="adam", loss="mse", steps_per_execution=1)
+    keras_io.check_model_outer(several, keras_io.optimizer_config(several))
+
+    constrained = net(kernel_constraint=keras.constraints.NonNeg())
+    constrained.compile(optimizer="adam", loss="mse")
+    with pytest.raises(ConfigError, match="Drop the constraint"):
+        keras_io.check_model_outer(constrained, keras_io.optimizer_config(constrained))
+    plain = net()
+    plain.compile(optimizer="adam", loss="mse")
+    keras_io.check_model_outer(plain, keras_io.optimizer_config(plain))
+
+
+@keras.saving.register_keras_serializable(package="sparkdl_tests")
+class RegisteredAdam(keras.optimizers.Adam):
+    pass
+
+
+def test_an_optimizer_class_keras_cannot_rebuild_is_refused_and_registering_it_works() -> None:
+    class UnregisteredAdam(keras.optimizers.Adam):  # not found by its module's name
+        pass
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(optimizer=UnregisteredAdam(0.01), loss="mse")
+    with pytest.raises(ConfigError, match="register_keras_serializable"):
+        keras_io.check_model_outer(model, keras_io.optimizer_config(model))
+    model.compile(optimizer=RegisteredAdam(0.01), loss="mse")
+    config = keras_io.optimizer_config(model)
+    keras_io.check_model_outer(model, config)
+    outer = OuterOptimizer("model", 1.0, 0.0).of_model(config, keras_io.trainable_flags(model), 1.0)
+    state = outer.state([w.numpy() for w in model.weights], num_workers=2)
+    assert type(state._keras).__name__ == "RegisteredAdam"  # type: ignore[attr-defined]
+
+
+def test_a_round_of_no_change_takes_no_step_as_keras_skips_an_overflowed_one() -> None:
+    state = model_outer(keras.optimizers.Adam(0.01)).state(center(), num_workers=2)
+    c = center()
+    c1 = state.round(c, [w - 0.5 for w in c])
+    before = state.arrays()
+    same = state.round(c1, list(c1))  # every worker's loss scale skipped its step
+    for got, want in zip(same, c1, strict=True):
+        np.testing.assert_array_equal(got, want)
+    for got, want in zip(state.arrays(), before, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_loss_scale_factor_is_not_undone_on_the_service() -> None:
+    scaled = model_outer(keras.optimizers.SGD(0.1, loss_scale_factor=128.0))
+    c = center()
+    after = scaled.state(c, num_workers=2).round(c, [w - 1 for w in c])
+    np.testing.assert_allclose(after[0], c[0] - 0.1, rtol=1e-5)
+
+
+def test_a_restored_state_steps_at_the_compiled_rate_times_this_fits_factor() -> None:
+    two = model_outer(keras.optimizers.SGD(0.1), factor=2.0)
+    c = center()
+    saved = two.state(c, num_workers=2).arrays()  # its rate variable holds 0.2
+    four = model_outer(keras.optimizers.SGD(0.1), factor=4.0)
+    after = four.state(c, num_workers=4, arrays=saved).round(c, [w - 1 for w in c])
+    np.testing.assert_allclose(after[0], c[0] - 0.4, rtol=1e-5)
+
+
+def test_validation_sees_the_center_and_training_goes_on_from_the_local_weights() -> None:
+    """The epoch's closing round comes after Keras validates, when the local weights are
+    the center less the last batch's raw gradient: the callback validates the center."""
+    from sparkdl.executor.callback import SyncCallback
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    local = [np.ones_like(w) for w in model.get_weights()]
+    model.set_weights(local)
+
+    class Center:  # the one attribute validation reads from the worker's pusher
+        center = [np.zeros_like(w) for w in local]
+
+    sync = SyncCallback(Center(), None, service_rate=True)  # type: ignore[arg-type]
+    sync.set_model(model)
+    sync.on_test_begin()
+    assert all(not np.any(w) for w in model.get_weights())
+    sync.on_test_end()
+    for got, want in zip(model.get_weights(), local, strict=True):
+        np.testing.assert_array_equal(got, want)
