@@ -313,9 +313,7 @@ def _fit_epochs(
         start = held_in - rows if rows is not None and not plan.shuffle else 0
         epoch_rows = held_in if rows is None else rows
         callbacks = [sync] if sync.rate is None else [sync.rate, sync]
-        # The merged model moves by each row alike (with the model's optimizer on the
-        # service, the merge's weighting by samples already does that).
-        if plan.num_workers > 1 and not (plan.outer is not None and plan.outer.steps_model):
+        if plan.num_workers > 1:  # the merged model moves by each row alike
             callbacks.insert(-1, ShortBatchRate(epoch_rows, plan.batch_size))
         model.fit(
             feed.train(start, held_in, shuffle=plan.shuffle, seed=seed + first, limit=rows),

@@ -35,6 +35,31 @@ def same_weights(a, b) -> None:  # type: ignore[no-untyped-def]
         np.testing.assert_array_equal(x, y)
 
 
+def resumes_differ_without_the_state(train_df, directory, saved, settings) -> None:  # type: ignore[no-untyped-def]
+    """A resume from ``saved`` (epoch 2 of ``directory``) to epoch 3 takes its outer
+    state: the same resume without it (a checkpoint of the older format) ends with other
+    weights after the same first two epochs' history."""
+    resumed = fit(train_df, epochs=3, resume=True, **settings)
+    os.remove(os.path.join(saved.path, "outer.sdlw"))
+    state_file = os.path.join(saved.path, "state.json")
+    with open(state_file) as f:
+        state = json.load(f)
+    del state["outer_pushes"]
+    with open(state_file, "w") as f:
+        json.dump(state, f)
+    for path in os.listdir(directory):  # only epoch 2's checkpoint stays
+        if path != os.path.basename(saved.path):
+            shutil.rmtree(os.path.join(directory, path))
+    fresh = fit(train_df, epochs=3, resume=True, **settings)
+    assert resumed.history["loss"][:2] == fresh.history["loss"][:2]
+    assert any(
+        not np.array_equal(a, b)
+        for a, b in zip(
+            resumed.get_model().get_weights(), fresh.get_model().get_weights(), strict=True
+        )
+    )
+
+
 def test_sgd_at_rate_1_without_momentum_gives_todays_weights(digits) -> None:
     train_df, _, _ = digits
     today = fit(train_df)
@@ -90,27 +115,7 @@ def test_checkpoints_carry_the_outer_state_and_a_resume_uses_it(digits, tmp_path
     assert saved is not None and saved.epoch == 2 and saved.outer is not None
     momentum = saved.outer[0][: len(saved.weights)]
     assert any(np.abs(m).max() > 0 for m in momentum)  # a real state, not zeros
-    resumed = fit(train_df, epochs=3, resume=True, **settings)
-    # The same resume without the state (a checkpoint of today's format): other weights.
-    os.remove(os.path.join(saved.path, "outer.sdlw"))
-    state_file = os.path.join(saved.path, "state.json")
-    with open(state_file) as f:
-        state = json.load(f)
-    del state["outer_pushes"]
-    with open(state_file, "w") as f:
-        json.dump(state, f)
-    for path in os.listdir(directory):  # only epoch 2's checkpoint stays
-        if path != os.path.basename(saved.path):
-            shutil.rmtree(os.path.join(directory, path))
-    fresh = fit(train_df, epochs=3, resume=True, **settings)
-    assert resumed.history["loss"][:2] == fresh.history["loss"][:2]
-    differs = any(
-        not np.array_equal(a, b)
-        for a, b in zip(
-            resumed.get_model().get_weights(), fresh.get_model().get_weights(), strict=True
-        )
-    )
-    assert differs
+    resumes_differ_without_the_state(train_df, directory, saved, settings)
 
 
 def test_an_outer_state_of_another_model_is_refused_with_the_fix(digits, tmp_path) -> None:
@@ -176,25 +181,7 @@ def test_the_models_optimizer_state_is_checkpointed_and_a_resume_goes_on_from_it
     assert saved is not None and saved.epoch == 2 and saved.outer is not None
     steps = int(np.asarray(saved.outer[0][0]))  # Adam's step count comes first
     assert steps == 2 * 23, steps  # 2 epochs of 23 rounds (719 rows, batches of 32)
-    resumed = fit(train_df, epochs=3, resume=True, **settings)
-    os.remove(os.path.join(saved.path, "outer.sdlw"))
-    state_file = os.path.join(saved.path, "state.json")
-    with open(state_file) as f:
-        state = json.load(f)
-    del state["outer_pushes"]
-    with open(state_file, "w") as f:
-        json.dump(state, f)
-    for path in os.listdir(directory):  # only epoch 2's checkpoint stays
-        if path != os.path.basename(saved.path):
-            shutil.rmtree(os.path.join(directory, path))
-    fresh = fit(train_df, epochs=3, resume=True, **settings)
-    assert resumed.history["loss"][:2] == fresh.history["loss"][:2]
-    assert any(
-        not np.array_equal(a, b)
-        for a, b in zip(
-            resumed.get_model().get_weights(), fresh.get_model().get_weights(), strict=True
-        )
-    )
+    resumes_differ_without_the_state(train_df, directory, saved, settings)
 
 
 @pytest.mark.slow
