@@ -219,6 +219,12 @@ class FitPlan:
         )
 
     @property
+    def steps_model(self) -> bool:
+        """The model's compiled optimizer steps the center on the service
+        (``outer_optimizer="model"``); the workers' own steps are plain, at rate 1."""
+        return self.outer is not None and self.outer.steps_model
+
+    @property
     def hosted(self) -> bool:
         """The service runs inside the training job (``service_placement="cluster"``)."""
         return self.service_placement == "cluster"
@@ -267,7 +273,7 @@ class FitPlan:
             "backend": f"Keras on {self.backend} (the driver's)",
             "learning rate": self.lr_recipe.explain(learning_rate),
         }
-        if self.outer is not None and self.outer.steps_model:
+        if self.steps_model:
             lines["learning rate"] = (
                 "the service's optimizer steps at "
                 + self.lr_recipe.explain(learning_rate).split(" at ", 1)[1]

@@ -347,7 +347,7 @@ class Fit:
             ConfigError: The checkpoint's state does not fit the model's weights.
         """
         found = self.outer_state
-        if plan.outer is not None and plan.outer.steps_model and found is None:
+        if plan.steps_model and found is None:
             found = self._stepped_optimizer(plan)
         if plan.outer is None or found is None:
             if found is not None:

@@ -170,7 +170,7 @@ def _sync_callback(
         val_rows=val_rows,
         rate=_scaled_rate(plan, model, schedule.rows),
         last_epoch=plan.epochs,
-        service_rate=plan.outer is not None and plan.outer.steps_model,
+        service_rate=plan.steps_model,
     )
     sync.set_model(model)
     return sync
@@ -179,7 +179,7 @@ def _sync_callback(
 def _scaled_rate(plan: FitPlan, model: keras.Model, held_in: int) -> ScaledRate | None:
     """The learning-rate recipe's callback on ``model``, or ``None`` when it scales
     nothing."""
-    if not plan.lr_recipe.active or (plan.outer is not None and plan.outer.steps_model):
+    if not plan.lr_recipe.active or plan.steps_model:
         return None  # (the service scales the model's rate)
     rate = ScaledRate(plan.lr_recipe, steps_for(held_in, plan.batch_size))
     rate.set_model(model)
@@ -223,7 +223,7 @@ def _build_model(payload: WorkerPayload, worker: int) -> keras.Model:
         model = mixed_precision_model(payload.model_bytes.value, custom)
     else:
         model = model_from_bytes(payload.model_bytes.value, custom)
-    if plan.outer is not None and plan.outer.steps_model:
+    if plan.steps_model:
         _step_plainly(model)
     return model
 

@@ -407,7 +407,7 @@ class ModelOptimizerState(OuterState):
         #: One step: the center's values in, the optimizer applied, the new values out
         #: (compiled where the backend pays per operation: ``compile``).
         self._step = (compile or (lambda f: f))(self._apply)
-        self.base_rate = _fixed_rate(optimizer.config)
+        self.base_rate = _fixed_rate(config)
         if arrays is not None:
             self._restore(arrays)
         if self.base_rate is not None:  # a restored rate was scaled for other workers
@@ -441,7 +441,6 @@ class ModelOptimizerState(OuterState):
         """The center after one optimizer step on the round's mean gradient (``check``
         may refuse the result: the optimizer's state then stays as it was)."""
         with self._lock, np.errstate(over="ignore", invalid="ignore"):
-            before = self._values()
             bases, grads = [], []
             for variable, i in zip(self._variables, self._index, strict=True):
                 base = np.asarray(center[i], dtype=variable.dtype)
@@ -451,6 +450,7 @@ class ModelOptimizerState(OuterState):
                 # Every worker skipped its step (a loss scale's overflow): Keras's
                 # optimizer takes none either.
                 return list(merged)
+            before = self._values() if check is not None else []  # to undo a refusal
             stepped = self._step(bases, grads)
             out = list(merged)
             for value, i in zip(stepped, self._index, strict=True):
@@ -497,15 +497,15 @@ class ModelOptimizerState(OuterState):
             return self._values(), self.pushes
 
 
-def _fixed_rate(config: str) -> float | None:
+def _fixed_rate(config: dict[str, Any]) -> float | None:
     """The learning rate of a serialized Keras optimizer, or ``None`` when a schedule
     (serialized as a dict) gives it.
 
     Example:
-        >>> _fixed_rate('{"config": {"learning_rate": 0.001}}')
+        >>> _fixed_rate({"config": {"learning_rate": 0.001}})
         0.001
     """
-    rate = json.loads(config).get("config", {}).get("learning_rate")
+    rate = config.get("config", {}).get("learning_rate")
     return float(rate) if isinstance(rate, (int, float)) else None
 
 
