@@ -8,7 +8,7 @@
 #   bash scripts/matrix.sh jax --setup-only    builds (or checks) the environment only
 # The stack's pins are tests/matrix/<name>.txt (a pip constraints file); its header
 # names the extras to install, the environment the tests run in and pytest's selection. A second run
-# reinstalls nothing that is in place (pip checks the pins, from its cache or PyPI).
+# reinstalls nothing that is in place (uv checks the pins, from its cache or PyPI).
 # `bash scripts/test.sh --all` runs the three; the main environment (.venv) is the
 # newest of everything.
 set -euo pipefail
@@ -23,9 +23,10 @@ selection="$(sed -n 's/^# pytest: *//p' "$pins")"
 venv=".venv-${name}"
 python="${PYTHON:-python3}"
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
-"$venv/bin/python" -m pip install --quiet --upgrade pip
-"$venv/bin/python" -m pip install --quiet -c "$pins" -e ".[${extras}]"
-# What the pins promise is what got installed (pip would say nothing of a package that
+# shellcheck source=scripts/install.sh
+. scripts/install.sh
+install_into "$venv" -c "$pins" -e ".[${extras}]"
+# What the pins promise is what got installed (the installer would say nothing of a package that
 # another requirement pulled in at another version).
 "$venv/bin/python" - "$pins" <<'PY'
 import sys

@@ -8,6 +8,7 @@ python="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
     "$python" -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e ".[${extras}]"
+# shellcheck source=scripts/install.sh
+. scripts/install.sh
+install_into .venv -e ".[${extras}]"
 java -version >/dev/null 2>&1 || { echo "Java 17 is required by Spark: install a JDK 17 and put java on PATH" >&2; exit 1; }
