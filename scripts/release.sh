@@ -9,13 +9,16 @@
 #      TensorFlow or JAX, may fail only for that package's absence).
 # Usage: bash scripts/release.sh    (bash scripts/test.sh --all runs it after the docs)
 # Needs the package index for step 3 (pyspark, keras, numpy...: pip's cache makes it quick).
+# Step 3 installs with pip, as a user would; .venv's own packages come from uv
+# (scripts/install.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
 # The release extra brings build and twine into .venv.
 [ "${SPARKDL_SETUP_DONE:-}" = 1 ] || bash scripts/setup.sh release
-.venv/bin/python -c "import build, twine" 2>/dev/null ||
-    .venv/bin/python -m pip install --quiet -e ".[release]"
+# shellcheck source=scripts/install.sh
+. scripts/install.sh
+.venv/bin/python -c "import build, twine" 2>/dev/null || install_into .venv -e ".[release]"
 
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
