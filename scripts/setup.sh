@@ -8,6 +8,8 @@ python="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
     "$python" -m venv .venv
 fi
+# pip stays current too: scripts/check_conf.sh plans the conf/ recipes with it.
+.venv/bin/python -m pip install --quiet --upgrade pip
 # shellcheck source=scripts/install.sh
 . scripts/install.sh
 install_into .venv -e ".[${extras}]"

@@ -324,7 +324,8 @@ def _checkpoint_to_resume(config: TrainConfig) -> checkpoints.Checkpoint | None:
     """The newest checkpoint of ``checkpoint_dir`` when ``resume`` asks for it.
 
     Raises:
-        ConfigError: It is already at (or past) ``epochs``.
+        ConfigError: It is already at (or past) ``epochs``, or it holds another outer
+            optimizer's state than this fit's.
     """
     if not (config.resume and config.checkpoint_dir):
         return None
@@ -333,5 +334,14 @@ def _checkpoint_to_resume(config: TrainConfig) -> checkpoints.Checkpoint | None:
         raise ConfigError(
             f"The newest checkpoint ({found.path}) is at epoch {found.epoch}, not "
             f"before epochs={config.epochs}: raise epochs to train further."
+        )
+    written = found.settings.get("outer_optimizer") if found is not None else None
+    if found is not None and found.outer is not None and written != config.outer_optimizer:
+        raise ConfigError(
+            f"The newest checkpoint ({found.path}) holds the state of "
+            f"outer_optimizer={written!r}, and this fit has "
+            f"outer_optimizer={config.outer_optimizer!r}: resume with "
+            f"outer_optimizer={written!r}, the setting it was written with, or start "
+            "afresh in another checkpoint_dir."
         )
     return found

@@ -711,6 +711,20 @@ def trainable_flags(model: Any) -> tuple[bool, ...]:
     return tuple(id(w) in ids for w in model.weights)
 
 
+def weight_paths(model: Any) -> tuple[str, ...]:
+    """Each of ``model.weights``' path (the center's order): what an optimizer that
+    treats weights by their layer (``Muon``'s ``exclude_layers`` and embeddings) reads.
+
+    Example:
+        >>> import keras
+        >>> net = keras.Sequential(
+        ...     [keras.Input((2,)), keras.layers.Dense(1, name="out")], name="net")
+        >>> weight_paths(net)
+        ('net/out/kernel', 'net/out/bias')
+    """
+    return tuple(str(w.path) for w in model.weights)
+
+
 def _inner_optimizer(model: Any) -> Any:
     """The model's optimizer, unwrapped from a ``LossScaleOptimizer`` (mixed precision)."""
     optimizer = getattr(model, "optimizer", None)

@@ -145,6 +145,7 @@ class FitPlan:
         service_placement: str = "driver",
         optimizer_config: str = "",
         trainable: tuple[bool, ...] = (),
+        weight_paths: tuple[str, ...] = (),
     ) -> FitPlan:
         """Resolves ``config`` for a fit over ``rows`` rows on ``num_workers`` workers.
 
@@ -171,6 +172,8 @@ class FitPlan:
                 ``outer_optimizer="model"``.
             trainable: Which of the model's weights are trainable
                 (:func:`sparkdl.contract.keras_io.trainable_flags`), for the same.
+            weight_paths: The model's weight paths
+                (:func:`sparkdl.contract.keras_io.weight_paths`), for the same.
 
         Raises:
             ConfigError: ``backup_workers`` leaves no worker for a round.
@@ -193,7 +196,7 @@ class FitPlan:
             synchronous=mode.barrier,
         )
         if outer is not None and outer.steps_model:  # the service scales the model's rate
-            outer = outer.of_model(optimizer_config, trainable, recipe.factor)
+            outer = outer.of_model(optimizer_config, trainable, recipe.factor, weight_paths)
         return cls(
             **{f.name: getattr(config, f.name) for f in dataclasses.fields(cls) if _given(f)},
             mode=mode,

@@ -267,6 +267,7 @@ class Fit:
             service_placement=where.name,
             optimizer_config=self._model_optimizer(),
             trainable=keras_io.trainable_flags(self.model),
+            weight_paths=keras_io.weight_paths(self.model),
         )
 
     def _model_optimizer(self) -> str:

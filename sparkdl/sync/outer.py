@@ -96,6 +96,9 @@ class OuterOptimizer:
             moving statistics are averaged).
         rate_factor: ``"model"``: the learning-rate recipe's factor on the compiled
             rate (:mod:`sparkdl.sync.recipe`; the workers' own rate is then 1).
+        paths: ``"model"``: the model's weight paths (in the center's order), which
+            the optimizer's copies of the weights take: an optimizer may treat a
+            weight by its layer (``Muon``'s ``exclude_layers``, its embeddings).
     """
 
     kind: str
@@ -104,6 +107,7 @@ class OuterOptimizer:
     config: str = field(default="", repr=False)
     trainable: tuple[bool, ...] = field(default=(), repr=False)
     rate_factor: float = 1.0
+    paths: tuple[str, ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         check(self.kind, self.learning_rate, self.momentum)
@@ -128,12 +132,21 @@ class OuterOptimizer:
         )
 
     def of_model(
-        self, config: str, trainable: tuple[bool, ...], rate_factor: float
+        self,
+        config: str,
+        trainable: tuple[bool, ...],
+        rate_factor: float,
+        paths: tuple[str, ...] = (),
     ) -> OuterOptimizer:
         """``"model"`` resolved for one model: its compiled optimizer (serialized), which
-        of its weights are trainable, and the recipe's factor on its rate."""
+        of its weights are trainable, the recipe's factor on its rate, and its weights'
+        paths."""
         return dataclasses.replace(
-            self, config=config, trainable=tuple(trainable), rate_factor=float(rate_factor)
+            self,
+            config=config,
+            trainable=tuple(trainable),
+            rate_factor=float(rate_factor),
+            paths=tuple(paths),
         )
 
     @property
@@ -399,10 +412,8 @@ class ModelOptimizerState(OuterState):
         # The workers' plain steps scale no loss, so nothing is there to unscale.
         config.get("config", {}).pop("loss_scale_factor", None)
         self._keras = keras.optimizers.deserialize(config)
-        self._variables = [
-            keras.Variable(np.asarray(center[i], _work_dtype(center[i])), name=f"weight_{i}")
-            for i in self._index
-        ]
+        paths = optimizer.paths or tuple(f"weight_{i}" for i in range(len(center)))
+        self._variables = [_mirror(center[i], paths[i]) for i in self._index]
         self._keras.build(self._variables)
         #: One step: the center's values in, the optimizer applied, the new values out
         #: (compiled where the backend pays per operation: ``compile``).
@@ -495,6 +506,25 @@ class ModelOptimizerState(OuterState):
         """:meth:`arrays` and the push count, taken together."""
         with self._lock:
             return self._values(), self.pushes
+
+
+def _mirror(value: np.ndarray, path: str) -> Any:
+    """A Keras variable holding ``value`` (in the dtype an outer step computes in) at
+    the model weight's ``path``, so that the optimizer sees the layer it belongs to.
+
+    Example:
+        >>> _mirror(np.zeros(2, np.float32), "encoder/dense/kernel").path
+        'encoder/dense/kernel'
+    """
+    import contextlib
+
+    import keras
+
+    *scopes, name = path.split("/")
+    with contextlib.ExitStack() as stack:
+        for scope in scopes:
+            stack.enter_context(keras.name_scope(scope))
+        return keras.Variable(np.asarray(value, _work_dtype(value)), name=name)
 
 
 def _fixed_rate(config: dict[str, Any]) -> float | None:

@@ -5,6 +5,7 @@ refused steps and its saved state."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import keras
@@ -333,3 +334,88 @@ def test_validation_sees_the_center_and_training_goes_on_from_the_local_weights(
     sync.on_test_end()
     for got, want in zip(model.get_weights(), local, strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+def _muon_model(paths: bool = True) -> keras.Model:
+    """An embedding, a hidden and an output layer, compiled with Muon leaving the
+    output layer (and, by default, embeddings) to its AdamW."""
+    keras.utils.set_random_seed(0)
+    net = keras.Sequential(
+        [
+            keras.Input((4,), dtype="int32"),
+            keras.layers.Embedding(10, 3),
+            keras.layers.Flatten(),
+            keras.layers.Dense(5, name="hidden"),
+            keras.layers.Dense(2, name="out"),
+        ]
+    )
+    net.compile(optimizer=keras.optimizers.Muon(0.05, exclude_layers=["out"]), loss="mse")
+    return net
+
+
+@pytest.mark.parametrize("compile", [None, compiled], ids=["eager", "compiled"])
+def test_an_optimizer_that_treats_weights_by_layer_sees_the_models_weight_paths(
+    compile,
+) -> None:
+    """Muon steps 2-D kernels by its orthogonalised update and leaves embeddings and
+    the layers of ``exclude_layers`` to AdamW, by each weight's path. The service's
+    copies of the weights carry the model's paths, so each weight gets the update it
+    gets in ``model.fit``; with copies named otherwise (as before) the embedding and
+    the output kernel took Muon's update."""
+    net = _muon_model()
+    flags, paths = keras_io.trainable_flags(net), keras_io.weight_paths(net)
+    assert paths[0].endswith("embeddings") and paths[3].endswith("out/kernel"), paths
+    start = [np.asarray(w) for w in net.get_weights()]
+    rng = np.random.default_rng(3)
+    steps = [[rng.normal(size=w.shape).astype(np.float32) for w in start] for _ in range(3)]
+
+    def rounds(outer: OuterOptimizer) -> list[np.ndarray]:
+        state, c = outer.state(start, num_workers=2, compile=compile), list(start)
+        for grads in steps:
+            c = state.round(c, [w - g for w, g in zip(c, grads, strict=True)])
+        return c
+
+    config = keras_io.optimizer_config(net)
+    model = OuterOptimizer("model", 1.0, 0.0)
+    got = rounds(model.of_model(config, flags, 1.0, paths))
+    reference = _muon_model()  # the compiled optimizer on the model's own variables
+    for grads in steps:
+        reference.optimizer.apply([np.asarray(g) for g in grads], reference.trainable_variables)
+    for mine, want in zip(got, reference.get_weights(), strict=True):
+        np.testing.assert_allclose(mine, want, rtol=1e-5, atol=1e-6)
+    unnamed = rounds(model.of_model(config, flags, 1.0))  # copies named weight_i
+    assert not np.allclose(unnamed[0], got[0])  # the embedding took Muon's step
+    assert not np.allclose(unnamed[3], got[3])  # and so did the excluded output kernel
+
+
+@pytest.mark.parametrize("written", ["nesterov", "model"])
+def test_a_checkpoint_of_another_outer_optimizer_is_refused_naming_the_one_to_resume_with(
+    tmp_path, written
+) -> None:
+    """A checkpoint holds its outer optimizer's state (Nesterov's momentum, or the
+    model's optimizer variables): resumed under another outer optimizer (or none), that
+    state cannot apply, and the message names the setting to resume with, which works."""
+    from sparkdl.estimator import _checkpoint_to_resume
+    from sparkdl.server.state import checkpoints
+
+    weights = [np.zeros((3, 2), np.float32), np.zeros(2, np.float32)]
+    saved = TrainConfig(
+        checkpoint_dir=str(tmp_path), outer_optimizer=written, frequency="batch", epochs=4
+    )
+    checkpoints.write(
+        str(tmp_path),
+        2,
+        weights,
+        {"loss": [1.0, 0.5]},
+        saved.to_dict(),
+        keep=3,
+        outer=([np.zeros((3, 2), np.float32)], 46),
+    )
+    others = [k for k in ("nesterov", "model", None) if k != written]
+    for other in others:
+        config = dataclasses.replace(saved, outer_optimizer=other, resume=True)
+        with pytest.raises(ConfigError, match=f"resume with outer_optimizer='{written}'"):
+            _checkpoint_to_resume(config)
+    fixed = _checkpoint_to_resume(dataclasses.replace(saved, resume=True))
+    assert fixed is not None and fixed.epoch == 2 and fixed.outer is not None
+    assert fixed.outer[1] == 46
