@@ -8,8 +8,11 @@ example stops running, or starts to need something it does not build, fails here
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -31,14 +34,40 @@ def python_blocks(page: str) -> list[str]:
         return BLOCK.findall(f.read())
 
 
+@contextlib.contextmanager
+def spark_working_directory(spark: Any, path: str) -> Iterator[None]:
+    """Spark resolves a relative path (``write.parquet("predictions/")``) against its
+    local file system's working directory, the JVM's, which ``chdir`` does not move:
+    that is set to ``path`` for the block (Spark Connect's server is left alone)."""
+    from sparkdl.compat.sessions import is_connect
+
+    if is_connect(spark):
+        yield
+        return
+    jvm = spark.sparkContext._jvm
+    local = jvm.org.apache.hadoop.fs.FileSystem.getLocal(
+        spark.sparkContext._jsc.hadoopConfiguration()
+    )
+    before = local.getWorkingDirectory()
+    local.setWorkingDirectory(jvm.org.apache.hadoop.fs.Path(path))
+    try:
+        yield
+    finally:
+        local.setWorkingDirectory(before)
+
+
 @pytest.mark.parametrize("page", PAGES)
 def test_page_examples_run_as_pasted(page, spark, tmp_path, monkeypatch) -> None:
     blocks = python_blocks(page)
     assert blocks, f"{page} has no python example"
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, object] = {"__name__": "__main__"}
-    for number, code in enumerate(blocks, 1):
-        exec(compile(code, f"{page} (python block {number})", "exec"), namespace)
+    with spark_working_directory(spark, str(tmp_path)):
+        for number, code in enumerate(blocks, 1):
+            exec(compile(code, f"{page} (python block {number})", "exec"), namespace)
+    # The page's relative paths went to the test's directory, not the checkout's.
+    if page == "docs/guides/images-and-sequences.md":
+        assert (tmp_path / "predictions" / "_SUCCESS").exists()
     fitted = namespace.get("fitted")
     assert fitted is not None, f"{page}'s example fits no model named fitted"
     assert fitted.history["accuracy"][-1] > 0.8, fitted.history
