@@ -335,8 +335,14 @@ def _checkpoint_to_resume(config: TrainConfig) -> checkpoints.Checkpoint | None:
             f"The newest checkpoint ({found.path}) is at epoch {found.epoch}, not "
             f"before epochs={config.epochs}: raise epochs to train further."
         )
+    # (a checkpoint that does not name its outer optimizer is checked by its state's shapes)
     written = found.settings.get("outer_optimizer") if found is not None else None
-    if found is not None and found.outer is not None and written != config.outer_optimizer:
+    if (
+        found is not None
+        and found.outer is not None
+        and "outer_optimizer" in found.settings
+        and written != config.outer_optimizer
+    ):
         raise ConfigError(
             f"The newest checkpoint ({found.path}) holds the state of "
             f"outer_optimizer={written!r}, and this fit has "

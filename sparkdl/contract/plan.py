@@ -186,7 +186,6 @@ class FitPlan:
         outer = None if config.outer_optimizer is None else OuterOptimizer.resolve(settings)
         _warn_outer_amplifies(config, settings, merge, outer)
         _warn_fragments_in_whole_epochs(config, settings, rows, split)
-        tls = config.service_tls  # None: on unless the master is local
         recipe = LearningRateRecipe.of_resolved(
             config.lr_scaling,
             settings.lr_scaling,
@@ -211,7 +210,8 @@ class FitPlan:
             validation_split=split,
             threads=config.threads_per_worker or threads,
             service_host=config.service_host or service_host,
-            service_tls=not local_master if tls is None else tls,
+            # service_tls None: on unless the master is local
+            service_tls=not local_master if config.service_tls is None else config.service_tls,
             service_placement=service_placement,
             service_shards=_shards(config, service_placement, num_workers),
             outer=outer,
