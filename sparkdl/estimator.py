@@ -335,13 +335,17 @@ def _checkpoint_to_resume(config: TrainConfig) -> checkpoints.Checkpoint | None:
             f"The newest checkpoint ({found.path}) is at epoch {found.epoch}, not "
             f"before epochs={config.epochs}: raise epochs to train further."
         )
-    # (a checkpoint that does not name its outer optimizer is checked by its state's shapes)
+    # The model's optimizer state and momentum cannot stand in for each other (a fit
+    # without an outer optimizer goes on without the state, as the fit logs; a
+    # checkpoint that does not name its optimizer is checked by its state's shapes).
     written = found.settings.get("outer_optimizer") if found is not None else None
+    now = config.outer_optimizer
     if (
         found is not None
         and found.outer is not None
-        and "outer_optimizer" in found.settings
-        and written != config.outer_optimizer
+        and None not in (written, now)
+        and written != now
+        and "model" in (written, now)
     ):
         raise ConfigError(
             f"The newest checkpoint ({found.path}) holds the state of "

@@ -522,8 +522,8 @@ def _mirror(value: np.ndarray, path: str) -> Any:
 
     *scopes, name = path.split("/")
     with contextlib.ExitStack() as stack:
-        for scope in scopes:
-            stack.enter_context(keras.name_scope(scope))
+        for depth, scope in enumerate(scopes):  # from the root, whatever scope is open
+            stack.enter_context(keras.name_scope(scope, override_parent="" if depth == 0 else None))
         return keras.Variable(np.asarray(value, _work_dtype(value)), name=name)
 
 
