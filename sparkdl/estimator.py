@@ -350,7 +350,7 @@ def _checkpoint_to_resume(config: TrainConfig) -> checkpoints.Checkpoint | None:
         raise ConfigError(
             f"The newest checkpoint ({found.path}) holds the state of "
             f"outer_optimizer={written!r}, and this fit has "
-            f"outer_optimizer={config.outer_optimizer!r}: resume with "
+            f"outer_optimizer={now!r}: resume with "
             f"outer_optimizer={written!r}, the setting it was written with, or start "
             "afresh in another checkpoint_dir."
         )

@@ -50,6 +50,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -516,8 +517,6 @@ def _mirror(value: np.ndarray, path: str) -> Any:
         >>> _mirror(np.zeros(2, np.float32), "encoder/dense/kernel").path
         'encoder/dense/kernel'
     """
-    import contextlib
-
     import keras
 
     *scopes, name = path.split("/")
